@@ -1,0 +1,131 @@
+"""Helpers shared by the files in configs/: the LM's default keys, preset parsing, and
+mapping a config section onto its dataclass with one-line errors.
+
+Every run is described by one `ml_collections.ConfigDict` with the sections
+`model` (-> models.ModelConfig), `opt` (-> optim.OptConfig), `data` (-> data.LMDataConfig),
+`train` (-> train.TrainConfig), `mesh` (-> sharding.MeshConfig) and a top-level `seed`.
+"""
+
+import dataclasses
+from typing import Any, Mapping
+
+import ml_collections
+
+from lnjax import errors
+
+
+def lm_config() -> ml_collections.ConfigDict:
+  """Every key a decoder-only LM run reads, at the values of a small Pre-LN model."""
+  c = ml_collections.ConfigDict()
+  c.seed = 0  # Parameters, dropout and data order all derive from it.
+
+  c.model = m = ml_collections.ConfigDict()
+  m.vocab_size = 0  # 0: the tokenizer's vocabulary size.
+  m.num_layers = 4  # L
+  m.d_model = 128  # D
+  m.num_heads = 4  # H
+  m.d_ff = 512  # F
+  m.max_len = 256  # Longest sequence (>= data.seq_len).
+  m.norm_position = "pre"  # post: LN(x + F(x)) | pre: x + F(LN(x)), with a final LN.
+  m.norm_kind = "layernorm"  # layernorm | rmsnorm
+  m.norm_eps = 1e-5
+  m.dropout_rate = 0.1  # On sub-layer outputs and the embedding.
+  m.attention_dropout_rate = 0.0  # On attention probabilities.
+  m.activation = "relu"  # relu | gelu
+  m.tie_embeddings = False  # Output projection shares the input embedding.
+  m.pos_emb = "learned"  # learned | sinusoidal
+  m.use_bias = True
+  m.dtype = "float32"  # Compute dtype (bfloat16 on GPU/TPU); parameters stay float32.
+
+  c.opt = o = ml_collections.ConfigDict()
+  o.name = "adam"  # adam | adamw | sgd | radam
+  o.learning_rate = 1e-3  # Peak, reached at the end of warm-up.
+  o.schedule = "constant"  # constant | inverse_sqrt | linear | step | cosine
+  o.warmup_steps = 0  # Linear warm-up from 0 over this many steps; 0 = none.
+  o.end_learning_rate = 0.0  # Final lr of linear and cosine decay.
+  o.decay_factor = 0.1  # step schedule: lr ×= decay_factor at each boundary ...
+  o.decay_steps = ml_collections.FieldReference((), field_type=tuple)  # ... given in steps
+  o.decay_epochs = ml_collections.FieldReference((), field_type=tuple)  # ... or in epochs.
+  o.b1 = 0.9
+  o.b2 = 0.98
+  o.eps = 1e-8
+  o.weight_decay = 0.0  # adamw only.
+  o.momentum = 0.9  # sgd only.
+  o.nesterov = False  # sgd only.
+  o.grad_clip_norm = 0.0  # Global-norm clipping; 0 = off.
+
+  c.data = d = ml_collections.ConfigDict()
+  d.name = "tiny_shakespeare"  # tiny_shakespeare | wikitext2_raw
+  d.data_dir = ml_collections.FieldReference(None, field_type=str)  # Raw corpora; None:
+  # $LNJAX_DATA_DIR, then ../shared/data beside the repository.
+  d.cache_dir = ml_collections.FieldReference(None, field_type=str)  # Prepared data and
+  # tokenizers; None: $LNJAX_CACHE_DIR, then ~/.cache/lnjax.
+  d.tokenizer = "char"  # char | sentencepiece
+  d.vocab_size = 4096  # SentencePiece vocabulary size.
+  d.seq_len = 128  # L: tokens per training sequence.
+  d.batch_size = 32  # B: sequences per step, over all devices and hosts.
+  d.eval_split = "validation"
+  d.eval_batches = 16  # Held-out batches per evaluation; 0 = the whole split.
+
+  c.train = t = ml_collections.ConfigDict()
+  t.num_steps = 2000  # Optimizer steps in the whole run.
+  t.label_smoothing = 0.0  # ε of label smoothing (the reported loss is the plain NLL).
+  t.log_every_steps = 50  # Console line and train_* metrics.
+  t.eval_every_steps = 500  # Held-out evaluation (also at the last step).
+  t.checkpoint_every_steps = 500  # Orbax checkpoint (also at the last step).
+  t.keep_checkpoints = 3  # The most recent ones kept.
+  t.tensorboard = True  # Mirror metrics to TensorBoard event files.
+
+  c.mesh = s = ml_collections.ConfigDict()
+  s.data = -1  # Devices on the data-parallel axis; -1 = all the others.
+  s.fsdp = 1  # Devices sharding parameters and optimizer state (FSDP).
+  s.model = 1  # Devices sharding heads and FFN (tensor parallel).
+  return c
+
+
+def apply_smoke(c: ml_collections.ConfigDict) -> None:
+  """The `smoke` preset every config offers: a few steps of a tiny model, seconds on a CPU."""
+  c.model.num_layers, c.model.d_model, c.model.num_heads, c.model.d_ff = 2, 32, 2, 64
+  c.model.max_len = c.data.seq_len = 32
+  c.data.batch_size = 8
+  c.data.eval_batches = 2
+  c.data.tokenizer = "char"
+  c.train.num_steps = 20
+  c.train.log_every_steps = 5
+  c.train.eval_every_steps = 10
+  c.train.checkpoint_every_steps = 10
+  c.train.tensorboard = False
+
+
+def parse_arg(arg: str | None, **choices: tuple | None) -> dict[str, Any]:
+  """Parses a config argument 'norm=post,size=small,smoke' into {'norm': 'post', ...}.
+
+  `choices` maps each preset name to its valid values, or to None for a bare switch.
+  """
+  presets = {}
+  for item in filter(None, (arg or "").split(",")):
+    name, _, value = item.partition("=")
+    if name not in choices:
+      raise errors.ConfigError(
+          f"config argument {item!r}: unknown preset {name!r}; valid: {', '.join(choices)}")
+    valid = choices[name]
+    if valid is None:
+      if value:
+        raise errors.ConfigError(f"config argument {item!r}: {name!r} takes no value")
+      presets[name] = True
+    elif value not in valid:
+      raise errors.ConfigError(
+          f"config argument {item!r}: {name} must be one of: {', '.join(valid)}")
+    else:
+      presets[name] = value
+  return presets
+
+
+def from_config(cls, section: str, values: Mapping[str, Any], **extra):
+  """cls(**values) where an unknown key is a one-line ConfigError naming the valid keys."""
+  fields = {f.name for f in dataclasses.fields(cls)}
+  for key in values:
+    if key not in fields:
+      raise errors.ConfigError(
+          f"unknown config key {section}.{key}; valid keys: {', '.join(sorted(fields))}")
+  return cls(**{**dict(values), **extra})

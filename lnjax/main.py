@@ -1,0 +1,86 @@
+"""Trains a model: python -m lnjax.main --config=configs/default.py --workdir=/tmp/lnjax_default
+
+Presets go in the config argument (--config=configs/lm.py:norm=post,smoke), one-off
+changes in flags (--config.opt.learning_rate=3e-4). Exit codes: 0 completed, 2 a bad
+config, workdir, data set or checkpoint (one line on stderr), 3 diverged (NaN/Inf loss),
+143 stopped by SIGTERM after saving a checkpoint.
+"""
+
+import sys
+
+import lnjax  # noqa: F401  (tunes the allocator before JAX starts)
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from lnjax import errors
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file[:presets].",
+                                          lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and summary.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+EXIT_CODES = {"completed": 0, "diverged": 3, "preempted": 143}
+
+
+def _fail(message: str, code: int = 2):
+  print(f"lnjax: error: {message}", file=sys.stderr, flush=True)
+  sys.exit(code)
+
+
+def _parse_flags(argv):
+  """absl's parsing, with any error reported as one line (no traceback, no usage text)."""
+  try:
+    return flags.FLAGS(argv)
+  except Exception as e:  # Flag, config-file and config-value errors all land here.
+    cause = e
+    while cause is not None and not isinstance(cause, errors.LnjaxError):
+      cause = cause.__cause__ or cause.__context__
+    if cause is not None:
+      _fail(str(cause))
+    override = _unknown_override(argv)
+    _fail(f"unknown config key {override}" if override else str(e).splitlines()[0])
+
+
+def _unknown_override(argv) -> str | None:
+  """The first --config.a.b=v whose key the loaded config lacks (for the error line)."""
+  config = _CONFIG.value if flags.FLAGS["config"].present else None
+  for arg in argv[1:]:
+    if arg.startswith("--config.") and "=" in arg:
+      path = arg[len("--config."):].split("=", 1)[0]
+      node = config
+      for part in path.split("."):
+        if node is None or not hasattr(node, "keys") or part not in node.keys():
+          return path
+        node = node[part]
+  return None
+
+
+def main(argv):
+  if len(argv) > 1:
+    _fail(f"unexpected arguments: {' '.join(argv[1:])}")
+  logging.set_verbosity(logging.WARNING)
+  from lnjax import train  # Imported late: JAX starts here, after flags are checked.
+  try:
+    summary = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  except errors.LnjaxError as e:
+    _fail(str(e), e.exit_code)
+  print_summary(summary)
+  sys.exit(EXIT_CODES[summary["status"]])
+
+
+def print_summary(s: dict) -> None:
+  print(f"\n== {s['status']} at step {s['step']}/{s['num_steps']} "
+        f"(norm_position={s['norm_position']}, {s['num_params']:,} parameters, "
+        f"{s['wall_seconds']:.0f} s)")
+  if s["eval_loss"] is not None:
+    gap = s["unigram_baseline"] - s["eval_loss"]
+    print(f"   held-out loss {s['eval_loss']:.4f} nats (perplexity {s['eval_perplexity']:.2f}); "
+          f"unigram baseline {s['unigram_baseline']:.4f}: {gap:+.4f} nats "
+          f"{'better' if gap > 0 else 'not better'} than token frequencies alone")
+  if s["status"] == "diverged":
+    print(f"   last finite train loss {s['last_finite_train_loss']} at step {s['last_finite_step']}")
+  print(f"   results in {s['workdir']}: metrics.jsonl, tensorboard/, checkpoints/, summary.json")
+
+
+if __name__ == "__main__":
+  app.run(main, flags_parser=_parse_flags)

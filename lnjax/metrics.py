@@ -1,0 +1,78 @@
+"""One metrics path: scalars to `metrics.jsonl` in the workdir (the source of truth), mirrored
+to TensorBoard event files; plus the console progress line. Only process 0 writes.
+"""
+
+import json
+import math
+import os
+import time
+
+import jax
+
+
+class MetricWriter:
+  """Appends {"step": s, name: value, ...} lines; names carry train_/eval_ prefixes."""
+
+  def __init__(self, workdir: str, tensorboard: bool = True):
+    self.enabled = jax.process_index() == 0
+    self.path = os.path.join(workdir, "metrics.jsonl")
+    self._tb = None
+    if self.enabled and tensorboard:
+      from tensorboardX import SummaryWriter  # No TensorFlow needed.
+      self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+
+  def write(self, step: int, scalars: dict[str, float]) -> None:
+    if not self.enabled:
+      return
+    record = {"step": int(step), **{k: _jsonable(v) for k, v in scalars.items()}}
+    with open(self.path, "a") as f:
+      f.write(json.dumps(record) + "\n")
+    if self._tb is not None:
+      for k, v in scalars.items():
+        self._tb.add_scalar(k, float(v), int(step))
+
+  def close(self) -> None:
+    if self._tb is not None:
+      self._tb.close()
+
+
+def _jsonable(v) -> float | None:
+  v = float(v)
+  return v if math.isfinite(v) else None  # JSON has no NaN; None marks it.
+
+
+def read_metrics(workdir: str) -> list[dict]:
+  """The records of `metrics.jsonl`; a later record for the same step and keys wins
+  (a resumed run rewrites the steps after its checkpoint)."""
+  path = os.path.join(workdir, "metrics.jsonl")
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+class Progress:
+  """The console line: step, loss, lr, gradient norm, tokens/s, ETA."""
+
+  def __init__(self, num_steps: int, tokens_per_step: int, first_step: int):
+    self.num_steps = num_steps
+    self.tokens_per_step = tokens_per_step
+    self._t0, self._s0 = time.perf_counter(), first_step
+
+  def line(self, step: int, loss: float, lr: float, grad_norm: float) -> str:
+    now = time.perf_counter()
+    steps = step - self._s0
+    rate = steps / (now - self._t0) if steps > 0 and now > self._t0 else float("nan")
+    self._t0, self._s0 = now, step
+    eta = (self.num_steps - step) / rate if rate == rate and rate > 0 else float("nan")
+    return (f"step {step:>6}/{self.num_steps}  loss {loss:7.4f}  lr {lr:.3e}  "
+            f"grad_norm {grad_norm:8.3f}  {rate * self.tokens_per_step:9.0f} tok/s  "
+            f"ETA {_hms(eta)}")
+
+
+def _hms(seconds: float) -> str:
+  if not math.isfinite(seconds):
+    return "--:--"
+  m, s = divmod(int(seconds), 60)
+  h, m = divmod(m, 60)
+  return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"

@@ -1,0 +1,5 @@
+"""Norms, the placement of norms, layers and the Transformer models built from them."""
+
+from lnjax.models.config import ModelConfig
+from lnjax.models.placement import NORM_POSITIONS
+from lnjax.models.transformer import Block, TransformerLM, count_params

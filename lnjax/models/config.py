@@ -1,0 +1,54 @@
+"""The model's hyper-parameters: `config.model` maps onto `ModelConfig(**config.model)`."""
+
+import dataclasses
+
+from lnjax import errors
+from lnjax.models import placement
+
+NORM_KINDS = ("layernorm", "rmsnorm")
+POS_EMBS = ("learned", "sinusoidal")
+ACTIVATIONS = ("relu", "gelu")
+DTYPES = ("float32", "bfloat16")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """Sizes use the math's letters: L layers, D model width, H heads, F FFN width, V vocab."""
+
+  vocab_size: int = 0  # V; 0 = taken from the tokenizer at run time.
+  num_layers: int = 4  # L
+  d_model: int = 128  # D
+  num_heads: int = 4  # H
+  d_ff: int = 512  # F
+  max_len: int = 512  # Longest sequence the position embedding covers.
+  norm_position: str = "pre"  # Where the norm goes: see placement.NORM_POSITIONS.
+  norm_kind: str = "layernorm"  # layernorm | rmsnorm
+  norm_eps: float = 1e-5
+  dropout_rate: float = 0.1  # On sub-layer outputs and embeddings.
+  attention_dropout_rate: float = 0.0  # On attention probabilities.
+  activation: str = "relu"  # FFN non-linearity: relu (paper) | gelu.
+  tie_embeddings: bool = False  # Output projection = input embedding transposed.
+  pos_emb: str = "learned"  # learned | sinusoidal
+  use_bias: bool = True  # Biases in every dense layer (as in the paper's fairseq model).
+  dtype: str = "float32"  # Compute dtype; parameters stay float32.
+
+  def __post_init__(self):
+    errors.check_choice("model.norm_position", self.norm_position, placement.NORM_POSITIONS)
+    errors.check_choice("model.norm_kind", self.norm_kind, NORM_KINDS)
+    errors.check_choice("model.pos_emb", self.pos_emb, POS_EMBS)
+    errors.check_choice("model.activation", self.activation, ACTIVATIONS)
+    errors.check_choice("model.dtype", self.dtype, DTYPES)
+    for key in ("num_layers", "d_model", "num_heads", "d_ff", "max_len"):
+      errors.check_range(f"model.{key}", getattr(self, key), low=1)
+    errors.check_range("model.vocab_size", self.vocab_size, low=0)
+    errors.check_range("model.dropout_rate", self.dropout_rate, low=0.0, high=1.0, high_open=True)
+    errors.check_range(
+        "model.attention_dropout_rate", self.attention_dropout_rate, low=0.0, high=1.0, high_open=True)
+    errors.check_range("model.norm_eps", self.norm_eps, low=0.0, low_open=True)
+    if self.d_model % self.num_heads:
+      raise errors.ConfigError(
+          f"model.d_model={self.d_model} must be divisible by model.num_heads={self.num_heads}")
+
+  @property
+  def head_dim(self) -> int:
+    return self.d_model // self.num_heads

@@ -1,0 +1,116 @@
+"""Dense, attention and feed-forward layers with logical axis names for sharding.
+
+Activations stay [B, T, D] at module boundaries; every dense layer runs as one plain
+[B·T, D_in] × [D_in, D_out] matmul, and only attention reshapes to heads, head-major
+([B, H, T, d_h]), so XLA sees large 2-D matmuls rather than batched small ones.
+Logical axis names (mapped to mesh axes in lnjax/sharding.py):
+  'vocab' V, 'embed' D, 'heads' H·d_h, 'mlp' F, 'norm' a norm's D.
+"""
+
+from typing import Callable, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+# Large but finite, so that sums of masks stay finite.
+NEG_INF = -1e9
+
+# The paper's models (fairseq) use Xavier-uniform weights and zero biases.
+xavier_uniform = nn.initializers.xavier_uniform()
+
+
+def param(module: nn.Module, name: str, init: Callable, shape: Sequence[int],
+          axes: Sequence[str | None]):
+  """A float32 parameter that carries its logical axis names."""
+  return module.param(name, nn.with_logical_partitioning(init, tuple(axes)), tuple(shape),
+                      jnp.float32)
+
+
+class Dense(nn.Module):
+  """y = x W + b on the last axis, as one 2-D matmul."""
+
+  features: int
+  axes: tuple[str, str]  # Logical names of W's (in, out) axes.
+  use_bias: bool = True
+  kernel_init: Callable = xavier_uniform
+  dtype: jnp.dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x_NxDin):
+    d_in = x_NxDin.shape[-1]
+    w = param(self, "kernel", self.kernel_init, (d_in, self.features), self.axes)
+    y_MxDout = x_NxDin.reshape(-1, d_in).astype(self.dtype) @ w.astype(self.dtype)
+    if self.use_bias:
+      y_MxDout = y_MxDout + param(self, "bias", nn.initializers.zeros, (self.features,),
+                                  self.axes[1:]).astype(self.dtype)
+    return y_MxDout.reshape(*x_NxDin.shape[:-1], self.features)
+
+
+class Attention(nn.Module):
+  """Multi-head attention softmax(q kᵀ/√d_h + bias) v; self-attention when kv is x."""
+
+  num_heads: int
+  use_bias: bool = True
+  dropout_rate: float = 0.0
+  dtype: jnp.dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x_BxTxD, kv_BxSxD, bias_BxHxTxS, deterministic: bool):
+    b, t, d = x_BxTxD.shape
+    s = kv_BxSxD.shape[1]
+    h = self.num_heads
+    dense = lambda name, axes: Dense(d, axes, self.use_bias, dtype=self.dtype, name=name)
+
+    def heads(y_BxSxD, length):  # -> [B, H, S, d_h]
+      return y_BxSxD.reshape(b, length, h, d // h).transpose(0, 2, 1, 3)
+
+    q_BxHxTxK = heads(dense("query", ("embed", "heads"))(x_BxTxD), t)
+    k_BxHxSxK = heads(dense("key", ("embed", "heads"))(kv_BxSxD), s)
+    v_BxHxSxK = heads(dense("value", ("embed", "heads"))(kv_BxSxD), s)
+    q_BxHxTxK = q_BxHxTxK * (d // h) ** -0.5
+    logits_BxHxTxS = jnp.einsum("bhtk,bhsk->bhts", q_BxHxTxK, k_BxHxSxK)
+    logits_BxHxTxS = logits_BxHxTxS.astype(jnp.float32) + bias_BxHxTxS
+    probs_BxHxTxS = jax.nn.softmax(logits_BxHxTxS, axis=-1).astype(self.dtype)
+    probs_BxHxTxS = nn.Dropout(self.dropout_rate)(probs_BxHxTxS, deterministic=deterministic)
+    out_BxHxTxK = jnp.einsum("bhts,bhsk->bhtk", probs_BxHxTxS, v_BxHxSxK)
+    out_BxTxD = out_BxHxTxK.transpose(0, 2, 1, 3).reshape(b, t, d)
+    return dense("out", ("heads", "embed"))(out_BxTxD)
+
+
+class Mlp(nn.Module):
+  """FFN(x) = act(x W¹ + b¹) W² + b²; the paper's W¹ is 'wi', W² is 'wo'."""
+
+  d_ff: int
+  activation: str = "relu"
+  use_bias: bool = True
+  dtype: jnp.dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x_BxTxD):
+    act = {"relu": nn.relu, "gelu": nn.gelu}[self.activation]
+    h_BxTxF = act(Dense(self.d_ff, ("embed", "mlp"), self.use_bias, dtype=self.dtype,
+                        name="wi")(x_BxTxD))
+    return Dense(x_BxTxD.shape[-1], ("mlp", "embed"), self.use_bias, dtype=self.dtype,
+                 name="wo")(h_BxTxF)
+
+
+def causal_bias(t: int) -> jax.Array:
+  """[1, 1, T, T] additive mask: 0 where key s <= query t, a large negative elsewhere."""
+  allowed_TxT = jnp.tril(jnp.ones((t, t), dtype=bool))
+  return jnp.where(allowed_TxT, 0.0, NEG_INF)[None, None]
+
+
+def padding_bias(key_mask_BxS: jax.Array) -> jax.Array:
+  """[B, 1, 1, S] additive mask hiding padded keys (mask 0)."""
+  return jnp.where(key_mask_BxS[:, None, None, :] > 0, 0.0, NEG_INF)
+
+
+def sinusoidal_positions(max_len: int, d: int) -> jax.Array:
+  """[max_len, D] fixed positions of Vaswani et al. (sin on even, cos on odd features)."""
+  pos_Lx1 = jnp.arange(max_len, dtype=jnp.float32)[:, None]
+  inv_freq = jnp.exp(-jnp.log(10000.0) * jnp.arange(0, d, 2, dtype=jnp.float32) / d)
+  angles_LxD2 = pos_Lx1 * inv_freq[None, :]
+  pe = jnp.zeros((max_len, d), jnp.float32)
+  pe = pe.at[:, 0::2].set(jnp.sin(angles_LxD2))
+  return pe.at[:, 1::2].set(jnp.cos(angles_LxD2[:, : d // 2]))

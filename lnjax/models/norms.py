@@ -1,0 +1,54 @@
+"""Normalization layers over the last axis (D), written out so the formula is visible.
+
+Statistics are computed in float32 whatever the compute dtype, and LayerNorm's variance
+in two passes (mean first, then the mean square of the centred input): the one-pass
+E[x²] - E[x]² form loses precision and, on XLA:CPU, is also slower here.
+"""
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from lnjax.models import layers
+
+
+class LayerNorm(nn.Module):
+  """LN(x) = (x - μ) / √(σ² + ε) ⊙ γ + β  (Ba et al., 2016)."""
+
+  eps: float = 1e-5
+  dtype: jnp.dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x_BxTxD):
+    d = x_BxTxD.shape[-1]
+    gamma_D = layers.param(self, "scale", nn.initializers.ones, (d,), ("norm",))
+    beta_D = layers.param(self, "bias", nn.initializers.zeros, (d,), ("norm",))
+    x = x_BxTxD.astype(jnp.float32)
+    mean = x.mean(-1, keepdims=True)
+    centred = x - mean
+    var = jnp.mean(centred * centred, -1, keepdims=True)
+    y = centred * jnp.reciprocal(jnp.sqrt(var + self.eps)) * gamma_D + beta_D
+    return y.astype(self.dtype)
+
+
+class RMSNorm(nn.Module):
+  """RMSNorm(x) = x / √(mean(x²) + ε) ⊙ g  (Zhang & Sennrich, arXiv 1910.07467): no bias."""
+
+  eps: float = 1e-6
+  dtype: jnp.dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x_BxTxD):
+    d = x_BxTxD.shape[-1]
+    g_D = layers.param(self, "scale", nn.initializers.ones, (d,), ("norm",))
+    x = x_BxTxD.astype(jnp.float32)
+    ms = jnp.mean(x * x, -1, keepdims=True)
+    return (x * jnp.reciprocal(jnp.sqrt(ms + self.eps)) * g_D).astype(self.dtype)
+
+
+def make_norm(kind: str, eps: float, dtype, name: str) -> nn.Module:
+  """One norm of `kind`; the valid kinds are checked by ModelConfig."""
+  if kind == "layernorm":
+    return LayerNorm(eps=eps, dtype=dtype, name=name)
+  if kind == "rmsnorm":
+    return RMSNorm(eps=eps, dtype=dtype, name=name)
+  raise ValueError(f"model.norm_kind={kind!r} is not one of: layernorm, rmsnorm")

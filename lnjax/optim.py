@@ -1,0 +1,145 @@
+"""Learning-rate schedules and optimizers, composed from optax pieces.
+
+`config.opt` maps onto `OptConfig`; `make_schedule` is the one place a schedule string
+becomes a `step -> lr` function, and `make_optimizer` the one place an optimizer string
+becomes an optax chain. Step t counts optimizer updates from 0, as optax does, so the
+first update uses lr(0).
+
+Warm-up (Xiong et al. 2020, §2): lr(t) = t / T_warmup · lr_max for t <= T_warmup, then
+the named decay; `warmup_steps=0` means no warm-up.
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from lnjax import errors
+
+SCHEDULES = ("constant", "inverse_sqrt", "linear", "step", "cosine")
+OPTIMIZERS = ("adam", "adamw", "sgd", "radam")
+
+
+@dataclasses.dataclass(frozen=True)
+class OptConfig:
+  name: str = "adam"  # adam | adamw | sgd | radam
+  learning_rate: float = 1e-3  # Peak learning rate (after warm-up).
+  schedule: str = "constant"  # constant | inverse_sqrt | linear | step | cosine
+  warmup_steps: int = 0  # Linear warm-up from 0; 0 = none.
+  end_learning_rate: float = 0.0  # Where `linear` and `cosine` end at train.num_steps.
+  decay_factor: float = 0.1  # `step`: lr ×= decay_factor at each boundary.
+  decay_steps: tuple[int, ...] = ()  # `step`: boundaries in steps ...
+  decay_epochs: tuple[float, ...] = ()  # ... or in epochs (resolved with steps per epoch).
+  b1: float = 0.9
+  b2: float = 0.98  # The paper's (fairseq's) Adam β₂ for translation.
+  eps: float = 1e-8
+  weight_decay: float = 0.0  # adamw only (decoupled).
+  momentum: float = 0.9  # sgd only; 0 = plain SGD.
+  nesterov: bool = False  # sgd only.
+  grad_clip_norm: float = 0.0  # Global-norm clipping threshold; 0 = off (the default).
+
+  def __post_init__(self):
+    object.__setattr__(self, "decay_steps", tuple(self.decay_steps))
+    object.__setattr__(self, "decay_epochs", tuple(self.decay_epochs))
+    errors.check_choice("opt.name", self.name, OPTIMIZERS)
+    errors.check_choice("opt.schedule", self.schedule, SCHEDULES)
+    errors.check_range("opt.learning_rate", self.learning_rate, low=0.0, low_open=True)
+    errors.check_range("opt.end_learning_rate", self.end_learning_rate, low=0.0)
+    if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int):
+      raise errors.ConfigError(f"opt.warmup_steps={self.warmup_steps!r} must be an integer >= 0")
+    errors.check_range("opt.warmup_steps", self.warmup_steps, low=0)
+    errors.check_range("opt.decay_factor", self.decay_factor, low=0.0, low_open=True)
+    for b in self.decay_steps:
+      errors.check_range("opt.decay_steps", b, low=0, low_open=True)
+    for b in self.decay_epochs:
+      errors.check_range("opt.decay_epochs", b, low=0, low_open=True)
+    if self.decay_steps and self.decay_epochs:
+      raise errors.ConfigError("opt.decay_steps and opt.decay_epochs are both set: give one")
+    if self.schedule == "step" and not (self.decay_steps or self.decay_epochs):
+      raise errors.ConfigError("opt.schedule='step' needs opt.decay_steps or opt.decay_epochs")
+    errors.check_range("opt.b1", self.b1, low=0.0, high=1.0, high_open=True)
+    errors.check_range("opt.b2", self.b2, low=0.0, high=1.0, high_open=True)
+    errors.check_range("opt.eps", self.eps, low=0.0)
+    errors.check_range("opt.weight_decay", self.weight_decay, low=0.0)
+    errors.check_range("opt.momentum", self.momentum, low=0.0, high=1.0, high_open=True)
+    errors.check_range("opt.grad_clip_norm", self.grad_clip_norm, low=0.0)
+
+
+def decay_boundaries(cfg: OptConfig, steps_per_epoch: int | None) -> list[int]:
+  """`step` schedule boundaries in steps: the one place epochs become steps."""
+  if cfg.decay_epochs:
+    if not steps_per_epoch:
+      raise errors.ConfigError("opt.decay_epochs needs a dataset with a known epoch length")
+    return [int(round(e * steps_per_epoch)) for e in cfg.decay_epochs]
+  return [int(b) for b in cfg.decay_steps]
+
+
+def make_schedule(cfg: OptConfig, num_steps: int,
+                  steps_per_epoch: int | None = None) -> optax.Schedule:
+  """The learning rate at each optimizer step, warm-up included."""
+  peak, w = cfg.learning_rate, cfg.warmup_steps
+  after_w = max(num_steps - w, 1)  # Length of the phase after warm-up.
+  if cfg.schedule == "constant":
+    decay = optax.constant_schedule(peak)
+  elif cfg.schedule == "inverse_sqrt":
+    # Vaswani et al. / fairseq: lr = lr_max · √(T_warmup / t) after warm-up (t >= T_warmup).
+    # join_schedules hands the decay s = t - T_warmup; with no warm-up the reference is 1
+    # step, i.e. lr = lr_max / √(t + 1).
+    ref = max(w, 1)
+    decay = lambda s: peak * jnp.sqrt(ref / jnp.maximum(s + ref, ref).astype(jnp.float32))
+  elif cfg.schedule == "linear":
+    # BERT: linear warm-up, then linear decay to end_learning_rate at num_steps.
+    decay = optax.linear_schedule(peak, cfg.end_learning_rate, after_w)
+  elif cfg.schedule == "step":
+    # ×γ at each boundary (the paper's Pre-LN schedule: ×0.1 at epoch 8); boundaries
+    # are absolute steps, shifted because the decay starts counting after warm-up.
+    bounds = decay_boundaries(cfg, steps_per_epoch)
+    decay = optax.piecewise_constant_schedule(
+        peak, {max(b - w, 0): cfg.decay_factor for b in sorted(set(bounds))})
+  elif cfg.schedule == "cosine":
+    decay = optax.cosine_decay_schedule(peak, after_w, alpha=cfg.end_learning_rate / peak)
+  else:
+    raise errors.ConfigError(
+        f"opt.schedule={cfg.schedule!r} is not one of: {', '.join(SCHEDULES)}")
+  if w == 0:
+    return decay
+  warmup = optax.linear_schedule(0.0, peak, w)  # lr(t) = t / T_warmup · lr_max
+  return optax.join_schedules([warmup, decay], [w])
+
+
+def make_optimizer(cfg: OptConfig, schedule: optax.Schedule) -> optax.GradientTransformation:
+  """The optimizer as an optax chain: [global-norm clipping] -> update rule with lr(t)."""
+  if cfg.name == "adam":
+    rule = optax.adam(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps)
+  elif cfg.name == "adamw":
+    rule = optax.adamw(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay)
+  elif cfg.name == "sgd":
+    rule = optax.sgd(schedule, momentum=cfg.momentum or None, nesterov=cfg.nesterov)
+  elif cfg.name == "radam":
+    rule = optax.radam(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps)
+  else:
+    raise errors.ConfigError(f"opt.name={cfg.name!r} is not one of: {', '.join(OPTIMIZERS)}")
+  if cfg.grad_clip_norm > 0:
+    return optax.chain(optax.clip_by_global_norm(cfg.grad_clip_norm), rule)
+  return rule
+
+
+def cross_entropy(logits_BxTxV, targets_BxT, weights_BxT, label_smoothing: float = 0.0):
+  """(smoothed loss sum, NLL sum, weight sum) in nats; smoothing as Szegedy et al. 2016.
+
+  The smoothed target puts 1 - ε on the label and ε/V on every class; the NLL (no
+  smoothing) is what is reported as loss and perplexity.
+  """
+  logp_BxTxV = jax.nn.log_softmax(logits_BxTxV.astype(jnp.float32), axis=-1)
+  nll_BxT = -jnp.take_along_axis(logp_BxTxV, targets_BxT[..., None], axis=-1)[..., 0]
+  if label_smoothing > 0:
+    smooth_BxT = -logp_BxTxV.mean(-1)
+    loss_BxT = (1.0 - label_smoothing) * nll_BxT + label_smoothing * smooth_BxT
+  else:
+    loss_BxT = nll_BxT
+  return (loss_BxT * weights_BxT).sum(), (nll_BxT * weights_BxT).sum(), weights_BxT.sum()
+
+
+__all__ = ["OptConfig", "make_schedule", "make_optimizer", "cross_entropy", "SCHEDULES",
+           "OPTIMIZERS", "decay_boundaries"]

@@ -1,0 +1,70 @@
+"""A run's config, resolved: each section of the ConfigDict mapped onto its dataclass.
+
+`resolve_config` is called before any compute, so a bad key or value ends the run with
+one line (errors.ConfigError) and nothing written.
+"""
+
+import dataclasses
+
+import ml_collections
+
+from lnjax import config_lib, errors
+from lnjax.data import LMDataConfig
+from lnjax.models import ModelConfig
+from lnjax.optim import OptConfig
+from lnjax.sharding import MeshConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+  num_steps: int = 2000
+  label_smoothing: float = 0.0
+  log_every_steps: int = 50
+  eval_every_steps: int = 500
+  checkpoint_every_steps: int = 500
+  keep_checkpoints: int = 3
+  tensorboard: bool = True
+
+  def __post_init__(self):
+    for key in ("num_steps", "log_every_steps", "eval_every_steps", "checkpoint_every_steps",
+                "keep_checkpoints"):
+      value = getattr(self, key)
+      if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise errors.ConfigError(f"train.{key}={value!r} must be an integer >= 1")
+    errors.check_range("train.label_smoothing", self.label_smoothing, low=0.0, high=1.0,
+                       high_open=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+  model: ModelConfig
+  opt: OptConfig
+  data: LMDataConfig
+  train: TrainConfig
+  mesh: MeshConfig
+  seed: int
+
+
+SECTIONS = {"model": ModelConfig, "opt": OptConfig, "data": LMDataConfig,
+            "train": TrainConfig, "mesh": MeshConfig}
+
+
+def resolve_config(config: ml_collections.ConfigDict) -> RunConfig:
+  """ConfigDict -> RunConfig, refusing unknown keys and invalid values with one line."""
+  unknown = set(config.keys()) - set(SECTIONS) - {"seed"}
+  if unknown:
+    raise errors.ConfigError(f"unknown config key {sorted(unknown)[0]}; valid top-level keys: "
+                             f"{', '.join(sorted([*SECTIONS, 'seed']))}")
+  for section in SECTIONS:
+    if section not in config:
+      raise errors.ConfigError(f"config has no section {section!r}")
+  seed = config.get("seed", 0)
+  if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+    raise errors.ConfigError(f"seed={seed!r} must be an integer >= 0")
+  parts = {name: config_lib.from_config(cls, name, config[name].to_dict())
+           for name, cls in SECTIONS.items()}
+  run = RunConfig(**parts, seed=seed)
+  if run.data.seq_len > run.model.max_len:
+    raise errors.ConfigError(
+        f"data.seq_len={run.data.seq_len} exceeds model.max_len={run.model.max_len}")
+  return run

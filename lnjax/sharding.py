@@ -1,0 +1,88 @@
+"""The device mesh and the logical-axis rules that place parameters and batches on it.
+
+Three mesh axes (MaxText's conventions): 'data' (batch only), 'fsdp' (batch and the
+parameters' and optimizer state's 'embed' axis), 'model' (heads, FFN and vocabulary:
+tensor parallelism). By default every device is on 'data'. Parameters name their axes
+logically (lnjax/models/layers.py); `LOGICAL_RULES` maps those names onto mesh axes.
+"""
+
+import dataclasses
+import math
+
+import flax.linen as nn
+import jax
+import numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+
+from lnjax import errors
+
+MESH_AXES = ("data", "fsdp", "model")
+
+LOGICAL_RULES = (
+    ("batch", ("data", "fsdp")),
+    ("embed", "fsdp"),
+    ("heads", "model"),
+    ("mlp", "model"),
+    ("vocab", "model"),
+    ("norm", None),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshConfig:
+  data: int = -1  # -1: all devices not used by the other axes.
+  fsdp: int = 1
+  model: int = 1
+
+  def __post_init__(self):
+    for key in MESH_AXES:
+      value = getattr(self, key)
+      if isinstance(value, bool) or not isinstance(value, int) or (value < 1 and value != -1):
+        raise errors.ConfigError(f"mesh.{key}={value!r} must be a positive integer or -1")
+    if [getattr(self, k) for k in MESH_AXES].count(-1) > 1:
+      raise errors.ConfigError("mesh: at most one of data, fsdp, model may be -1")
+
+  def shape(self, num_devices: int) -> tuple[int, int, int]:
+    sizes = [getattr(self, k) for k in MESH_AXES]
+    known = math.prod(s for s in sizes if s != -1)
+    if -1 in sizes:
+      if num_devices % known:
+        raise errors.ConfigError(
+            f"mesh: {num_devices} devices do not divide into fsdp×model={known}")
+      sizes[sizes.index(-1)] = num_devices // known
+    if math.prod(sizes) > num_devices:
+      raise errors.ConfigError(
+          f"mesh: data×fsdp×model={math.prod(sizes)} exceeds the {num_devices} devices present")
+    return tuple(sizes)
+
+
+def make_mesh(cfg: MeshConfig, devices=None) -> Mesh:
+  """A (data, fsdp, model) mesh over `devices` (default: all), with Auto axis types so
+  that jit propagates the shardings we give it (classic logical-axis sharding).
+
+  With fewer devices asked for than present, the first ones are used.
+  """
+  devices = list(jax.devices() if devices is None else devices)
+  shape = cfg.shape(len(devices))
+  grid = np.asarray(devices[: math.prod(shape)]).reshape(shape)
+  return Mesh(grid, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES))
+
+
+def logical_shardings(logical_specs, mesh: Mesh):
+  """Tree of logical PartitionSpecs (from nn.get_partition_spec) -> NamedShardings."""
+  return nn.logical_to_mesh_sharding(logical_specs, mesh, LOGICAL_RULES)
+
+
+def batch_sharding(mesh: Mesh) -> NamedSharding:
+  """[B, ...] arrays split over the batch axes, replicated over 'model'."""
+  return NamedSharding(mesh, P(("data", "fsdp")))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+  return NamedSharding(mesh, P())
+
+
+def global_batch(local_batch: dict, sharding: NamedSharding) -> dict:
+  """This process's rows of the batch -> global jax.Arrays (one process or many)."""
+  return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
+          for k, v in local_batch.items()}

@@ -1,0 +1,271 @@
+"""train_and_evaluate: the training loop of the decoder-only LM, with a pure jitted step."""
+
+import functools
+import json
+import math
+import os
+import signal
+import threading
+import time
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from absl import logging
+
+from lnjax import checkpoint as ckpt_lib
+from lnjax import errors, metrics as metrics_lib, optim, run as run_lib, sharding
+from lnjax import state as state_lib
+from lnjax.data import make_lm_data
+from lnjax.models import count_params
+
+# Exit statuses of a run (lnjax.main turns them into exit codes).
+COMPLETED, DIVERGED, PREEMPTED = "completed", "diverged", "preempted"
+
+# Keys that may change between an interrupted run and its resumption.
+RESUMABLE_KEYS = ("train.num_steps", "train.log_every_steps", "train.eval_every_steps",
+                  "train.checkpoint_every_steps", "train.keep_checkpoints", "train.tensorboard",
+                  "data.data_dir", "data.cache_dir", "mesh.data", "mesh.fsdp", "mesh.model")
+
+
+def train_step(state: state_lib.TrainState, batch: dict, *, setup: state_lib.Setup,
+               label_smoothing: float, seed: int):
+  """One optimizer update; pure. Dropout's key is a function of (seed, step), so a resumed
+  run draws the same masks as an uninterrupted one."""
+  dropout_key = jax.random.fold_in(jax.random.key(seed), state.step)
+
+  def loss_fn(params):
+    logits_BxTxV = setup.model.apply({"params": params}, batch["inputs"], deterministic=False,
+                                     rngs={"dropout": dropout_key})
+    loss_sum, nll_sum, count = optim.cross_entropy(logits_BxTxV, batch["targets"],
+                                                   batch["weights"], label_smoothing)
+    return loss_sum / count, nll_sum / count
+
+  (_, nll), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+  updates, opt_state = setup.tx.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  metrics = {"train_loss": nll, "learning_rate": setup.schedule(state.step),
+             "grad_norm": optax.tree.norm(grads), "param_norm": optax.tree.norm(params)}
+  return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
+
+
+def eval_step(params, batch: dict, *, setup: state_lib.Setup):
+  """Summed NLL (nats) and target count of one held-out batch."""
+  logits_BxTxV = setup.model.apply({"params": params}, batch["inputs"], deterministic=True)
+  _, nll_sum, count = optim.cross_entropy(logits_BxTxV, batch["targets"], batch["weights"])
+  return nll_sum, count
+
+
+class _Preemption:
+  """Turns SIGTERM into a flag the loop checks between steps (then save and exit)."""
+
+  def __init__(self):
+    self.requested = False
+    self._previous = None
+
+  def __enter__(self):
+    if threading.current_thread() is threading.main_thread():
+      self._previous = signal.signal(signal.SIGTERM, self._handle)
+    return self
+
+  def _handle(self, signum, frame):
+    self.requested = True
+
+  def __exit__(self, *exc):
+    if self._previous is not None:
+      signal.signal(signal.SIGTERM, self._previous)
+
+
+def prepare_workdir(workdir: str, config: ml_collections.ConfigDict) -> bool:
+  """Checks the workdir before any compute; returns True if it holds a run to resume.
+
+  Writes nothing but the folder itself: an unwritable folder, or one holding a run with
+  another config, is refused with one line.
+  """
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    probe = os.path.join(workdir, f".lnjax_write_probe.{os.getpid()}")
+    with open(probe, "w"):
+      pass
+    os.remove(probe)
+  except OSError as e:
+    raise errors.WorkdirError(f"workdir {workdir} is not writable: {e.strerror or e}") from None
+  saved = ckpt_lib.load_config(workdir)
+  if saved is None:
+    return False
+  differing = [k for k in _diff_keys(saved.to_dict(), config.to_dict())
+               if k not in RESUMABLE_KEYS and k != "model.vocab_size" and k != "opt.decay_steps"]
+  if differing:
+    raise errors.WorkdirError(
+        f"workdir {workdir} holds a run with a different config ({', '.join(differing[:5])}); "
+        "use a new --workdir or the same config to resume")
+  return True
+
+
+def _diff_keys(a: dict, b: dict, prefix: str = "") -> list[str]:
+  keys = []
+  for k in sorted(set(a) | set(b)):
+    va, vb = a.get(k), b.get(k)
+    if isinstance(va, dict) and isinstance(vb, dict):
+      keys += _diff_keys(va, vb, f"{prefix}{k}.")
+    elif (list(va) if isinstance(va, (list, tuple)) else va) != (
+        list(vb) if isinstance(vb, (list, tuple)) else vb):
+      keys.append(prefix + k)
+  return keys
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Trains (or resumes) the run in `workdir`; returns its summary (also summary.json)."""
+  run = run_lib.resolve_config(config)
+  resuming = prepare_workdir(workdir, config)
+  t_start = time.perf_counter()
+
+  # Data: this process's slice of every global batch.
+  data = make_lm_data(run.data, seed=run.seed, process_index=jax.process_index(),
+                      process_count=jax.process_count())
+  if run.model.vocab_size not in (0, data.vocab_size):
+    raise errors.ConfigError(f"model.vocab_size={run.model.vocab_size} differs from the "
+                             f"tokenizer's {data.vocab_size}; leave it 0")
+  config = ml_collections.ConfigDict(config.to_dict())  # An unlocked copy to fill in.
+  config.model.vocab_size = data.vocab_size
+  steps_per_epoch = getattr(data, "steps_per_epoch", None)
+  if run.opt.decay_epochs:
+    config.opt.decay_steps = tuple(optim.decay_boundaries(run.opt, steps_per_epoch))
+    config.opt.decay_epochs = ()
+  run = run_lib.resolve_config(config)
+
+  # Devices, model, optimizer.
+  mesh = sharding.make_mesh(run.mesh)
+  batch_shards = mesh.shape["data"] * mesh.shape["fsdp"]
+  if run.data.batch_size % batch_shards:
+    raise errors.ConfigError(f"data.batch_size={run.data.batch_size} must be divisible by "
+                             f"mesh data×fsdp={batch_shards}")
+  setup = state_lib.make_setup(run.model, run.opt, run.train.num_steps)
+  batch_sharding = sharding.batch_sharding(mesh)
+  state_sharding = state_lib.state_shardings(setup, mesh, run.data.seq_len)
+  p_train_step = jax.jit(
+      functools.partial(train_step, setup=setup, label_smoothing=run.train.label_smoothing,
+                        seed=run.seed),
+      in_shardings=(state_sharding, batch_sharding),
+      out_shardings=(state_sharding, sharding.replicated(mesh)),
+      donate_argnums=0)
+  p_eval_step = jax.jit(functools.partial(eval_step, setup=setup),
+                        in_shardings=(state_sharding.params, batch_sharding),
+                        out_shardings=sharding.replicated(mesh))
+
+  # State: resume from the latest restorable checkpoint, else initialize.
+  checkpoints = ckpt_lib.Checkpoints(workdir, run.train.checkpoint_every_steps,
+                                     run.train.keep_checkpoints)
+  train_iter = data.train_iter()
+  restored = checkpoints.restore_latest(state_lib.abstract_state(setup, mesh, run.data.seq_len))
+  if restored is not None:
+    state, data_state = restored
+    train_iter.set_state(data_state)
+    print(f"Resuming {workdir} from step {int(state.step)}.", flush=True)
+  else:
+    if resuming:
+      print(f"{workdir} holds a config but no checkpoint: starting from step 0.", flush=True)
+    state = state_lib.init_state(setup, mesh, run.seed, run.data.seq_len)
+  ckpt_lib.save_config(workdir, config)
+  writer = metrics_lib.MetricWriter(workdir, run.train.tensorboard)
+  num_params = count_params(state.params)
+  first_step = int(state.step)
+  tokens_per_step = run.data.batch_size * run.data.seq_len
+  print(f"Model: {run.model.num_layers} layers, norm_position={run.model.norm_position}, "
+        f"{num_params:,} parameters; devices: {dict(mesh.shape)}; data: {run.data.name} "
+        f"({data.vocab_size} tokens, {run.data.tokenizer}); held-out unigram baseline "
+        f"{data.unigram_entropy:.4f} nats.", flush=True)
+
+  eval_batches = [sharding.global_batch(b, batch_sharding) for b in data.eval_batches()]
+
+  def evaluate(step: int) -> dict:
+    nll, count = 0.0, 0.0
+    for batch in eval_batches:
+      n, c = jax.device_get(p_eval_step(state.params, batch))
+      nll, count = nll + float(n), count + float(c)
+    loss = nll / max(count, 1.0)
+    scalars = {"eval_loss": loss, "eval_perplexity": math.exp(min(loss, 700.0)),
+               "eval_unigram_baseline": data.unigram_entropy}
+    writer.write(step, scalars)
+    print(f"eval  step {step:>6}  loss {loss:.4f}  perplexity {scalars['eval_perplexity']:.2f}  "
+          f"(unigram baseline {data.unigram_entropy:.4f})", flush=True)
+    return scalars
+
+  # ---- The loop. Metrics of step s are fetched while step s+1 runs (one step of lag keeps
+  # the host ahead of the device); every step's loss is checked for NaN/Inf.
+  progress = metrics_lib.Progress(run.train.num_steps, tokens_per_step, first_step)
+  status, last_finite, diverged_at, last_eval = COMPLETED, None, None, {}
+  pending, train_sums = None, {}
+
+  def absorb(step: int, m) -> bool:
+    """Host-side handling of step `step`'s metrics; False if the loss is not finite."""
+    nonlocal last_finite, train_sums
+    m = {k: float(v) for k, v in jax.device_get(m).items()}
+    if not math.isfinite(m["train_loss"]):
+      return False
+    last_finite = (step, m["train_loss"])
+    for k, v in m.items():
+      train_sums[k] = train_sums.get(k, 0.0) + v
+    train_sums["_n"] = train_sums.get("_n", 0) + 1
+    if step % run.train.log_every_steps == 0 or step == run.train.num_steps:
+      n = train_sums.pop("_n")
+      means = {k: v / n for k, v in train_sums.items()}
+      means["learning_rate"], means["param_norm"] = m["learning_rate"], m["param_norm"]
+      writer.write(step, means)
+      print(progress.line(step, means["train_loss"], m["learning_rate"], m["grad_norm"]),
+            flush=True)
+      train_sums = {}
+    return True
+
+  with _Preemption() as preemption:
+    step = first_step
+    while step < run.train.num_steps:
+      batch = sharding.global_batch(next(train_iter), batch_sharding)
+      state, step_metrics = p_train_step(state, batch)
+      step += 1
+      if pending is not None and not absorb(*pending):
+        diverged_at = pending[0]
+        break
+      pending = (step, step_metrics)
+      at_end = step == run.train.num_steps
+      if at_end or step % run.train.eval_every_steps == 0 or step % run.train.checkpoint_every_steps == 0 or preemption.requested:
+        if not absorb(*pending):  # Never evaluate or save a diverged state.
+          diverged_at = step
+          break
+        pending = None
+        if at_end or step % run.train.eval_every_steps == 0:
+          last_eval = evaluate(step)
+        checkpoints.save(step, state, train_iter.get_state(), force=at_end or preemption.requested)
+        if preemption.requested and not at_end:
+          status = PREEMPTED
+          print(f"SIGTERM: saved step {step}; run the same command to resume.", flush=True)
+          break
+    if diverged_at is not None:
+      status = DIVERGED
+      lf = f"{last_finite[1]:.4f} at step {last_finite[0]}" if last_finite else "none"
+      print(f"Diverged: non-finite loss at step {diverged_at}; last finite loss {lf}.", flush=True)
+
+  checkpoints.wait()
+  checkpoints.close()
+  writer.close()
+  summary = {
+      "status": status,
+      "step": diverged_at if status == DIVERGED else step,
+      "num_steps": run.train.num_steps,
+      "norm_position": run.model.norm_position,
+      "num_params": num_params,
+      "last_finite_train_loss": last_finite[1] if last_finite else None,
+      "last_finite_step": last_finite[0] if last_finite else None,
+      "eval_loss": last_eval.get("eval_loss"),
+      "eval_perplexity": last_eval.get("eval_perplexity"),
+      "unigram_baseline": data.unigram_entropy,
+      "wall_seconds": round(time.perf_counter() - t_start, 1),
+      "workdir": os.path.abspath(workdir),
+  }
+  if jax.process_index() == 0:
+    with open(os.path.join(workdir, "summary.json"), "w") as f:
+      json.dump(summary, f, indent=2)
+      f.write("\n")
+  return summary

@@ -1,0 +1,138 @@
+"""The models: shapes, causality, the Post-LN and Pre-LN formulas, Pre-LN's final norm."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from lnjax.models import ModelConfig, TransformerLM, count_params, layers, norms
+
+CFG = ModelConfig(vocab_size=50, num_layers=2, d_model=32, num_heads=4, d_ff=64, max_len=16,
+                  dropout_rate=0.0)
+
+
+def _init(cfg, t=8, seed=0):
+  model = TransformerLM(cfg)
+  tokens = jax.random.randint(jax.random.key(seed), (2, t), 0, cfg.vocab_size)
+  params = nn.unbox(model.init(jax.random.key(1), tokens)["params"])
+  return model, params, tokens
+
+
+@pytest.mark.parametrize("pos", ["post", "pre"])
+def test_shapes_and_finite(pos):
+  cfg = ModelConfig(**{**CFG.__dict__, "norm_position": pos})
+  model, params, tokens = _init(cfg)
+  logits = model.apply({"params": params}, tokens)
+  assert logits.shape == (2, 8, 50) and logits.dtype == jnp.float32
+  assert np.isfinite(np.asarray(logits)).all()
+
+
+@pytest.mark.parametrize("pos", ["post", "pre"])
+def test_causality(pos):
+  """Changing token t changes no logit before t."""
+  cfg = ModelConfig(**{**CFG.__dict__, "norm_position": pos})
+  model, params, tokens = _init(cfg)
+  changed = tokens.at[:, 5].set((tokens[:, 5] + 1) % cfg.vocab_size)
+  a = model.apply({"params": params}, tokens)
+  b = model.apply({"params": params}, changed)
+  np.testing.assert_allclose(a[:, :5], b[:, :5], atol=1e-6)
+  assert np.abs(np.asarray(a[:, 5:] - b[:, 5:])).max() > 1e-4
+
+
+def test_param_count_of_the_26m_lm():
+  """The 8-layer, D 128, F 512, V 4096 untied LM of REFERENCE §6: about 2.6M parameters."""
+  cfg = ModelConfig(vocab_size=4096, num_layers=8, d_model=128, num_heads=4, d_ff=512,
+                    max_len=128)
+  model = TransformerLM(cfg)
+  shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32)))
+  n = count_params(nn.unbox(shapes["params"]))
+  per_layer = 4 * (128 * 128 + 128) + (128 * 512 + 512) + (512 * 128 + 128) + 2 * 2 * 128
+  assert n == 8 * per_layer + 4096 * 128 * 2 + 128 * 128 + 2 * 128  # + final LN (Pre-LN)
+  assert 2.6e6 < n < 2.7e6
+
+
+def test_tied_embeddings_share_the_matrix():
+  cfg = ModelConfig(**{**CFG.__dict__, "tie_embeddings": True})
+  model, params, tokens = _init(cfg)
+  assert "logits" not in params
+  logits = model.apply({"params": params}, tokens)
+  # Scaling the embedding matrix changes the logits through both ends.
+  params2 = jax.tree.map(lambda x: x, params)
+  params2["embed"]["embedding"] = params["embed"]["embedding"] * 2
+  assert not np.allclose(model.apply({"params": params2}, tokens), logits)
+
+
+def _layer_norm(x, eps=1e-5):
+  mu = x.mean(-1, keepdims=True)
+  return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + eps)
+
+
+def _capture(cfg, params, tokens):
+  """Every sub-module's output, keyed by its module path ('' for the whole model)."""
+  _, state = TransformerLM(cfg).apply({"params": params}, tokens,
+                                      capture_intermediates=True, mutable=["intermediates"])
+  flat = jax.tree_util.tree_flatten_with_path(state["intermediates"])[0]
+  names = ("/".join(str(k.key) for k in path[:-2]) for path, _ in flat)  # Drop __call__/[0].
+  return {name: np.asarray(v) for name, (_, v) in zip(names, flat)}
+
+
+def test_post_ln_formula():
+  """Post-LN: every sub-layer ends in LN(x + F(x)); layer outputs are normalized."""
+  cfg = ModelConfig(**{**CFG.__dict__, "norm_position": "post"})
+  _, params, tokens = _init(cfg)
+  acts = _capture(cfg, params, tokens)
+  x_in = acts["embed"]
+  attn_out = acts["layer_0/self_attn"]
+  after_attn = acts["layer_0/self_attn_norm"]
+  np.testing.assert_allclose(after_attn, _layer_norm(x_in + attn_out), atol=1e-5)
+  ffn_out = acts["layer_0/ffn"]
+  np.testing.assert_allclose(acts["layer_0"], _layer_norm(after_attn + ffn_out),
+                             atol=1e-5)
+  assert not any(k.startswith("final_norm") for k in params)
+
+
+def test_pre_ln_formula_and_final_norm():
+  """Pre-LN: x + F(LN(x)) with the stream left un-normalized, then one final LN."""
+  cfg = ModelConfig(**{**CFG.__dict__, "norm_position": "pre"})
+  _, params, tokens = _init(cfg)
+  acts = _capture(cfg, params, tokens)
+  x_in = acts["embed"]
+  np.testing.assert_allclose(acts["layer_0/self_attn_norm"], _layer_norm(x_in),
+                             atol=1e-5)
+  after_attn = x_in + acts["layer_0/self_attn"]
+  np.testing.assert_allclose(acts["layer_0/ffn_norm"], _layer_norm(after_attn),
+                             atol=1e-5)
+  layer_out = acts["layer_1"]
+  # The stream is not normalized after the last layer ...
+  assert np.abs(layer_out.std(-1) - 1).max() > 0.05
+  # ... the final norm normalizes it, and the output projection reads the normed stream.
+  final = acts["final_norm"]
+  np.testing.assert_allclose(final, _layer_norm(layer_out), atol=1e-5)
+  w = np.asarray(params["logits"]["kernel"])
+  np.testing.assert_allclose(acts[""], final @ w, atol=1e-4)
+
+
+def test_rmsnorm_formula():
+  x = jax.random.normal(jax.random.key(0), (3, 16)) * 3 + 1
+  y = norms.RMSNorm(eps=1e-6).apply({"params": {"scale": jnp.ones(16)}}, x)
+  np.testing.assert_allclose(y, x / np.sqrt((np.asarray(x) ** 2).mean(-1, keepdims=True) + 1e-6),
+                             rtol=1e-5)
+
+
+def test_xavier_init_and_logical_axes():
+  model = TransformerLM(CFG)
+  boxed = model.init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))["params"]
+  wi = boxed["layer_0"]["ffn"]["wi"]["kernel"]
+  assert wi.names == ("embed", "mlp")
+  assert boxed["layer_0"]["self_attn"]["query"]["kernel"].names == ("embed", "heads")
+  assert boxed["embed"]["embedding"].names == ("vocab", "embed")
+  # Xavier-uniform: U(-a, a) with a = √(6 / (fan_in + fan_out)).
+  a = np.sqrt(6 / (32 + 64))
+  w = np.asarray(wi.value)
+  assert np.abs(w).max() <= a and np.abs(w).max() > 0.9 * a
+
+
+def test_attention_bias_masks_padding():
+  bias = layers.padding_bias(jnp.array([[1, 1, 0]]))
+  assert bias.shape == (1, 1, 1, 3) and bias[0, 0, 0, 2] < -1e8 and bias[0, 0, 0, 0] == 0

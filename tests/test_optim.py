@@ -1,0 +1,106 @@
+"""Schedules (the paper's warm-up, inverse square root, step decay), optimizers, loss."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from lnjax import errors, optim
+
+
+def lr(schedule, t):
+  return float(schedule(t))
+
+
+def test_warmup_endpoints_and_inverse_sqrt():
+  """Xiong et al. §2: lr(t) = t/T_w · lr_max for t <= T_w, then lr_max · √(T_w / t)."""
+  s = optim.make_schedule(optim.OptConfig(learning_rate=5e-4, schedule="inverse_sqrt",
+                                          warmup_steps=4000), num_steps=100_000)
+  assert lr(s, 0) == 0.0
+  assert lr(s, 1000) == pytest.approx(5e-4 / 4)
+  assert lr(s, 4000) == pytest.approx(5e-4)
+  for t in (4001, 16000, 64000):
+    assert lr(s, t) == pytest.approx(5e-4 * np.sqrt(4000 / t), rel=1e-5)
+
+
+def test_no_warmup_means_peak_at_step_0():
+  for name in optim.SCHEDULES:
+    cfg = optim.OptConfig(learning_rate=1e-3, schedule=name, warmup_steps=0, decay_steps=(50,))
+    assert lr(optim.make_schedule(cfg, 100), 0) == pytest.approx(1e-3)
+
+
+def test_step_decay_at_epochs():
+  """The paper's Pre-LN schedule: lr 5e-4, ×0.1 at epoch 8 (steps per epoch 1100 here)."""
+  cfg = optim.OptConfig(learning_rate=5e-4, schedule="step", decay_epochs=(8,), decay_factor=0.1)
+  s = optim.make_schedule(cfg, 20_000, steps_per_epoch=1100)
+  assert lr(s, 8 * 1100 - 1) == pytest.approx(5e-4)
+  assert lr(s, 8 * 1100) == pytest.approx(5e-5)
+  with pytest.raises(errors.ConfigError, match="epoch length"):
+    optim.make_schedule(cfg, 20_000)
+
+
+def test_step_decay_after_warmup_uses_absolute_steps():
+  cfg = optim.OptConfig(learning_rate=1.0, schedule="step", warmup_steps=10,
+                        decay_steps=(30, 60), decay_factor=0.5)
+  s = optim.make_schedule(cfg, 100)
+  assert [lr(s, t) for t in (5, 10, 29, 30, 59, 60)] == pytest.approx(
+      [0.5, 1.0, 1.0, 0.5, 0.5, 0.25])
+
+
+def test_linear_and_cosine_end_values():
+  for name in ("linear", "cosine"):
+    cfg = optim.OptConfig(learning_rate=1e-3, schedule=name, warmup_steps=100,
+                          end_learning_rate=1e-5)
+    s = optim.make_schedule(cfg, 1000)
+    assert lr(s, 100) == pytest.approx(1e-3)
+    assert lr(s, 1000) == pytest.approx(1e-5, rel=1e-4)
+    assert lr(s, 550) < 1e-3
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(warmup_steps=-1), "opt.warmup_steps"),
+    (dict(schedule="noam"), "opt.schedule='noam' is not one of: constant"),
+    (dict(name="lamb"), "opt.name='lamb' is not one of: adam, adamw, sgd, radam"),
+    (dict(learning_rate=0.0), "opt.learning_rate"),
+    (dict(schedule="step"), "needs opt.decay_steps"),
+])
+def test_refusals(bad, match):
+  with pytest.raises(errors.ConfigError, match=match):
+    optim.OptConfig(**bad)
+
+
+@pytest.mark.parametrize("name", optim.OPTIMIZERS)
+def test_every_optimizer_descends(name):
+  params = {"w": jnp.array([3.0, -2.0])}
+  tx = optim.make_optimizer(optim.OptConfig(name=name, learning_rate=0.05),
+                            optax.constant_schedule(0.05))
+  state = tx.init(params)
+  loss = lambda p: jnp.sum(p["w"] ** 2)
+  for _ in range(50):
+    g = jax.grad(loss)(params)
+    updates, state = tx.update(g, state, params)
+    params = optax.apply_updates(params, updates)
+  assert loss(params) < 13.0 * 0.5
+
+
+def test_clipping_is_off_by_default_and_bounds_updates_when_on():
+  g = {"w": jnp.array([300.0, 400.0])}  # Global norm 500.
+  sgd = lambda clip: optim.make_optimizer(
+      optim.OptConfig(name="sgd", momentum=0.0, learning_rate=1.0, grad_clip_norm=clip),
+      optax.constant_schedule(1.0))
+  for clip, norm in ((0.0, 500.0), (1.0, 1.0)):
+    tx = sgd(clip)
+    u, _ = tx.update(g, tx.init(g), g)
+    assert float(optax.tree.norm(u)) == pytest.approx(norm, rel=1e-5)
+
+
+def test_cross_entropy_and_label_smoothing():
+  logits = jnp.log(jnp.array([[[0.7, 0.2, 0.1]]]))
+  targets, weights = jnp.array([[0]]), jnp.ones((1, 1))
+  loss, nll, n = optim.cross_entropy(logits, targets, weights)
+  assert float(nll) == pytest.approx(-np.log(0.7), rel=1e-6) and float(loss) == float(nll)
+  loss, nll, _ = optim.cross_entropy(logits, targets, weights, label_smoothing=0.1)
+  expected = 0.9 * -np.log(0.7) + 0.1 * -np.mean(np.log([0.7, 0.2, 0.1]))
+  assert float(loss) == pytest.approx(expected, rel=1e-6)
+  assert float(nll) == pytest.approx(-np.log(0.7), rel=1e-6)
