@@ -21,7 +21,6 @@ from typing import Any
 import jax
 import ml_collections
 import orbax.checkpoint as ocp
-from absl import logging
 from jax.sharding import Mesh
 
 from lnjax import errors, run as run_lib, sharding, state as state_lib
@@ -49,25 +48,30 @@ class Checkpoints:
         state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state)), force=True)
 
   def restore_latest(self, target: state_lib.TrainState):
-    """(state, data_state) of the newest restorable checkpoint, or None if there is none."""
+    """(state, data_state) of the newest restorable checkpoint, or None if there is none.
+
+    Newer checkpoints that fail to restore are moved aside once an older one succeeds,
+    so that training can save those steps again; if none succeeds, nothing is moved.
+    """
     steps = sorted(self.manager.all_steps(), reverse=True)
+    failed = []
     for step in steps:
       try:
         restored = self.manager.restore(step, args=ocp.args.Composite(
             state=ocp.args.StandardRestore(target), data=ocp.args.JsonRestore()))
       except Exception as e:  # Orbax raises many kinds for a damaged checkpoint.
-        logging.warning("checkpoint %d in %s cannot be restored (%s: %s); trying the previous one",
-                        step, self.workdir, type(e).__name__, str(e).splitlines()[0][:200])
-        print(f"warning: checkpoint at step {step} is corrupt or partial "
-              f"({type(e).__name__}); moved to corrupt_checkpoints/{step}, trying the previous one",
-              flush=True)
-        self._move_aside(step)
+        reason = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+        print(f"warning: checkpoint at step {step} in {self.workdir} is corrupt or partial "
+              f"({reason}); trying the previous one", flush=True)
+        failed.append(step)
         continue
+      for bad in failed:
+        self._move_aside(bad)
       return restored.state, restored.data
     if steps:
       raise errors.CheckpointError(
           f"no checkpoint in {self.manager.directory} could be restored (tried steps "
-          f"{', '.join(map(str, steps))}); they were moved to corrupt_checkpoints/")
+          f"{', '.join(map(str, steps))}); move them away to start afresh")
     return None
 
   def _move_aside(self, step: int) -> None:
@@ -77,6 +81,7 @@ class Checkpoints:
     dst = os.path.join(self.workdir, "corrupt_checkpoints", str(step))
     os.makedirs(os.path.dirname(dst), exist_ok=True)
     shutil.move(src, dst)
+    print(f"moved the unreadable checkpoint to {dst}", flush=True)
     self.manager.reload()
 
   def wait(self) -> None:

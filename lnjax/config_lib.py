@@ -62,6 +62,7 @@ def lm_config() -> ml_collections.ConfigDict:
   # tokenizers; None: $LNJAX_CACHE_DIR, then ~/.cache/lnjax.
   d.tokenizer = "char"  # char | sentencepiece
   d.vocab_size = 4096  # SentencePiece vocabulary size.
+  d.sp_model_type = "unigram"  # SentencePiece model: unigram | bpe.
   d.seq_len = 128  # L: tokens per training sequence.
   d.batch_size = 32  # B: sequences per step, over all devices and hosts.
   d.eval_split = "validation"

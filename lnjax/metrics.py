@@ -59,6 +59,10 @@ class Progress:
     self.tokens_per_step = tokens_per_step
     self._t0, self._s0 = time.perf_counter(), first_step
 
+  def restart_clock(self, step: int) -> None:
+    """Excludes time spent outside training steps (evaluation, checkpoints) from the rate."""
+    self._t0, self._s0 = time.perf_counter(), step
+
   def line(self, step: int, loss: float, lr: float, grad_norm: float) -> str:
     now = time.perf_counter()
     steps = step - self._s0

@@ -238,6 +238,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         if at_end or step % run.train.eval_every_steps == 0:
           last_eval = evaluate(step)
         checkpoints.save(step, state, train_iter.get_state(), force=at_end or preemption.requested)
+        progress.restart_clock(step)
         if preemption.requested and not at_end:
           status = PREEMPTED
           print(f"SIGTERM: saved step {step}; run the same command to resume.", flush=True)
