@@ -36,9 +36,19 @@ def _parse_flags(argv):
     while cause is not None and not isinstance(cause, errors.LnjaxError):
       cause = cause.__cause__ or cause.__context__
     if cause is not None:
-      _fail(str(cause))
+      _fail(_last_error_line(str(cause)))
     override = _unknown_override(argv)
-    _fail(f"unknown config key {override}" if override else str(e).splitlines()[0])
+    _fail(f"unknown config key {override}" if override else _last_error_line(str(e)))
+
+
+def _last_error_line(message: str) -> str:
+  """config_flags reports an error raised in get_config as a formatted traceback inside
+  its own message; its last line is the error itself ('pkg.Error: text')."""
+  lines = [l.strip() for l in message.splitlines() if l.strip()]
+  if len(lines) > 1 and any(l.startswith("Traceback") for l in lines):
+    kind, _, text = lines[-1].partition(": ")
+    return text if kind.startswith("lnjax.") and text else lines[-1]
+  return lines[0] if lines else "invalid flags"
 
 
 def _unknown_override(argv) -> str | None:

@@ -68,9 +68,23 @@ def make_mesh(cfg: MeshConfig, devices=None) -> Mesh:
   return Mesh(grid, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES))
 
 
-def logical_shardings(logical_specs, mesh: Mesh):
-  """Tree of logical PartitionSpecs (from nn.get_partition_spec) -> NamedShardings."""
-  return nn.logical_to_mesh_sharding(logical_specs, mesh, LOGICAL_RULES)
+def logical_shardings(logical_specs, shapes, mesh: Mesh):
+  """Logical PartitionSpecs (from nn.get_partition_spec) -> NamedShardings.
+
+  An axis whose size the mesh axes do not divide (a character vocabulary of 67 over
+  model=2, say) is replicated rather than refused.
+  """
+  named = nn.logical_to_mesh_sharding(logical_specs, mesh, LOGICAL_RULES)
+  return jax.tree.map(lambda sh, x: _divisible(sh, x.shape, mesh), named, shapes)
+
+
+def _divisible(sh: NamedSharding, shape, mesh: Mesh) -> NamedSharding:
+  spec = []
+  for dim, axes in zip(shape, tuple(sh.spec) + (None,) * (len(shape) - len(sh.spec))):
+    names = (axes,) if isinstance(axes, str) else tuple(axes or ())
+    ways = math.prod(mesh.shape[a] for a in names)
+    spec.append(axes if dim % ways == 0 else None)
+  return NamedSharding(mesh, P(*spec))
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:

@@ -47,7 +47,7 @@ def _init_boxed(setup: Setup, seed: int, seq_len: int) -> TrainState:
 def state_shardings(setup: Setup, mesh: Mesh, seq_len: int):
   """NamedShardings of every TrainState leaf, from the parameters' logical axis names."""
   abstract = jax.eval_shape(lambda: _init_boxed(setup, 0, seq_len))
-  return sharding.logical_shardings(nn.get_partition_spec(abstract), mesh)
+  return sharding.logical_shardings(nn.get_partition_spec(abstract), nn.unbox(abstract), mesh)
 
 
 def init_state(setup: Setup, mesh: Mesh, seed: int, seq_len: int) -> TrainState:

@@ -1,0 +1,236 @@
+"""End to end: smoke training, resume equality, divergence, preemption, corrupt
+checkpoints, restore onto another mesh, and the CLI's one-line refusals."""
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from lnjax import checkpoint, config_lib, metrics, sharding, train
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def smoke_config(**overrides):
+  """configs/lm.py:smoke with `overrides` ({'opt.learning_rate': 1e-2, ...})."""
+  c = config_lib.lm_config()
+  config_lib.apply_smoke(c)
+  c.mesh.data = 1  # One device: the sharded cases are in test_sharding.py.
+  for key, value in overrides.items():
+    section, name = key.split(".")
+    c[section][name] = value
+  return c
+
+
+def train_losses(workdir):
+  """{step: train_loss}, the later record winning (a resumed run re-logs its steps)."""
+  return {r["step"]: r["train_loss"] for r in metrics.read_metrics(workdir) if "train_loss" in r}
+
+
+def test_smoke_run_learns_and_writes_its_workdir(tmp_path):
+  wd = str(tmp_path / "run")
+  summary = train.train_and_evaluate(smoke_config(**{"train.num_steps": 40}), wd)
+  assert summary["status"] == "completed" and summary["step"] == 40
+  losses = train_losses(wd)
+  assert losses[40] < losses[5] - 0.3, losses
+  evals = [r for r in metrics.read_metrics(wd) if "eval_loss" in r]
+  assert [r["step"] for r in evals] == [10, 20, 30, 40]
+  assert evals[-1]["eval_loss"] < evals[0]["eval_loss"]
+  assert evals[-1]["eval_unigram_baseline"] == pytest.approx(summary["unigram_baseline"])
+  assert sorted(os.listdir(os.path.join(wd, "checkpoints"))) == ["20", "30", "40"]
+  saved = json.load(open(os.path.join(wd, "summary.json")))
+  assert saved["eval_loss"] == pytest.approx(summary["eval_loss"])
+  assert json.load(open(os.path.join(wd, "config.json")))["model"]["vocab_size"] > 0
+
+
+def test_resume_reproduces_the_uninterrupted_run(tmp_path):
+  """Stop at step 10, run the same command again: steps 11..20 match exactly (CPU)."""
+  overrides = {"train.log_every_steps": 1, "model.dropout_rate": 0.1}
+  full = str(tmp_path / "full")
+  train.train_and_evaluate(smoke_config(**overrides), full)
+  parts = str(tmp_path / "parts")
+  train.train_and_evaluate(smoke_config(**overrides, **{"train.num_steps": 10}), parts)
+  summary = train.train_and_evaluate(smoke_config(**overrides), parts)
+  assert summary["status"] == "completed"
+  a, b = train_losses(full), train_losses(parts)
+  assert [a[s] for s in range(1, 21)] == [b[s] for s in range(1, 21)]
+  ra, rb = checkpoint.restore_run(full), checkpoint.restore_run(parts)
+  for x, y in zip(jax.tree.leaves(ra.state), jax.tree.leaves(rb.state)):
+    np.testing.assert_array_equal(x, y)
+  assert ra.data_state == rb.data_state
+
+
+def test_divergence_ends_cleanly(tmp_path):
+  wd = str(tmp_path / "nan")
+  summary = train.train_and_evaluate(
+      smoke_config(**{"opt.name": "sgd", "opt.learning_rate": 1e12}), wd)
+  assert summary["status"] == "diverged"
+  assert summary["step"] <= 20 and summary["last_finite_train_loss"] is not None
+  assert json.load(open(os.path.join(wd, "summary.json")))["status"] == "diverged"
+
+
+def test_restore_onto_another_mesh(tmp_path):
+  """Trained on a data×model mesh of 8 devices; restored onto one device and onto 2×2×2."""
+  wd = str(tmp_path / "mesh")
+  c = smoke_config(**{"train.num_steps": 10})
+  c.mesh.data, c.mesh.model = 4, 2
+  train.train_and_evaluate(c, wd)
+  one = checkpoint.restore_run(wd)
+  assert {d for leaf in jax.tree.leaves(one.state) for d in leaf.devices()} == {jax.devices()[0]}
+  mesh = sharding.make_mesh(sharding.MeshConfig(data=2, fsdp=2, model=2))
+  eight = checkpoint.restore_run(wd, mesh=mesh)
+  wi = eight.state.params["layer_0"]["ffn"]["wi"]["kernel"]
+  assert wi.addressable_shards[0].data.shape == (32 // 2, 64 // 2)
+  for x, y in zip(jax.tree.leaves(one.state), jax.tree.leaves(eight.state)):
+    np.testing.assert_array_equal(x, y)
+  assert one.step == 10 and int(one.state.step) == 10
+
+
+def test_corrupt_latest_checkpoint_falls_back_to_the_previous(tmp_path, capsys):
+  wd = str(tmp_path / "corrupt")
+  train.train_and_evaluate(smoke_config(), wd)  # Checkpoints at 10 and 20.
+  _corrupt(os.path.join(wd, "checkpoints", "20"))
+  summary = train.train_and_evaluate(smoke_config(**{"train.num_steps": 30}), wd)
+  out = capsys.readouterr().out
+  assert "checkpoint at step 20" in out and "Resuming" in out and "from step 10" in out
+  assert summary["status"] == "completed" and summary["step"] == 30
+  assert os.path.isdir(os.path.join(wd, "corrupt_checkpoints", "20"))
+
+
+def _corrupt(step_dir):
+  for root, _, files in os.walk(os.path.join(step_dir, "state")):
+    for f in files:
+      with open(os.path.join(root, f), "w") as fh:
+        fh.write("garbage")
+
+
+# ---- The command line: one-line errors, non-zero exits, nothing overwritten.
+
+def run_cli(*args, timeout=240, **popen):
+  env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+  return subprocess.run([sys.executable, "-m", "lnjax.main", *args], cwd=REPO, env=env,
+                        capture_output=True, text=True, timeout=timeout, **popen)
+
+
+def snapshot(path):
+  """Every file under `path` with its content hash and mtime."""
+  out = {}
+  for root, _, files in os.walk(path):
+    for f in files:
+      p = os.path.join(root, f)
+      out[p] = (hashlib.sha256(open(p, "rb").read()).hexdigest(), os.stat(p).st_mtime_ns)
+  return out
+
+
+@pytest.fixture(scope="module")
+def finished_workdir(tmp_path_factory):
+  wd = str(tmp_path_factory.mktemp("cli") / "run")
+  r = run_cli("--config=configs/default.py:smoke", f"--workdir={wd}", "--config.mesh.data=1")
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert "held-out loss" in r.stdout and "unigram baseline" in r.stdout
+  return wd
+
+
+def _one_line_error(r, *needles):
+  assert r.returncode == 2, (r.returncode, r.stdout[-500:], r.stderr[-2000:])
+  lines = [l for l in r.stderr.splitlines() if l.strip()]
+  assert len(lines) == 1, r.stderr
+  assert lines[0].startswith("lnjax: error: "), lines[0]
+  for n in needles:
+    assert n in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["--config.model.norm_place=pre"], ["unknown config key model.norm_place"]),
+    (["--config.model.norm_position=middle"],
+     ["model.norm_position='middle' is not one of: post, pre"]),
+    (["--config.opt.warmup_steps=-5"], ["opt.warmup_steps=-5"]),
+    (["--config.opt.schedule=noam"], ["opt.schedule='noam'", "inverse_sqrt"]),
+])
+def test_cli_refuses_bad_config_before_compute(finished_workdir, args, needles):
+  before = snapshot(finished_workdir)
+  r = run_cli("--config=configs/default.py:smoke", f"--workdir={finished_workdir}", *args)
+  _one_line_error(r, *needles)
+  assert snapshot(finished_workdir) == before
+
+
+def test_cli_refuses_unknown_preset(tmp_path):
+  r = run_cli("--config=configs/lm.py:norm=middle", f"--workdir={tmp_path}/x")
+  _one_line_error(r, "norm must be one of: post, pre")
+  assert not os.path.exists(tmp_path / "x")
+
+
+def test_cli_missing_and_empty_corpus(tmp_path):
+  empty_dir = tmp_path / "nodata"
+  empty_dir.mkdir()
+  r = run_cli("--config=configs/default.py:smoke", f"--workdir={tmp_path}/a",
+              f"--config.data.data_dir={empty_dir}", f"--config.data.cache_dir={tmp_path}/c")
+  _one_line_error(r, str(empty_dir), "tiny_shakespeare")
+  (empty_dir / "tiny_shakespeare").mkdir()
+  (empty_dir / "tiny_shakespeare" / "input.txt").write_text("  \n")
+  r = run_cli("--config=configs/default.py:smoke", f"--workdir={tmp_path}/a",
+              f"--config.data.data_dir={empty_dir}", f"--config.data.cache_dir={tmp_path}/c")
+  _one_line_error(r, "empty")
+  assert os.listdir(tmp_path / "a") == []
+
+
+def test_cli_unwritable_workdir(tmp_path):
+  ro = tmp_path / "ro"
+  ro.mkdir()
+  ro.chmod(0o500)
+  try:
+    if os.access(ro, os.W_OK):  # root ignores permission bits: use a path under a file.
+      target = tmp_path / "afile" / "run"
+      (tmp_path / "afile").write_text("not a folder")
+    else:
+      target = ro / "run"
+    r = run_cli("--config=configs/default.py:smoke", f"--workdir={target}")
+    _one_line_error(r, "workdir", str(target))
+  finally:
+    ro.chmod(0o700)
+
+
+def test_cli_all_checkpoints_corrupt(finished_workdir, tmp_path):
+  import shutil
+  wd = str(tmp_path / "copy")
+  shutil.copytree(finished_workdir, wd)
+  for step in os.listdir(os.path.join(wd, "checkpoints")):
+    _corrupt(os.path.join(wd, "checkpoints", step))
+  before = snapshot(wd)
+  r = run_cli("--config=configs/default.py:smoke", f"--workdir={wd}", "--config.mesh.data=1",
+              "--config.train.num_steps=30")
+  _one_line_error(r, "no checkpoint", "could be restored")
+  assert snapshot(wd) == before
+
+
+def test_cli_sigterm_saves_and_the_same_command_resumes(tmp_path):
+  wd = str(tmp_path / "preempt")
+  args = ["--config=configs/default.py:smoke", f"--workdir={wd}", "--config.mesh.data=1",
+          "--config.train.num_steps=100000", "--config.train.log_every_steps=1",
+          "--config.train.eval_every_steps=100000", "--config.train.checkpoint_every_steps=100000"]
+  env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+  proc = subprocess.Popen([sys.executable, "-m", "lnjax.main", *args], cwd=REPO, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  try:
+    deadline = time.time() + 180
+    while time.time() < deadline and len(train_losses(wd)) < 5:
+      time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+  finally:
+    proc.kill()
+  assert proc.returncode == 143, (out[-1000:], err[-2000:])
+  saved = json.load(open(os.path.join(wd, "summary.json")))
+  assert saved["status"] == "preempted" and saved["step"] >= 5
+  assert os.listdir(os.path.join(wd, "checkpoints")) == [str(saved["step"])]
+  r = run_cli(*args[:-4], f"--config.train.num_steps={saved['step'] + 3}",
+              "--config.train.log_every_steps=1")
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert f"from step {saved['step']}" in r.stdout
