@@ -17,6 +17,13 @@ from lnjax import errors
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file[:presets].",
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and summary.")
+_DISTRIBUTED = flags.DEFINE_bool(
+    "distributed", False, "Join a multi-process run with jax.distributed.initialize(): "
+    "SLURM and Cloud TPU VMs are detected from the environment; elsewhere also give "
+    "--coordinator_address, --num_processes and --process_id.")
+_COORDINATOR = flags.DEFINE_string("coordinator_address", None, "host:port of process 0.")
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Processes in the run.")
+_PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index.")
 flags.mark_flags_as_required(["config", "workdir"])
 
 EXIT_CODES = {"completed": 0, "diverged": 3, "preempted": 143}
@@ -69,13 +76,32 @@ def main(argv):
   if len(argv) > 1:
     _fail(f"unexpected arguments: {' '.join(argv[1:])}")
   logging.set_verbosity(logging.WARNING)
+  if _DISTRIBUTED.value or _COORDINATOR.value:
+    _initialize_distributed()
   from lnjax import train  # Imported late: JAX starts here, after flags are checked.
   try:
     summary = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   except errors.LnjaxError as e:
     _fail(str(e), e.exit_code)
-  print_summary(summary)
+  import jax
+  if jax.process_index() == 0:
+    print_summary(summary)
   sys.exit(EXIT_CODES[summary["status"]])
+
+
+def _initialize_distributed() -> None:
+  """One process per host (or per GPU): all of them run this same command."""
+  import jax
+  if jax.config.jax_platforms in (None, "", "cpu") and not _on_accelerator():
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  jax.distributed.initialize(coordinator_address=_COORDINATOR.value,
+                             num_processes=_NUM_PROCESSES.value, process_id=_PROCESS_ID.value)
+
+
+def _on_accelerator() -> bool:
+  import importlib.util
+  return any(importlib.util.find_spec(m) for m in ("jax_cuda12_plugin", "jax_cuda13_plugin",
+                                                   "libtpu"))
 
 
 def print_summary(s: dict) -> None:

@@ -104,6 +104,12 @@ def prepare_workdir(workdir: str, config: ml_collections.ConfigDict) -> bool:
   return True
 
 
+def log(*args) -> None:
+  """A console line from process 0 only."""
+  if jax.process_index() == 0:
+    print(*args, flush=True)
+
+
 def _diff_keys(a: dict, b: dict, prefix: str = "") -> list[str]:
   keys = []
   for k in sorted(set(a) | set(b)):
@@ -163,20 +169,20 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   if restored is not None:
     state, data_state = restored
     train_iter.set_state(data_state)
-    print(f"Resuming {workdir} from step {int(state.step)}.", flush=True)
+    log(f"Resuming {workdir} from step {int(state.step)}.")
   else:
     if resuming:
-      print(f"{workdir} holds a config but no checkpoint: starting from step 0.", flush=True)
+      log(f"{workdir} holds a config but no checkpoint: starting from step 0.")
     state = state_lib.init_state(setup, mesh, run.seed, run.data.seq_len)
   ckpt_lib.save_config(workdir, config)
   writer = metrics_lib.MetricWriter(workdir, run.train.tensorboard)
   num_params = count_params(state.params)
   first_step = int(state.step)
   tokens_per_step = run.data.batch_size * run.data.seq_len
-  print(f"Model: {run.model.num_layers} layers, norm_position={run.model.norm_position}, "
-        f"{num_params:,} parameters; devices: {dict(mesh.shape)}; data: {run.data.name} "
-        f"({data.vocab_size} tokens, {run.data.tokenizer}); held-out unigram baseline "
-        f"{data.unigram_entropy:.4f} nats.", flush=True)
+  log(f"Model: {run.model.num_layers} layers, norm_position={run.model.norm_position}, "
+      f"{num_params:,} parameters; devices: {dict(mesh.shape)}; data: {run.data.name} "
+      f"({data.vocab_size} tokens, {run.data.tokenizer}); held-out unigram baseline "
+      f"{data.unigram_entropy:.4f} nats.")
 
   eval_batches = [sharding.global_batch(b, batch_sharding) for b in data.eval_batches()]
 
@@ -189,8 +195,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     scalars = {"eval_loss": loss, "eval_perplexity": math.exp(min(loss, 700.0)),
                "eval_unigram_baseline": data.unigram_entropy}
     writer.write(step, scalars)
-    print(f"eval  step {step:>6}  loss {loss:.4f}  perplexity {scalars['eval_perplexity']:.2f}  "
-          f"(unigram baseline {data.unigram_entropy:.4f})", flush=True)
+    log(f"eval  step {step:>6}  loss {loss:.4f}  perplexity {scalars['eval_perplexity']:.2f}  "
+        f"(unigram baseline {data.unigram_entropy:.4f})")
     return scalars
 
   # ---- The loop. Metrics of step s are fetched while step s+1 runs (one step of lag keeps
@@ -214,8 +220,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       means = {k: v / n for k, v in train_sums.items()}
       means["learning_rate"], means["param_norm"] = m["learning_rate"], m["param_norm"]
       writer.write(step, means)
-      print(progress.line(step, means["train_loss"], m["learning_rate"], m["grad_norm"]),
-            flush=True)
+      log(progress.line(step, means["train_loss"], m["learning_rate"], m["grad_norm"]))
       train_sums = {}
     return True
 
@@ -241,12 +246,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         progress.restart_clock(step)
         if preemption.requested and not at_end:
           status = PREEMPTED
-          print(f"SIGTERM: saved step {step}; run the same command to resume.", flush=True)
+          log(f"SIGTERM: saved step {step}; run the same command to resume.")
           break
+    if first_step >= run.train.num_steps:  # Nothing left to train: report where it stands.
+      log(f"{workdir} is already trained to step {first_step}.")
+      last_eval = evaluate(first_step)
     if diverged_at is not None:
       status = DIVERGED
       lf = f"{last_finite[1]:.4f} at step {last_finite[0]}" if last_finite else "none"
-      print(f"Diverged: non-finite loss at step {diverged_at}; last finite loss {lf}.", flush=True)
+      log(f"Diverged: non-finite loss at step {diverged_at}; last finite loss {lf}.")
 
   checkpoints.wait()
   checkpoints.close()
