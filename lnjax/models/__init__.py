@@ -2,4 +2,5 @@
 
 from lnjax.models.config import ModelConfig
 from lnjax.models.placement import NORM_POSITIONS
-from lnjax.models.transformer import Block, TransformerLM, count_params
+from lnjax.models.transformer import (Block, Decoder, Encoder, EncoderDecoder, TransformerLM,
+                                      count_params)

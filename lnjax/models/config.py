@@ -31,9 +31,17 @@ class ModelConfig:
   pos_emb: str = "learned"  # learned | sinusoidal
   use_bias: bool = True  # Biases in every dense layer (as in the paper's fairseq model).
   dtype: str = "float32"  # Compute dtype; parameters stay float32.
+  # Encoder-decoder only:
+  num_decoder_layers: int = 0  # Decoder depth; 0 = num_layers.
+  encoder_norm_position: str = ""  # Per-stack override of norm_position; "" = same.
+  decoder_norm_position: str = ""
+  share_embeddings: bool = True  # One embedding for source and target (joint vocabulary).
 
   def __post_init__(self):
     errors.check_choice("model.norm_position", self.norm_position, placement.NORM_POSITIONS)
+    for key in ("encoder_norm_position", "decoder_norm_position"):
+      errors.check_choice(f"model.{key}", getattr(self, key), ("",) + placement.NORM_POSITIONS)
+    errors.check_range("model.num_decoder_layers", self.num_decoder_layers, low=0)
     errors.check_choice("model.norm_kind", self.norm_kind, NORM_KINDS)
     errors.check_choice("model.pos_emb", self.pos_emb, POS_EMBS)
     errors.check_choice("model.activation", self.activation, ACTIVATIONS)
@@ -48,6 +56,15 @@ class ModelConfig:
     if self.d_model % self.num_heads:
       raise errors.ConfigError(
           f"model.d_model={self.d_model} must be divisible by model.num_heads={self.num_heads}")
+
+  def stack(self, which: str) -> "ModelConfig":
+    """This config as the `encoder` or `decoder` stack sees it (its own norm placement and
+    depth)."""
+    position = getattr(self, f"{which}_norm_position") or self.norm_position
+    layers = self.num_decoder_layers or self.num_layers if which == "decoder" else self.num_layers
+    return dataclasses.replace(self, norm_position=position, num_layers=layers,
+                               encoder_norm_position="", decoder_norm_position="",
+                               num_decoder_layers=0)
 
   @property
   def head_dim(self) -> int:

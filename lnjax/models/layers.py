@@ -56,7 +56,10 @@ class Attention(nn.Module):
   dtype: jnp.dtype = jnp.float32
 
   @nn.compact
-  def __call__(self, x_BxTxD, kv_BxSxD, bias_BxHxTxS, deterministic: bool):
+  def __call__(self, x_BxTxD, kv_BxSxD, bias_BxHxTxS, deterministic: bool, decode: bool = False):
+    """`decode=True` (self-attention only) keeps the keys and values of past positions in
+    the 'cache' collection: initialized by a call on a full-length input, then each call
+    adds T=1 position and attends to every cached one."""
     b, t, d = x_BxTxD.shape
     s = kv_BxSxD.shape[1]
     h = self.num_heads
@@ -68,6 +71,8 @@ class Attention(nn.Module):
     q_BxHxTxK = heads(dense("query", ("embed", "heads"))(x_BxTxD), t)
     k_BxHxSxK = heads(dense("key", ("embed", "heads"))(kv_BxSxD), s)
     v_BxHxSxK = heads(dense("value", ("embed", "heads"))(kv_BxSxD), s)
+    if decode:
+      k_BxHxSxK, v_BxHxSxK, bias_BxHxTxS = self._cached(k_BxHxSxK, v_BxHxSxK, bias_BxHxTxS)
     q_BxHxTxK = q_BxHxTxK * (d // h) ** -0.5
     logits_BxHxTxS = jnp.einsum("bhtk,bhsk->bhts", q_BxHxTxK, k_BxHxSxK)
     logits_BxHxTxS = logits_BxHxTxS.astype(jnp.float32) + bias_BxHxTxS
@@ -76,6 +81,21 @@ class Attention(nn.Module):
     out_BxHxTxK = jnp.einsum("bhts,bhsk->bhtk", probs_BxHxTxS, v_BxHxSxK)
     out_BxTxD = out_BxHxTxK.transpose(0, 2, 1, 3).reshape(b, t, d)
     return dense("out", ("heads", "embed"))(out_BxTxD)
+
+  def _cached(self, k_BxHx1xK, v_BxHx1xK, bias):
+    initialized = self.has_variable("cache", "cached_key")
+    key = self.variable("cache", "cached_key", jnp.zeros, k_BxHx1xK.shape, k_BxHx1xK.dtype)
+    value = self.variable("cache", "cached_value", jnp.zeros, v_BxHx1xK.shape, v_BxHx1xK.dtype)
+    index = self.variable("cache", "cache_index", lambda: jnp.zeros((), jnp.int32))
+    if not initialized:  # The call that sizes the cache: a plain forward pass.
+      return k_BxHx1xK, v_BxHx1xK, bias
+    i = index.value
+    key.value = jax.lax.dynamic_update_slice(key.value, k_BxHx1xK, (0, 0, i, 0))
+    value.value = jax.lax.dynamic_update_slice(value.value, v_BxHx1xK, (0, 0, i, 0))
+    index.value = i + 1
+    max_len = key.value.shape[2]
+    visible_1x1x1xS = jnp.where(jnp.arange(max_len) <= i, 0.0, NEG_INF)[None, None, None, :]
+    return key.value, value.value, visible_1x1x1xS
 
 
 class Mlp(nn.Module):

@@ -21,7 +21,7 @@ class Block(nn.Module):
 
   @nn.compact
   def __call__(self, stream, self_bias, encoded_BxSxD=None, cross_bias=None, *,
-               deterministic: bool):
+               deterministic: bool, decode: bool = False):
     cfg = self.cfg
     drop = lambda y: nn.Dropout(cfg.dropout_rate)(y, deterministic=deterministic)
     attention = lambda name: layers.Attention(
@@ -29,7 +29,7 @@ class Block(nn.Module):
 
     stream = placement.residual(
         cfg, "self_attn", stream,
-        lambda h: attention("self_attn")(h, h, self_bias, deterministic), drop)
+        lambda h: attention("self_attn")(h, h, self_bias, deterministic, decode), drop)
     if self.has_cross_attention:
       stream = placement.residual(
           cfg, "cross_attn", stream,
@@ -58,17 +58,40 @@ class Embed(nn.Module):
       self.positions = layers.sinusoidal_positions(cfg.max_len, cfg.d_model)
     self.dropout = nn.Dropout(cfg.dropout_rate)
 
-  def __call__(self, tokens_BxT, *, deterministic: bool):
+  def __call__(self, tokens_BxT, *, deterministic: bool, offset=0):
+    """`offset`: position of the first token (the decode step when decoding)."""
     t = tokens_BxT.shape[1]
     if t > self.cfg.max_len:
       raise ValueError(f"sequence length {t} exceeds model.max_len={self.cfg.max_len}")
     x_BxTxD = jnp.take(self.embedding, tokens_BxT, axis=0) * self.cfg.d_model**0.5
-    x_BxTxD = (x_BxTxD + self.positions[:t]).astype(self.cfg.dtype)
+    pos_TxD = jax.lax.dynamic_slice_in_dim(self.positions, offset, t)
+    x_BxTxD = (x_BxTxD + pos_TxD).astype(self.cfg.dtype)
     return self.dropout(x_BxTxD, deterministic=deterministic)
 
   def attend(self, x_BxTxD):
     """Tied output projection: logits = x Eᵀ."""
     return x_BxTxD @ self.embedding.T.astype(self.cfg.dtype)
+
+
+def stack(cfg: ModelConfig, x_BxTxD, self_bias, encoded_BxSxD=None, cross_bias=None, *,
+          deterministic: bool, decode: bool = False, final_norm: str = "final_norm"):
+  """`cfg.num_layers` blocks between the placement's begin and end; call it inside a
+  module's compact method (the blocks become `layer_0`, `layer_1`, ... of that module).
+  With `encoded_BxSxD`, every block cross-attends to it (a decoder)."""
+  stream = placement.begin(cfg, x_BxTxD)
+  for i in range(cfg.num_layers):
+    stream = Block(cfg, has_cross_attention=encoded_BxSxD is not None, name=f"layer_{i}")(
+        stream, self_bias, encoded_BxSxD, cross_bias, deterministic=deterministic,
+        decode=decode)
+  return placement.end(cfg, stream, name=final_norm)
+
+
+def output_logits(cfg: ModelConfig, embed: Embed, x_BxTxD):
+  """Logits [B, T, V] in float32: the transposed embedding (tied) or a dense layer."""
+  if cfg.tie_embeddings:
+    return embed.attend(x_BxTxD).astype(jnp.float32)
+  return layers.Dense(cfg.vocab_size, ("embed", "vocab"), use_bias=False, dtype=cfg.dtype,
+                      name="logits")(x_BxTxD).astype(jnp.float32)
 
 
 class TransformerLM(nn.Module):
@@ -78,19 +101,76 @@ class TransformerLM(nn.Module):
 
   @nn.compact
   def __call__(self, tokens_BxT, *, deterministic: bool = True):
-    cfg = self.cfg
-    embed = Embed(cfg, name="embed")
-    stream = placement.begin(cfg, embed(tokens_BxT, deterministic=deterministic))
-    bias = layers.causal_bias(tokens_BxT.shape[1])
-    for i in range(cfg.num_layers):
-      stream = Block(cfg, name=f"layer_{i}")(stream, bias, deterministic=deterministic)
-    x_BxTxD = placement.end(cfg, stream)
-    if cfg.tie_embeddings:
-      logits_BxTxV = embed.attend(x_BxTxD)
-    else:
-      logits_BxTxV = layers.Dense(cfg.vocab_size, ("embed", "vocab"), use_bias=False,
-                                  dtype=cfg.dtype, name="logits")(x_BxTxD)
-    return logits_BxTxV.astype(jnp.float32)
+    embed = Embed(self.cfg, name="embed")
+    x_BxTxD = embed(tokens_BxT, deterministic=deterministic)
+    x_BxTxD = stack(self.cfg, x_BxTxD, layers.causal_bias(tokens_BxT.shape[1]),
+                    deterministic=deterministic)
+    return output_logits(self.cfg, embed, x_BxTxD)
+
+
+class Encoder(nn.Module):
+  """Bidirectional stack over the source: tokens [B, S] (0 = padding) -> [B, S, D]."""
+
+  cfg: ModelConfig
+  embed: Embed
+
+  @nn.compact
+  def __call__(self, src_BxS, *, deterministic: bool):
+    x_BxSxD = self.embed(src_BxS, deterministic=deterministic)
+    return stack(self.cfg, x_BxSxD, layers.padding_bias(src_BxS > 0),
+                 deterministic=deterministic)
+
+
+class Decoder(nn.Module):
+  """Causal stack with cross-attention: target inputs [B, T] -> logits [B, T, V].
+
+  `decode=True` runs one position per call against the 'cache' collection (initialize it
+  by a first call on a [B, max_decode_len] input)."""
+
+  cfg: ModelConfig
+  embed: Embed
+
+  @nn.compact
+  def __call__(self, tgt_in_BxT, encoded_BxSxD, src_BxS, *, deterministic: bool,
+               decode: bool = False):
+    offset = 0
+    if decode:
+      initialized = self.has_variable("cache", "position")
+      position = self.variable("cache", "position", lambda: jnp.zeros((), jnp.int32))
+      if initialized:
+        offset = position.value
+        position.value = offset + tgt_in_BxT.shape[1]
+    x_BxTxD = self.embed(tgt_in_BxT, deterministic=deterministic, offset=offset)
+    x_BxTxD = stack(self.cfg, x_BxTxD, layers.causal_bias(tgt_in_BxT.shape[1]), encoded_BxSxD,
+                    layers.padding_bias(src_BxS > 0), deterministic=deterministic, decode=decode)
+    return output_logits(self.cfg, self.embed, x_BxTxD)
+
+
+class EncoderDecoder(nn.Module):
+  """Sequence-to-sequence Transformer; each stack has its own norm placement
+  (`cfg.stack('encoder')`, `cfg.stack('decoder')`). Token id 0 is padding."""
+
+  cfg: ModelConfig
+
+  def setup(self):
+    # Assigned here, the embeddings are this module's children ('embed', 'target_embed'),
+    # shared with the stacks rather than owned by one of them.
+    self.embed = Embed(self.cfg)
+    self.target_embed = self.embed if self.cfg.share_embeddings else Embed(self.cfg)
+    self.encoder = Encoder(self.cfg.stack("encoder"), self.embed)
+    self.decoder = Decoder(self.cfg.stack("decoder"), self.target_embed)
+
+  def __call__(self, src_BxS, tgt_in_BxT, *, deterministic: bool = True):
+    encoded_BxSxD = self.encode(src_BxS, deterministic=deterministic)
+    return self.decode(encoded_BxSxD, src_BxS, tgt_in_BxT, deterministic=deterministic)
+
+  def encode(self, src_BxS, *, deterministic: bool = True):
+    return self.encoder(src_BxS, deterministic=deterministic)
+
+  def decode(self, encoded_BxSxD, src_BxS, tgt_in_BxT, *, deterministic: bool = True,
+             decode: bool = False):
+    return self.decoder(tgt_in_BxT, encoded_BxSxD, src_BxS, deterministic=deterministic,
+                        decode=decode)
 
 
 def count_params(params) -> int:
