@@ -17,6 +17,7 @@ from lnjax import errors
 def lm_config() -> ml_collections.ConfigDict:
   """Every key a decoder-only LM run reads, at the values of a small Pre-LN model."""
   c = ml_collections.ConfigDict()
+  c.task = "lm"  # lm | translation
   c.seed = 0  # Parameters, dropout and data order all derive from it.
 
   c.model = m = ml_collections.ConfigDict()

@@ -52,26 +52,29 @@ def read_metrics(workdir: str) -> list[dict]:
 
 
 class Progress:
-  """The console line: step, loss, lr, gradient norm, tokens/s, ETA."""
+  """The console line: step, loss, lr, gradient norm, target tokens/s, ETA."""
 
-  def __init__(self, num_steps: int, tokens_per_step: int, first_step: int):
+  def __init__(self, num_steps: int, first_step: int):
     self.num_steps = num_steps
-    self.tokens_per_step = tokens_per_step
-    self._t0, self._s0 = time.perf_counter(), first_step
+    self.restart_clock(first_step)
 
   def restart_clock(self, step: int) -> None:
     """Excludes time spent outside training steps (evaluation, checkpoints) from the rate."""
-    self._t0, self._s0 = time.perf_counter(), step
+    self._t0, self._s0, self._tokens = time.perf_counter(), step, 0.0
+
+  def add_tokens(self, n: float) -> None:
+    """Real (unpadded) target tokens of one step, over all processes."""
+    self._tokens += n
 
   def line(self, step: int, loss: float, lr: float, grad_norm: float) -> str:
-    now = time.perf_counter()
+    elapsed = time.perf_counter() - self._t0
     steps = step - self._s0
-    rate = steps / (now - self._t0) if steps > 0 and now > self._t0 else float("nan")
-    self._t0, self._s0 = now, step
+    rate = steps / elapsed if steps > 0 and elapsed > 0 else float("nan")
+    tokens_per_s = self._tokens / elapsed if elapsed > 0 else float("nan")
     eta = (self.num_steps - step) / rate if rate == rate and rate > 0 else float("nan")
+    self.restart_clock(step)
     return (f"step {step:>6}/{self.num_steps}  loss {loss:7.4f}  lr {lr:.3e}  "
-            f"grad_norm {grad_norm:8.3f}  {rate * self.tokens_per_step:9.0f} tok/s  "
-            f"ETA {_hms(eta)}")
+            f"grad_norm {grad_norm:8.3f}  {tokens_per_s:9.0f} tok/s  ETA {_hms(eta)}")
 
 
 def _hms(seconds: float) -> str:

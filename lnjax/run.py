@@ -8,8 +8,7 @@ import dataclasses
 
 import ml_collections
 
-from lnjax import config_lib, errors
-from lnjax.data import LMDataConfig
+from lnjax import config_lib, errors, tasks
 from lnjax.models import ModelConfig
 from lnjax.optim import OptConfig
 from lnjax.sharding import MeshConfig
@@ -37,34 +36,38 @@ class TrainConfig:
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
+  task: tasks.Task
   model: ModelConfig
   opt: OptConfig
-  data: LMDataConfig
+  data: object  # The task's data config (data.LMDataConfig, data.MTDataConfig).
   train: TrainConfig
   mesh: MeshConfig
   seed: int
 
 
-SECTIONS = {"model": ModelConfig, "opt": OptConfig, "data": LMDataConfig,
+SECTIONS = {"model": ModelConfig, "opt": OptConfig, "data": None,
             "train": TrainConfig, "mesh": MeshConfig}
+TOP_LEVEL = ("seed", "task")
 
 
 def resolve_config(config: ml_collections.ConfigDict) -> RunConfig:
   """ConfigDict -> RunConfig, refusing unknown keys and invalid values with one line."""
-  unknown = set(config.keys()) - set(SECTIONS) - {"seed"}
+  unknown = set(config.keys()) - set(SECTIONS) - set(TOP_LEVEL)
   if unknown:
     raise errors.ConfigError(f"unknown config key {sorted(unknown)[0]}; valid top-level keys: "
-                             f"{', '.join(sorted([*SECTIONS, 'seed']))}")
+                             f"{', '.join(sorted([*SECTIONS, *TOP_LEVEL]))}")
+  task = tasks.get(config.get("task", "lm"))
   for section in SECTIONS:
     if section not in config:
       raise errors.ConfigError(f"config has no section {section!r}")
   seed = config.get("seed", 0)
   if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
     raise errors.ConfigError(f"seed={seed!r} must be an integer >= 0")
-  parts = {name: config_lib.from_config(cls, name, config[name].to_dict())
+  parts = {name: config_lib.from_config(cls or task.data_config, name, config[name].to_dict())
            for name, cls in SECTIONS.items()}
-  run = RunConfig(**parts, seed=seed)
-  if run.data.seq_len > run.model.max_len:
-    raise errors.ConfigError(
-        f"data.seq_len={run.data.seq_len} exceeds model.max_len={run.model.max_len}")
+  run = RunConfig(task=task, **parts, seed=seed)
+  length = getattr(run.data, "seq_len", None) or getattr(run.data, "max_len", 0)
+  if length > run.model.max_len:
+    raise errors.ConfigError(f"data's sequence length {length} exceeds "
+                             f"model.max_len={run.model.max_len}")
   return run

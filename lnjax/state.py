@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh
 
-from lnjax import optim, sharding
-from lnjax.models import ModelConfig, TransformerLM
+from lnjax import optim, sharding, tasks
+from lnjax.models import ModelConfig
 
 
 @flax.struct.dataclass
@@ -23,42 +23,44 @@ class TrainState:
 
 @dataclasses.dataclass(frozen=True)
 class Setup:
-  """Everything static a run's steps need: the model, its optimizer and schedule."""
+  """Everything static a run's steps need: the task, model, optimizer and schedule."""
 
+  task: tasks.Task
   model: nn.Module
   tx: optax.GradientTransformation
   schedule: optax.Schedule
 
 
 def make_setup(model_cfg: ModelConfig, opt_cfg: optim.OptConfig, num_steps: int,
-               steps_per_epoch: int | None = None) -> Setup:
+               steps_per_epoch: int | None = None, task: tasks.Task = tasks.LANGUAGE_MODELING
+               ) -> Setup:
   schedule = optim.make_schedule(opt_cfg, num_steps, steps_per_epoch)
-  return Setup(TransformerLM(model_cfg), optim.make_optimizer(opt_cfg, schedule), schedule)
+  return Setup(task, task.make_model(model_cfg), optim.make_optimizer(opt_cfg, schedule),
+               schedule)
 
 
-def _init_boxed(setup: Setup, seed: int, seq_len: int) -> TrainState:
+def _init_boxed(setup: Setup, seed: int) -> TrainState:
   """Parameters still boxed with their logical axis names (nn.Partitioned)."""
-  tokens_1xT = jnp.zeros((1, seq_len), jnp.int32)
-  params = setup.model.init(jax.random.key(seed), tokens_1xT)["params"]
+  params = setup.model.init(jax.random.key(seed), *setup.task.example_inputs())["params"]
   return TrainState(step=jnp.zeros((), jnp.int32), params=params,
                     opt_state=setup.tx.init(params))
 
 
-def state_shardings(setup: Setup, mesh: Mesh, seq_len: int):
+def state_shardings(setup: Setup, mesh: Mesh):
   """NamedShardings of every TrainState leaf, from the parameters' logical axis names."""
-  abstract = jax.eval_shape(lambda: _init_boxed(setup, 0, seq_len))
+  abstract = jax.eval_shape(lambda: _init_boxed(setup, 0))
   return sharding.logical_shardings(nn.get_partition_spec(abstract), nn.unbox(abstract), mesh)
 
 
-def init_state(setup: Setup, mesh: Mesh, seed: int, seq_len: int) -> TrainState:
+def init_state(setup: Setup, mesh: Mesh, seed: int) -> TrainState:
   """A fresh state, created directly in its sharded layout."""
-  shardings = state_shardings(setup, mesh, seq_len)
-  init = jax.jit(lambda: nn.unbox(_init_boxed(setup, seed, seq_len)), out_shardings=shardings)
+  shardings = state_shardings(setup, mesh)
+  init = jax.jit(lambda: nn.unbox(_init_boxed(setup, seed)), out_shardings=shardings)
   return init()
 
 
-def abstract_state(setup: Setup, mesh: Mesh, seq_len: int) -> TrainState:
+def abstract_state(setup: Setup, mesh: Mesh) -> TrainState:
   """ShapeDtypeStructs with shardings: the target a checkpoint is restored onto."""
-  shapes = jax.eval_shape(lambda: nn.unbox(_init_boxed(setup, 0, seq_len)))
+  shapes = jax.eval_shape(lambda: nn.unbox(_init_boxed(setup, 0)))
   return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
-                      shapes, state_shardings(setup, mesh, seq_len))
+                      shapes, state_shardings(setup, mesh))

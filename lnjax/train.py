@@ -18,7 +18,6 @@ from absl import logging
 from lnjax import checkpoint as ckpt_lib
 from lnjax import errors, metrics as metrics_lib, optim, run as run_lib, sharding
 from lnjax import state as state_lib
-from lnjax.data import make_lm_data
 from lnjax.models import count_params
 
 # Exit statuses of a run (lnjax.main turns them into exit codes).
@@ -37,8 +36,8 @@ def train_step(state: state_lib.TrainState, batch: dict, *, setup: state_lib.Set
   dropout_key = jax.random.fold_in(jax.random.key(seed), state.step)
 
   def loss_fn(params):
-    logits_BxTxV = setup.model.apply({"params": params}, batch["inputs"], deterministic=False,
-                                     rngs={"dropout": dropout_key})
+    logits_BxTxV = setup.model.apply({"params": params}, *setup.task.model_inputs(batch),
+                                     deterministic=False, rngs={"dropout": dropout_key})
     loss_sum, nll_sum, count = optim.cross_entropy(logits_BxTxV, batch["targets"],
                                                    batch["weights"], label_smoothing)
     return loss_sum / count, nll_sum / count
@@ -53,7 +52,8 @@ def train_step(state: state_lib.TrainState, batch: dict, *, setup: state_lib.Set
 
 def eval_step(params, batch: dict, *, setup: state_lib.Setup):
   """Summed NLL (nats) and target count of one held-out batch."""
-  logits_BxTxV = setup.model.apply({"params": params}, batch["inputs"], deterministic=True)
+  logits_BxTxV = setup.model.apply({"params": params}, *setup.task.model_inputs(batch),
+                                   deterministic=True)
   _, nll_sum, count = optim.cross_entropy(logits_BxTxV, batch["targets"], batch["weights"])
   return nll_sum, count
 
@@ -129,7 +129,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   t_start = time.perf_counter()
 
   # Data: this process's slice of every global batch.
-  data = make_lm_data(run.data, seed=run.seed, process_index=jax.process_index(),
+  data = run.task.make_data(run.data, seed=run.seed, process_index=jax.process_index(),
                       process_count=jax.process_count())
   if run.model.vocab_size not in (0, data.vocab_size):
     raise errors.ConfigError(f"model.vocab_size={run.model.vocab_size} differs from the "
@@ -148,9 +148,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   if run.data.batch_size % batch_shards:
     raise errors.ConfigError(f"data.batch_size={run.data.batch_size} must be divisible by "
                              f"mesh data×fsdp={batch_shards}")
-  setup = state_lib.make_setup(run.model, run.opt, run.train.num_steps)
+  setup = state_lib.make_setup(run.model, run.opt, run.train.num_steps, steps_per_epoch,
+                               task=run.task)
   batch_sharding = sharding.batch_sharding(mesh)
-  state_sharding = state_lib.state_shardings(setup, mesh, run.data.seq_len)
+  state_sharding = state_lib.state_shardings(setup, mesh)
   p_train_step = jax.jit(
       functools.partial(train_step, setup=setup, label_smoothing=run.train.label_smoothing,
                         seed=run.seed),
@@ -165,7 +166,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   checkpoints = ckpt_lib.Checkpoints(workdir, run.train.checkpoint_every_steps,
                                      run.train.keep_checkpoints)
   train_iter = data.train_iter()
-  restored = checkpoints.restore_latest(state_lib.abstract_state(setup, mesh, run.data.seq_len))
+  restored = checkpoints.restore_latest(state_lib.abstract_state(setup, mesh))
   if restored is not None:
     state, data_state = restored
     train_iter.set_state(data_state)
@@ -173,12 +174,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   else:
     if resuming:
       log(f"{workdir} holds a config but no checkpoint: starting from step 0.")
-    state = state_lib.init_state(setup, mesh, run.seed, run.data.seq_len)
+    state = state_lib.init_state(setup, mesh, run.seed)
   ckpt_lib.save_config(workdir, config)
   writer = metrics_lib.MetricWriter(workdir, run.train.tensorboard)
   num_params = count_params(state.params)
   first_step = int(state.step)
-  tokens_per_step = run.data.batch_size * run.data.seq_len
   log(f"Model: {run.model.num_layers} layers, norm_position={run.model.norm_position}, "
       f"{num_params:,} parameters; devices: {dict(mesh.shape)}; data: {run.data.name} "
       f"({data.vocab_size} tokens, {run.data.tokenizer}); held-out unigram baseline "
@@ -201,7 +201,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
   # ---- The loop. Metrics of step s are fetched while step s+1 runs (one step of lag keeps
   # the host ahead of the device); every step's loss is checked for NaN/Inf.
-  progress = metrics_lib.Progress(run.train.num_steps, tokens_per_step, first_step)
+  progress = metrics_lib.Progress(run.train.num_steps, first_step)
   status, last_finite, diverged_at, last_eval = COMPLETED, None, None, {}
   pending, train_sums = None, {}
 
@@ -227,7 +227,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   with _Preemption() as preemption:
     step = first_step
     while step < run.train.num_steps:
-      batch = sharding.global_batch(next(train_iter), batch_sharding)
+      local_batch = next(train_iter)
+      progress.add_tokens(float(local_batch["weights"].sum()) * jax.process_count())
+      batch = sharding.global_batch(local_batch, batch_sharding)
       state, step_metrics = p_train_step(state, batch)
       step += 1
       if pending is not None and not absorb(*pending):

@@ -21,11 +21,11 @@ def _setup(pos):
 
 
 def _run(setup, mesh, batches, steps=2):
-  shardings = state_lib.state_shardings(setup, mesh, SEQ)
+  shardings = state_lib.state_shardings(setup, mesh)
   step = jax.jit(functools.partial(train.train_step, setup=setup, label_smoothing=0.1, seed=0),
                  in_shardings=(shardings, sharding.batch_sharding(mesh)),
                  out_shardings=(shardings, sharding.replicated(mesh)), donate_argnums=0)
-  state = state_lib.init_state(setup, mesh, seed=0, seq_len=SEQ)
+  state = state_lib.init_state(setup, mesh, seed=0)
   losses = []
   for b in batches[:steps]:
     state, m = step(state, sharding.global_batch(b, sharding.batch_sharding(mesh)))

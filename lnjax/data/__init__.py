@@ -20,3 +20,9 @@ __all__ = [
     "resolve_cache_dir",
     "resolve_data_dir",
 ]
+
+# Translation (parallel corpora -> joint SentencePiece -> token-budgeted,
+# length-bucketed batches): see lnjax.data.translation.
+from lnjax.data.translation import MTData, MTDataConfig, MTTokenizer, make_mt_data
+
+__all__ += ["MTData", "MTDataConfig", "MTTokenizer", "make_mt_data"]

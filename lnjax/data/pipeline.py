@@ -193,6 +193,11 @@ class LMData:
         "weights": np.ones((B, self.cfg.seq_len), np.float32),
     }
 
+  @property
+  def steps_per_epoch(self) -> int:
+    """Optimizer steps in one pass over the train windows."""
+    return self.num_train_windows // self.cfg.batch_size
+
   def train_iter(self) -> TrainIterator:
     """Endless, seed-deterministic train batches; every epoch is a fresh
     permutation of the windows, and the last incomplete global batch of each
