@@ -31,19 +31,24 @@ CONFIG_FILE = "config.json"
 class Checkpoints:
   """Saves every `every_steps` (and when forced), keeps the last `keep`."""
 
-  def __init__(self, workdir: str, every_steps: int, keep: int):
+  def __init__(self, workdir: str, every_steps: int, keep: int, folder: str = "checkpoints"):
     self.workdir = workdir
     self.every_steps = every_steps
     self.manager = ocp.CheckpointManager(
-        os.path.join(os.path.abspath(workdir), "checkpoints"),
+        os.path.join(os.path.abspath(workdir), folder),
         options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True))
 
   def save(self, step: int, state: state_lib.TrainState, data_state: dict,
-           force: bool = False) -> bool:
+           force: bool = False, replace: bool = False) -> bool:
+    """`replace`: drop every older checkpoint first (the best-so-far folder keeps one)."""
     if not force and step % self.every_steps:
       return False
     if step in self.manager.all_steps():
       return False
+    if replace:
+      self.manager.wait_until_finished()
+      for old in self.manager.all_steps():
+        self.manager.delete(old)
     return self.manager.save(step, args=ocp.args.Composite(
         state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state)), force=True)
 

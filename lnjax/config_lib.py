@@ -16,8 +16,58 @@ from lnjax import errors
 
 def lm_config() -> ml_collections.ConfigDict:
   """Every key a decoder-only LM run reads, at the values of a small Pre-LN model."""
+  c = _common("lm")
+  c.data = d = ml_collections.ConfigDict()
+  d.name = "tiny_shakespeare"  # tiny_shakespeare | wikitext2_raw
+  _data_dirs(d)
+  d.tokenizer = "char"  # char | sentencepiece
+  d.vocab_size = 4096  # SentencePiece vocabulary size.
+  d.sp_model_type = "unigram"  # SentencePiece model: unigram | bpe.
+  d.seq_len = 128  # L: tokens per training sequence.
+  d.batch_size = 32  # B: sequences per step, over all devices and hosts.
+  d.eval_split = "validation"
+  d.eval_batches = 16  # Held-out batches per evaluation; 0 = the whole split.
+  return c
+
+
+def translation_config() -> ml_collections.ConfigDict:
+  """Every key an encoder-decoder translation run reads."""
+  c = _common("translation")
+  c.model.max_len = 256
+  c.model.tie_embeddings = True  # Output projection = the shared embedding (joint vocab).
+  c.data = d = ml_collections.ConfigDict()
+  d.name = "multi30k_de_en"  # multi30k_de_en | iwslt14_de_en | wmt14_de_en
+  d.source_lang = "de"  # de | en
+  d.target_lang = "en"
+  _data_dirs(d)
+  d.vocab_size = 8000  # Joint SentencePiece vocabulary, trained on the train split.
+  d.sp_model_type = "unigram"  # unigram | bpe
+  d.spm_path = ml_collections.FieldReference(None, field_type=str)  # A ready model instead.
+  d.max_tokens = 4096  # Tokens per batch (per side, padded), over all devices: fairseq's.
+  d.max_len = 256  # Training pairs longer than this (subword tokens) are dropped.
+  d.eval_splits = ("validation",)  # Held-out loss on the first; BLEU (decode.bleu_split).
+  d.test_split = "test_2016_flickr"  # What `--mode=predict` decodes by default.
+  d.lowercase = False  # True for IWSLT14 as fairseq prepares it (tokenized, lowercased).
+  c.decode = e = ml_collections.ConfigDict()
+  e.beam_size = 4  # 1 = greedy.
+  e.length_penalty = 1.0  # α in log p / length^α.
+  e.max_extra_len = 50  # Hypotheses up to source bucket length + this.
+  e.bleu_every_steps = 0  # 0 = BLEU at every evaluation.
+  e.bleu_split = ""  # "" = data.eval_splits[0].
+  return c
+
+
+def _data_dirs(d: ml_collections.ConfigDict) -> None:
+  d.data_dir = ml_collections.FieldReference(None, field_type=str)  # Raw corpora; None:
+  # $LNJAX_DATA_DIR, then ../shared/data beside the repository.
+  d.cache_dir = ml_collections.FieldReference(None, field_type=str)  # Prepared data and
+  # tokenizers; None: $LNJAX_CACHE_DIR, then ~/.cache/lnjax.
+
+
+def _common(task: str) -> ml_collections.ConfigDict:
+  """The sections every task has: model, opt, train, mesh."""
   c = ml_collections.ConfigDict()
-  c.task = "lm"  # lm | translation
+  c.task = task  # lm | translation
   c.seed = 0  # Parameters, dropout and data order all derive from it.
 
   c.model = m = ml_collections.ConfigDict()
@@ -37,6 +87,10 @@ def lm_config() -> ml_collections.ConfigDict:
   m.pos_emb = "learned"  # learned | sinusoidal
   m.use_bias = True
   m.dtype = "float32"  # Compute dtype (bfloat16 on GPU/TPU); parameters stay float32.
+  m.num_decoder_layers = 0  # Encoder-decoder: decoder depth; 0 = num_layers.
+  m.encoder_norm_position = ""  # Encoder-decoder: per-stack placement; "" = norm_position.
+  m.decoder_norm_position = ""
+  m.share_embeddings = True  # Encoder-decoder: one source/target embedding.
 
   c.opt = o = ml_collections.ConfigDict()
   o.name = "adam"  # adam | adamw | sgd | radam
@@ -54,20 +108,6 @@ def lm_config() -> ml_collections.ConfigDict:
   o.momentum = 0.9  # sgd only.
   o.nesterov = False  # sgd only.
   o.grad_clip_norm = 0.0  # Global-norm clipping; 0 = off.
-
-  c.data = d = ml_collections.ConfigDict()
-  d.name = "tiny_shakespeare"  # tiny_shakespeare | wikitext2_raw
-  d.data_dir = ml_collections.FieldReference(None, field_type=str)  # Raw corpora; None:
-  # $LNJAX_DATA_DIR, then ../shared/data beside the repository.
-  d.cache_dir = ml_collections.FieldReference(None, field_type=str)  # Prepared data and
-  # tokenizers; None: $LNJAX_CACHE_DIR, then ~/.cache/lnjax.
-  d.tokenizer = "char"  # char | sentencepiece
-  d.vocab_size = 4096  # SentencePiece vocabulary size.
-  d.sp_model_type = "unigram"  # SentencePiece model: unigram | bpe.
-  d.seq_len = 128  # L: tokens per training sequence.
-  d.batch_size = 32  # B: sequences per step, over all devices and hosts.
-  d.eval_split = "validation"
-  d.eval_batches = 16  # Held-out batches per evaluation; 0 = the whole split.
 
   c.train = t = ml_collections.ConfigDict()
   t.num_steps = 2000  # Optimizer steps in the whole run.
@@ -95,6 +135,21 @@ def apply_smoke(c: ml_collections.ConfigDict) -> None:
   c.train.num_steps = 20
   c.train.log_every_steps = 5
   c.train.eval_every_steps = 10
+  c.train.checkpoint_every_steps = 10
+  c.train.tensorboard = False
+
+
+def apply_translation_smoke(c: ml_collections.ConfigDict) -> None:
+  """The translation `smoke` preset: a tiny model, a small vocabulary, a few steps."""
+  c.model.num_layers, c.model.d_model, c.model.num_heads, c.model.d_ff = 1, 32, 2, 64
+  c.data.vocab_size = 500
+  c.data.max_tokens = 1024
+  c.data.max_len = 64
+  c.decode.beam_size = 2
+  c.decode.max_extra_len = 10
+  c.train.num_steps = 20
+  c.train.log_every_steps = 5
+  c.train.eval_every_steps = 20
   c.train.checkpoint_every_steps = 10
   c.train.tensorboard = False
 

@@ -109,10 +109,14 @@ def print_summary(s: dict) -> None:
         f"(norm_position={s['norm_position']}, {s['num_params']:,} parameters, "
         f"{s['wall_seconds']:.0f} s)")
   if s["eval_loss"] is not None:
-    gap = s["unigram_baseline"] - s["eval_loss"]
-    print(f"   held-out loss {s['eval_loss']:.4f} nats (perplexity {s['eval_perplexity']:.2f}); "
-          f"unigram baseline {s['unigram_baseline']:.4f}: {gap:+.4f} nats "
-          f"{'better' if gap > 0 else 'not better'} than token frequencies alone")
+    line = f"   held-out loss {s['eval_loss']:.4f} nats (perplexity {s['eval_perplexity']:.2f})"
+    if s.get("unigram_baseline") is not None:
+      gap = s["unigram_baseline"] - s["eval_loss"]
+      line += (f"; unigram baseline {s['unigram_baseline']:.4f}: {gap:+.4f} nats "
+               f"{'better' if gap > 0 else 'not better'} than token frequencies alone")
+    print(line)
+  if s.get("eval_bleu") is not None:
+    print(f"   BLEU {s['eval_bleu']:.2f} (best {s['best_eval_bleu']:.2f}, kept in best_checkpoint/)")
   if s["status"] == "diverged":
     print(f"   last finite train loss {s['last_finite_train_loss']} at step {s['last_finite_step']}")
   print(f"   results in {s['workdir']}: metrics.jsonl, tensorboard/, checkpoints/, summary.json")

@@ -43,6 +43,7 @@ class RunConfig:
   train: TrainConfig
   mesh: MeshConfig
   seed: int
+  extra: dict = dataclasses.field(default_factory=dict)  # The task's own sections.
 
 
 SECTIONS = {"model": ModelConfig, "opt": OptConfig, "data": None,
@@ -52,12 +53,13 @@ TOP_LEVEL = ("seed", "task")
 
 def resolve_config(config: ml_collections.ConfigDict) -> RunConfig:
   """ConfigDict -> RunConfig, refusing unknown keys and invalid values with one line."""
-  unknown = set(config.keys()) - set(SECTIONS) - set(TOP_LEVEL)
+  task = tasks.get(config.get("task", "lm"))
+  valid = {*SECTIONS, *TOP_LEVEL, *task.sections}
+  unknown = set(config.keys()) - valid
   if unknown:
     raise errors.ConfigError(f"unknown config key {sorted(unknown)[0]}; valid top-level keys: "
-                             f"{', '.join(sorted([*SECTIONS, *TOP_LEVEL]))}")
-  task = tasks.get(config.get("task", "lm"))
-  for section in SECTIONS:
+                             f"{', '.join(sorted(valid))}")
+  for section in [*SECTIONS, *task.sections]:
     if section not in config:
       raise errors.ConfigError(f"config has no section {section!r}")
   seed = config.get("seed", 0)
@@ -65,7 +67,9 @@ def resolve_config(config: ml_collections.ConfigDict) -> RunConfig:
     raise errors.ConfigError(f"seed={seed!r} must be an integer >= 0")
   parts = {name: config_lib.from_config(cls or task.data_config, name, config[name].to_dict())
            for name, cls in SECTIONS.items()}
-  run = RunConfig(task=task, **parts, seed=seed)
+  extra = {name: config_lib.from_config(cls, name, config[name].to_dict())
+           for name, cls in task.sections.items()}
+  run = RunConfig(task=task, **parts, seed=seed, extra=extra)
   length = getattr(run.data, "seq_len", None) or getattr(run.data, "max_len", 0)
   if length > run.model.max_len:
     raise errors.ConfigError(f"data's sequence length {length} exceeds "

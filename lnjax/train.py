@@ -104,6 +104,12 @@ def prepare_workdir(workdir: str, config: ml_collections.ConfigDict) -> bool:
   return True
 
 
+def _best_so_far(workdir: str, name: str | None):
+  """The best value of metric `name` logged by earlier runs in this workdir (resume)."""
+  values = [r[name] for r in metrics_lib.read_metrics(workdir) if name and r.get(name) is not None]
+  return max(values) if values else None
+
+
 def log(*args) -> None:
   """A console line from process 0 only."""
   if jax.process_index() == 0:
@@ -128,9 +134,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   resuming = prepare_workdir(workdir, config)
   t_start = time.perf_counter()
 
-  # Data: this process's slice of every global batch.
-  data = run.task.make_data(run.data, seed=run.seed, process_index=jax.process_index(),
-                      process_count=jax.process_count())
+  # Devices, then data: this process's slice of every global batch, in batches that split
+  # evenly over the mesh's batch axes.
+  mesh = sharding.make_mesh(run.mesh)
+  batch_shards = mesh.shape["data"] * mesh.shape["fsdp"]
+  if getattr(run.data, "batch_size", 0) % batch_shards:
+    raise errors.ConfigError(f"data.batch_size={run.data.batch_size} must be divisible by "
+                             f"mesh data×fsdp={batch_shards}")
+  data = run.task.make_data(run.data, run.seed, jax.process_index(), jax.process_count(),
+                            batch_shards)
   if run.model.vocab_size not in (0, data.vocab_size):
     raise errors.ConfigError(f"model.vocab_size={run.model.vocab_size} differs from the "
                              f"tokenizer's {data.vocab_size}; leave it 0")
@@ -142,12 +154,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     config.opt.decay_epochs = ()
   run = run_lib.resolve_config(config)
 
-  # Devices, model, optimizer.
-  mesh = sharding.make_mesh(run.mesh)
-  batch_shards = mesh.shape["data"] * mesh.shape["fsdp"]
-  if run.data.batch_size % batch_shards:
-    raise errors.ConfigError(f"data.batch_size={run.data.batch_size} must be divisible by "
-                             f"mesh data×fsdp={batch_shards}")
+  # Model, optimizer, compiled steps.
   setup = state_lib.make_setup(run.model, run.opt, run.train.num_steps, steps_per_epoch,
                                task=run.task)
   batch_sharding = sharding.batch_sharding(mesh)
@@ -179,24 +186,38 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   writer = metrics_lib.MetricWriter(workdir, run.train.tensorboard)
   num_params = count_params(state.params)
   first_step = int(state.step)
-  log(f"Model: {run.model.num_layers} layers, norm_position={run.model.norm_position}, "
-      f"{num_params:,} parameters; devices: {dict(mesh.shape)}; data: {run.data.name} "
-      f"({data.vocab_size} tokens, {run.data.tokenizer}); held-out unigram baseline "
-      f"{data.unigram_entropy:.4f} nats.")
+  unigram = getattr(data, "unigram_entropy", None)
+  log(f"Model: {run.task.name}, {run.model.num_layers} layers, norm_position="
+      f"{run.model.norm_position}, {num_params:,} parameters; devices: {dict(mesh.shape)}; "
+      f"data: {run.data.name} ({data.vocab_size} tokens)"
+      + (f"; held-out unigram baseline {unigram:.4f} nats." if unigram else "."))
+  best = (ckpt_lib.Checkpoints(workdir, 1, 1, folder="best_checkpoint")
+          if run.task.best_metric else None)
+  best_value = _best_so_far(workdir, run.task.best_metric)
 
   eval_batches = [sharding.global_batch(b, batch_sharding) for b in data.eval_batches()]
 
   def evaluate(step: int) -> dict:
+    nonlocal best_value
     nll, count = 0.0, 0.0
     for batch in eval_batches:
       n, c = jax.device_get(p_eval_step(state.params, batch))
       nll, count = nll + float(n), count + float(c)
     loss = nll / max(count, 1.0)
-    scalars = {"eval_loss": loss, "eval_perplexity": math.exp(min(loss, 700.0)),
-               "eval_unigram_baseline": data.unigram_entropy}
+    scalars = {"eval_loss": loss, "eval_perplexity": math.exp(min(loss, 700.0))}
+    if unigram:
+      scalars["eval_unigram_baseline"] = unigram
+    if run.task.extra_eval:
+      scalars.update(run.task.extra_eval(setup, state.params, data, run, mesh, step,
+                                         step >= run.train.num_steps))
     writer.write(step, scalars)
-    log(f"eval  step {step:>6}  loss {loss:.4f}  perplexity {scalars['eval_perplexity']:.2f}  "
-        f"(unigram baseline {data.unigram_entropy:.4f})")
+    log(f"eval  step {step:>6}  " + "  ".join(
+        f"{k[5:]} {v:.4f}" for k, v in scalars.items()))
+    metric = scalars.get(run.task.best_metric) if best else None
+    if metric is not None and (best_value is None or metric > best_value):
+      best_value = metric
+      best.save(step, state, {}, force=True, replace=True)
+      log(f"      new best {run.task.best_metric} {metric:.4f}: saved to best_checkpoint/")
     return scalars
 
   # ---- The loop. Metrics of step s are fetched while step s+1 runs (one step of lag keeps
@@ -260,6 +281,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
   checkpoints.wait()
   checkpoints.close()
+  if best:
+    best.wait()
+    best.close()
   writer.close()
   summary = {
       "status": status,
@@ -271,7 +295,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       "last_finite_step": last_finite[0] if last_finite else None,
       "eval_loss": last_eval.get("eval_loss"),
       "eval_perplexity": last_eval.get("eval_perplexity"),
-      "unigram_baseline": data.unigram_entropy,
+      "unigram_baseline": unigram,
+      **({run.task.best_metric: last_eval.get(run.task.best_metric),
+          f"best_{run.task.best_metric}": best_value} if run.task.best_metric else {}),
       "wall_seconds": round(time.perf_counter() - t_start, 1),
       "workdir": os.path.abspath(workdir),
   }

@@ -693,8 +693,8 @@ class MTData:
 
   # -- eval -----------------------------------------------------------------
 
-  def eval_batches(self, split: str) -> list[dict[str, np.ndarray]]:
-    """Every pair of ``split`` once, in deterministic batches sorted by
+  def eval_batches(self, split: str | None = None) -> list[dict[str, np.ndarray]]:
+    """Every pair of ``split`` (default: the first of ``cfg.eval_splits``) once, in deterministic batches sorted by
     length (same format as training plus ``index``); the last batch may have
     empty rows (index -1, zero masks). Same (read-only) arrays every call.
 
@@ -702,6 +702,7 @@ class MTData:
     and one longer than ``max_tokens / batch_multiple`` a batch of
     ``batch_multiple`` rows over the token budget.
     """
+    split = split or self.cfg.eval_splits[0]
     if split in self._eval_cache:
       return list(self._eval_cache[split])
     cfg = self.cfg
