@@ -120,11 +120,13 @@ class RestoredRun:
   step: int
 
 
-def restore_run(workdir: str, step: int | None = None, mesh: Mesh | None = None) -> RestoredRun:
+def restore_run(workdir: str, step: int | None = None, mesh: Mesh | None = None,
+                folder: str = "checkpoints") -> RestoredRun:
   """Restores a run (config, parameters, optimizer state) from `workdir` onto `mesh`.
 
   `mesh` defaults to a mesh over the first local device only, so a run trained on many
-  devices can be analysed on one CPU. `step` defaults to the latest checkpoint.
+  devices can be analysed on one CPU. `step` defaults to the latest checkpoint;
+  `folder="best_checkpoint"` restores the best one by the task's metric (BLEU).
   """
   config = load_config(workdir)
   if config is None:
@@ -133,10 +135,10 @@ def restore_run(workdir: str, step: int | None = None, mesh: Mesh | None = None)
   mesh = mesh or sharding.make_mesh(sharding.MeshConfig(data=1), jax.local_devices()[:1])
   setup = state_lib.make_setup(run.model, run.opt, run.train.num_steps, task=run.task)
   target = state_lib.abstract_state(setup, mesh)
-  manager = ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), "checkpoints"))
+  manager = ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), folder))
   steps = manager.all_steps()
   if not steps:
-    raise errors.CheckpointError(f"{workdir} holds no checkpoint")
+    raise errors.CheckpointError(f"{workdir} holds no checkpoint in {folder}/")
   step = max(steps) if step is None else step
   if step not in steps:
     raise errors.CheckpointError(

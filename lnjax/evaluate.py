@@ -98,3 +98,34 @@ def write_hypotheses(path: str, hypotheses: list[str]) -> None:
     f.write("".join(h.replace("\n", " ") + "\n" for h in hypotheses))
 
 
+
+
+def predict(workdir: str, split: str | None = None, checkpoint: str = "best") -> dict:
+  """Decodes `split` (default: data.test_split) with the run's checkpoint ('best', 'latest'
+  or a step), writes the hypotheses to predictions/ and scores them."""
+  import json
+
+  from lnjax import checkpoint as ckpt_lib
+
+  folder = "best_checkpoint" if checkpoint == "best" else "checkpoints"
+  step = None if checkpoint in ("best", "latest") else int(checkpoint)
+  mesh = sharding.make_mesh(sharding.MeshConfig())
+  restored = ckpt_lib.restore_run(workdir, step=step, mesh=mesh, folder=folder)
+  run = restored.run
+  if run.task.name != "translation":
+    raise errors.LnjaxError(f"--mode=predict decodes translation runs; {workdir} is a "
+                            f"{run.task.name} run")
+  data = run.task.make_data(run.data, run.seed, 0, 1, mesh.shape["data"] * mesh.shape["fsdp"])
+  split = split or run.data.test_split
+  if split not in data.splits:
+    raise errors.LnjaxError(f"split {split!r} is not in {run.data.name}; available: "
+                            f"{', '.join(data.splits)}")
+  result = score_split(restored.setup, restored.state.params, data, split, run.extra["decode"],
+                       mesh)
+  stem = os.path.join(workdir, "predictions", f"{split}.step{restored.step}")
+  write_hypotheses(stem + ".hyp", result.pop("hypotheses"))
+  result.update(split=split, step=restored.step, checkpoint=checkpoint,
+                beam_size=run.extra["decode"].beam_size, hypotheses_file=stem + ".hyp")
+  with open(stem + ".json", "w") as f:
+    json.dump(result, f, indent=2)
+  return result

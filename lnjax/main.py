@@ -24,7 +24,12 @@ _DISTRIBUTED = flags.DEFINE_bool(
 _COORDINATOR = flags.DEFINE_string("coordinator_address", None, "host:port of process 0.")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Processes in the run.")
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index.")
-flags.mark_flags_as_required(["config", "workdir"])
+_MODE = flags.DEFINE_enum("mode", "train", ["train", "predict"],
+                          "train: train (or resume) the run in --workdir; predict: decode "
+                          "--split with the run's --checkpoint and score it (translation).")
+_SPLIT = flags.DEFINE_string("split", None, "predict: the split (default data.test_split).")
+_CHECKPOINT = flags.DEFINE_string("checkpoint", "best", "predict: best | latest | a step.")
+flags.mark_flags_as_required(["workdir"])
 
 EXIT_CODES = {"completed": 0, "diverged": 3, "preempted": 143}
 
@@ -78,8 +83,17 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)
   if _DISTRIBUTED.value or _COORDINATOR.value:
     _initialize_distributed()
-  from lnjax import train  # Imported late: JAX starts here, after flags are checked.
+  from lnjax import evaluate, train  # Imported late: JAX starts after flags are checked.
   try:
+    if _MODE.value == "predict":
+      result = evaluate.predict(_WORKDIR.value, _SPLIT.value, _CHECKPOINT.value)
+      print(f"{result['split']}: BLEU {result['bleu']:.2f} ({result['signature']}), "
+            f"step {result['step']}, beam {result['beam_size']}, "
+            f"{result['sentences_per_second']:.1f} sentences/s; "
+            f"hypotheses in {result['hypotheses_file']}")
+      return
+    if _CONFIG.value is None:
+      _fail("--config is required to train")
     summary = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   except errors.LnjaxError as e:
     _fail(str(e), e.exit_code)
