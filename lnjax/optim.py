@@ -10,6 +10,7 @@ the named decay; `warmup_steps=0` means no warm-up.
 """
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -29,7 +30,7 @@ class OptConfig:
   warmup_steps: int = 0  # Linear warm-up from 0; 0 = none.
   end_learning_rate: float = 0.0  # Where `linear` and `cosine` end at train.num_steps.
   decay_factor: float = 0.1  # `step`: lr ×= decay_factor at each boundary.
-  decay_steps: tuple[int, ...] = ()  # `step`: boundaries in steps ...
+  decay_steps: tuple[int, ...] = ()  # `step`: boundaries in steps (`inverse_sqrt`: hold lr until the first) ...
   decay_epochs: tuple[float, ...] = ()  # ... or in epochs (resolved with steps per epoch).
   b1: float = 0.9
   b2: float = 0.98  # The paper's (fairseq's) Adam β₂ for translation.
@@ -85,9 +86,11 @@ def make_schedule(cfg: OptConfig, num_steps: int,
   elif cfg.schedule == "inverse_sqrt":
     # Vaswani et al. / fairseq: lr = lr_max · √(T_warmup / t) after warm-up (t >= T_warmup).
     # join_schedules hands the decay s = t - T_warmup; with no warm-up the reference is 1
-    # step, i.e. lr = lr_max / √(t + 1).
+    # step, i.e. lr = lr_max / √(t + 1). A decay boundary T_d (opt.decay_steps/epochs)
+    # holds lr_max until T_d, then lr_max · √(T_d / t): the paper's WMT14 Pre-LN schedule.
     ref = max(w, 1)
-    decay = lambda s: peak * jnp.sqrt(ref / jnp.maximum(s + ref, ref).astype(jnp.float32))
+    hold = max([ref] + decay_boundaries(cfg, steps_per_epoch)[:1])
+    decay = lambda s: peak * jnp.sqrt(hold / jnp.maximum(s + ref, hold).astype(jnp.float32))
   elif cfg.schedule == "linear":
     # BERT: linear warm-up, then linear decay to end_learning_rate at num_steps.
     decay = optax.linear_schedule(peak, cfg.end_learning_rate, after_w)
@@ -129,16 +132,42 @@ def cross_entropy(logits_BxTxV, targets_BxT, weights_BxT, label_smoothing: float
   """(smoothed loss sum, NLL sum, weight sum) in nats; smoothing as Szegedy et al. 2016.
 
   The smoothed target puts 1 - ε on the label and ε/V on every class; the NLL (no
-  smoothing) is what is reported as loss and perplexity.
+  smoothing) is what is reported as loss and perplexity. Per token, with
+  lse = log Σ exp(logits): NLL = lse - logit[y], smoothed = lse - (1-ε)·logit[y] - ε·mean(logits).
   """
-  logp_BxTxV = jax.nn.log_softmax(logits_BxTxV.astype(jnp.float32), axis=-1)
-  nll_BxT = -jnp.take_along_axis(logp_BxTxV, targets_BxT[..., None], axis=-1)[..., 0]
-  if label_smoothing > 0:
-    smooth_BxT = -logp_BxTxV.mean(-1)
-    loss_BxT = (1.0 - label_smoothing) * nll_BxT + label_smoothing * smooth_BxT
-  else:
-    loss_BxT = nll_BxT
-  return (loss_BxT * weights_BxT).sum(), (nll_BxT * weights_BxT).sum(), weights_BxT.sum()
+  v = logits_BxTxV.shape[-1]
+  loss_N, nll_N = _token_losses(logits_BxTxV.astype(jnp.float32).reshape(-1, v),
+                                targets_BxT.reshape(-1), float(label_smoothing))
+  w_N = weights_BxT.reshape(-1).astype(jnp.float32)
+  return (loss_N * w_N).sum(), (nll_N * w_N).sum(), weights_BxT.sum()
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _token_losses(logits_NxV, targets_N, eps: float):
+  return _token_losses_fwd(logits_NxV, targets_N, eps)[0]
+
+
+def _token_losses_fwd(logits_NxV, targets_N, eps):
+  lse_N = jax.nn.logsumexp(logits_NxV, -1)
+  target_N = jnp.take_along_axis(logits_NxV, targets_N[:, None], -1)[:, 0]
+  nll_N = lse_N - target_N
+  loss_N = nll_N if eps == 0 else lse_N - (1 - eps) * target_N - eps * logits_NxV.mean(-1)
+  return (loss_N, nll_N), (logits_NxV, targets_N, lse_N)
+
+
+def _token_losses_bwd(eps, residuals, g):
+  """d/dlogits in one pass: softmax − smoothed one-hot (no scatter into a zero [N, V])."""
+  logits_NxV, targets_N, lse_N = residuals
+  g_loss_N, g_nll_N = g
+  v = logits_NxV.shape[-1]
+  onehot_NxV = (jnp.arange(v)[None, :] == targets_N[:, None]).astype(logits_NxV.dtype)
+  p_NxV = jnp.exp(logits_NxV - lse_N[:, None])
+  d_NxV = ((p_NxV - (1 - eps) * onehot_NxV - eps / v) * g_loss_N[:, None]
+           + (p_NxV - onehot_NxV) * g_nll_N[:, None])
+  return d_NxV, None
+
+
+_token_losses.defvjp(_token_losses_fwd, _token_losses_bwd)
 
 
 __all__ = ["OptConfig", "make_schedule", "make_optimizer", "cross_entropy", "SCHEDULES",

@@ -24,6 +24,14 @@ def test_warmup_endpoints_and_inverse_sqrt():
     assert lr(s, t) == pytest.approx(5e-4 * np.sqrt(4000 / t), rel=1e-5)
 
 
+def test_inverse_sqrt_held_until_a_decay_epoch():
+  """The paper's WMT14 Pre-LN schedule: no warm-up, lr_max until epoch 6, then √(T_d / t)."""
+  cfg = optim.OptConfig(learning_rate=7e-4, schedule="inverse_sqrt", decay_epochs=(6,))
+  s = optim.make_schedule(cfg, 100_000, steps_per_epoch=1000)
+  assert lr(s, 0) == lr(s, 5998) == pytest.approx(7e-4)
+  assert lr(s, 4 * 6000 - 1) == pytest.approx(7e-4 / 2)  # t = s + 1 without warm-up.
+
+
 def test_no_warmup_means_peak_at_step_0():
   for name in optim.SCHEDULES:
     cfg = optim.OptConfig(learning_rate=1e-3, schedule=name, warmup_steps=0, decay_steps=(50,))
@@ -104,3 +112,25 @@ def test_cross_entropy_and_label_smoothing():
   expected = 0.9 * -np.log(0.7) + 0.1 * -np.mean(np.log([0.7, 0.2, 0.1]))
   assert float(loss) == pytest.approx(expected, rel=1e-6)
   assert float(nll) == pytest.approx(-np.log(0.7), rel=1e-6)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_cross_entropy_gradient_equals_autodiff_of_the_formula(eps):
+  """The hand-written backward (softmax − smoothed one-hot) against jax.grad of log_softmax."""
+  k1, k2, k3 = jax.random.split(jax.random.key(0), 3)
+  logits = 3 * jax.random.normal(k1, (2, 5, 7))
+  targets = jax.random.randint(k2, (2, 5), 0, 7)
+  weights = (jax.random.uniform(k3, (2, 5)) > 0.3).astype(jnp.float32)
+
+  def plain(lg):
+    logp = jax.nn.log_softmax(lg, -1)
+    nll = -jnp.take_along_axis(logp, targets[..., None], -1)[..., 0]
+    loss = (1 - eps) * nll - eps * logp.mean(-1)
+    return (loss * weights).sum() + 0.5 * (nll * weights).sum()
+
+  def ours(lg):
+    loss, nll, _ = optim.cross_entropy(lg, targets, weights, label_smoothing=eps)
+    return loss + 0.5 * nll
+
+  np.testing.assert_allclose(ours(logits), plain(logits), rtol=1e-6)
+  np.testing.assert_allclose(jax.grad(ours)(logits), jax.grad(plain)(logits), atol=1e-6)

@@ -18,18 +18,20 @@ class Block(nn.Module):
 
   cfg: ModelConfig
   has_cross_attention: bool = False
+  causal: bool = False  # Self-attention under a causal mask (LM, decoder).
 
   @nn.compact
   def __call__(self, stream, self_bias, encoded_BxSxD=None, cross_bias=None, *,
                deterministic: bool, decode: bool = False):
     cfg = self.cfg
     drop = lambda y: nn.Dropout(cfg.dropout_rate)(y, deterministic=deterministic)
-    attention = lambda name: layers.Attention(
-        cfg.num_heads, cfg.use_bias, cfg.attention_dropout_rate, cfg.dtype, name=name)
+    attention = lambda name, causal=False: layers.Attention(
+        cfg.num_heads, cfg.use_bias, cfg.attention_dropout_rate, cfg.dtype, causal, name=name)
 
     stream = placement.residual(
         cfg, "self_attn", stream,
-        lambda h: attention("self_attn")(h, h, self_bias, deterministic, decode), drop)
+        lambda h: attention("self_attn", self.causal)(h, h, self_bias, deterministic, decode),
+        drop)
     if self.has_cross_attention:
       stream = placement.residual(
           cfg, "cross_attn", stream,
@@ -74,13 +76,15 @@ class Embed(nn.Module):
 
 
 def stack(cfg: ModelConfig, x_BxTxD, self_bias, encoded_BxSxD=None, cross_bias=None, *,
-          deterministic: bool, decode: bool = False, final_norm: str = "final_norm"):
+          deterministic: bool, decode: bool = False, causal: bool = False,
+          final_norm: str = "final_norm"):
   """`cfg.num_layers` blocks between the placement's begin and end; call it inside a
   module's compact method (the blocks become `layer_0`, `layer_1`, ... of that module).
-  With `encoded_BxSxD`, every block cross-attends to it (a decoder)."""
+  With `encoded_BxSxD`, every block cross-attends to it (a decoder); `causal` says that
+  `self_bias` is a causal mask."""
   stream = placement.begin(cfg, x_BxTxD)
   for i in range(cfg.num_layers):
-    stream = Block(cfg, has_cross_attention=encoded_BxSxD is not None, name=f"layer_{i}")(
+    stream = Block(cfg, encoded_BxSxD is not None, causal, name=f"layer_{i}")(
         stream, self_bias, encoded_BxSxD, cross_bias, deterministic=deterministic,
         decode=decode)
   return placement.end(cfg, stream, name=final_norm)
@@ -104,7 +108,7 @@ class TransformerLM(nn.Module):
     embed = Embed(self.cfg, name="embed")
     x_BxTxD = embed(tokens_BxT, deterministic=deterministic)
     x_BxTxD = stack(self.cfg, x_BxTxD, layers.causal_bias(tokens_BxT.shape[1]),
-                    deterministic=deterministic)
+                    deterministic=deterministic, causal=True)
     return output_logits(self.cfg, embed, x_BxTxD)
 
 
@@ -142,7 +146,8 @@ class Decoder(nn.Module):
         position.value = offset + tgt_in_BxT.shape[1]
     x_BxTxD = self.embed(tgt_in_BxT, deterministic=deterministic, offset=offset)
     x_BxTxD = stack(self.cfg, x_BxTxD, layers.causal_bias(tgt_in_BxT.shape[1]), encoded_BxSxD,
-                    layers.padding_bias(src_BxS > 0), deterministic=deterministic, decode=decode)
+                    layers.padding_bias(src_BxS > 0), deterministic=deterministic, decode=decode,
+                    causal=True)
     return output_logits(self.cfg, self.embed, x_BxTxD)
 
 
