@@ -339,7 +339,7 @@ def section(res: dict, command: str) -> str:
       f"<!-- lm_step:{res['norm']}:begin (written by benchmarks/lm_step.py) -->",
       f"### Train step, {res['norm']}-LN ({mi['date']})",
       "",
-      f"Machine: {mi['cpu']}, {mi['cores']} cores (shared with other work), no GPU. "
+      f"Machine: {mi['cpu']}, {mi['cores']} cores, no GPU. "
       f"Versions: Python {v['python']}, jax {v['jax']}, jaxlib {v['jaxlib']}, flax "
       f"{v['flax']}, optax {v['optax']}, torch {v['torch']}, numpy {v['numpy']}.",
       "",

@@ -1,19 +1,17 @@
 """Prototypes of lnjax speed-ups, measured without editing lnjax: each one replaces an lnjax
-piece at trace time (a subclass put in place of layers.Dense /
-norms.LayerNorm, or a function in place of optim.cross_entropy), so the model, parameter
-tree and train_step stay lnjax's own.
+piece at trace time (a subclass put in place of layers.Dense or norms.LayerNorm), so the
+model, parameter tree and train_step stay lnjax's own. Prototypes that won (the attention
+and cross-entropy custom VJPs) moved into lnjax; these are the ones that did not.
 
   # A/B: interleaved rounds of lnjax's train step, one compiled variant each
   # (--patch trim: glibc trimming off for the whole process, all variants)
-  python benchmarks/prototypes.py compare base,ce_vjp,dense_vjp,ln_vjp --rounds 8 --patch trim
+  python benchmarks/prototypes.py compare base,dense_vjp,ln_vjp --rounds 8 --patch trim
   # gradients of each variant against lnjax's own (one step's grads, float32)
-  python benchmarks/prototypes.py check ce_vjp,dense_vjp,ln_vjp
+  python benchmarks/prototypes.py check dense_vjp,ln_vjp
   # the full benchmark (benchmarks/lm_step.py) with patches applied to lnjax's step
-  python benchmarks/prototypes.py bench --patch ce,trim -- --steps 5 --rounds 8
+  python benchmarks/prototypes.py bench --patch ln,trim -- --steps 5 --rounds 8
 
 Patches:
-  ce     cross-entropy with a custom VJP: forward logsumexp - logit[target]; backward one
-         fused pass dlogits = softmax - onehot (no scatter into a zero [B, T, V] array).
   dense  Dense with a custom VJP whose weight gradient multiplies a materialized xᵀ.
   ln     LayerNorm with a custom VJP (saves x̂ and 1/σ; closed-form backward).
   trim   glibc trimming off: mallopt(M_TRIM_THRESHOLD, -1) after lnjax's own settings.
@@ -45,8 +43,7 @@ import lm_step  # noqa: E402
 from lnjax import optim, sharding, state as state_lib, train  # noqa: E402
 from lnjax.models import ModelConfig, TransformerLM, layers, norms  # noqa: E402
 
-ORIG = {"dense": layers.Dense, "ln": norms.LayerNorm,
-        "ce": optim.cross_entropy}
+ORIG = {"dense": layers.Dense, "ln": norms.LayerNorm}
 
 
 # ---- dense: weight gradient from a materialized xᵀ (PERF_NOTES item 5). -----------------
@@ -80,43 +77,6 @@ class DenseVJP(ORIG["dense"]):
       y = y + layers.param(self, "bias", nn.initializers.zeros, (self.features,),
                            self.axes[1:]).astype(self.dtype)
     return y.reshape(*x.shape[:-1], self.features)
-
-
-# ---- cross-entropy with a custom VJP. --------------------------------------------------
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def _row_losses(logits_NxV, targets_N, eps: float):
-  return _row_losses_fwd(logits_NxV, targets_N, eps)[0]
-
-
-def _row_losses_fwd(logits, targets, eps):
-  lse = jax.nn.logsumexp(logits, -1)
-  tgt = jnp.take_along_axis(logits, targets[:, None], -1)[:, 0]
-  nll = lse - tgt
-  loss = nll if eps == 0 else lse - (1 - eps) * tgt - eps * logits.mean(-1)
-  return (loss, nll), (logits, targets, lse)
-
-
-def _row_losses_bwd(eps, res, g):
-  logits, targets, lse = res
-  g_loss, g_nll = g
-  v = logits.shape[-1]
-  onehot = (jnp.arange(v)[None, :] == targets[:, None]).astype(logits.dtype)
-  p = jnp.exp(logits - lse[:, None])
-  d = (p - (1 - eps) * onehot - eps / v) * g_loss[:, None] + (p - onehot) * g_nll[:, None]
-  return d, None
-
-
-_row_losses.defvjp(_row_losses_fwd, _row_losses_bwd)
-
-
-def cross_entropy_vjp(logits_BxTxV, targets_BxT, weights_BxT, label_smoothing: float = 0.0):
-  """Same contract as lnjax.optim.cross_entropy: (smoothed loss sum, NLL sum, weight sum)."""
-  v = logits_BxTxV.shape[-1]
-  loss, nll = _row_losses(logits_BxTxV.astype(jnp.float32).reshape(-1, v),
-                          targets_BxT.reshape(-1), float(label_smoothing))
-  w = weights_BxT.reshape(-1)
-  return (loss * w).sum(), (nll * w).sum(), weights_BxT.sum()
 
 
 # ---- LayerNorm with a custom VJP. ------------------------------------------------------
@@ -158,11 +118,8 @@ class LayerNormVJP(ORIG["ln"]):
 
 # ---- patching. -------------------------------------------------------------------------
 
-PATCHES = ("ce", "dense", "ln", "trim")
-VARIANTS = {
-    "base": (), "ce_vjp": ("ce",), "dense_vjp": ("dense",), "ln_vjp": ("ln",),
-    "ce_dense": ("ce", "dense"), "ce_ln": ("ce", "ln"),
-}
+PATCHES = ("dense", "ln", "trim")
+VARIANTS = {"base": (), "dense_vjp": ("dense",), "ln_vjp": ("ln",), "dense_ln": ("dense", "ln")}
 
 
 def apply(patches=()) -> None:
@@ -172,7 +129,6 @@ def apply(patches=()) -> None:
     raise ValueError(f"unknown patches {sorted(unknown)}; known: {PATCHES}")
   layers.Dense = DenseVJP if "dense" in patches else ORIG["dense"]
   norms.LayerNorm = LayerNormVJP if "ln" in patches else ORIG["ln"]
-  optim.cross_entropy = cross_entropy_vjp if "ce" in patches else ORIG["ce"]
   if "trim" in patches:
     libc = ctypes.CDLL("libc.so.6")
     libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
@@ -271,7 +227,7 @@ def check(variants, norm):
 def main():
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("mode", choices=("compare", "check", "bench"))
-  p.add_argument("variants", nargs="?", default="base,ce_vjp,dense_vjp,ln_vjp")
+  p.add_argument("variants", nargs="?", default="base,dense_vjp,ln_vjp")
   p.add_argument("--rounds", type=int, default=8)
   p.add_argument("--steps", type=int, default=4)
   p.add_argument("--norm", choices=("pre", "post"), default="pre")

@@ -117,6 +117,8 @@ def _common(task: str) -> ml_collections.ConfigDict:
   t.checkpoint_every_steps = 500  # Orbax checkpoint (also at the last step).
   t.keep_checkpoints = 3  # The most recent ones kept.
   t.tensorboard = True  # Mirror metrics to TensorBoard event files.
+  t.log_grad_norms = False  # Log ‖∂L/∂W‖ of every weight (grad_norm/<path>), averaged
+  # over each log_every_steps window like the other train metrics.
 
   c.mesh = s = ml_collections.ConfigDict()
   s.data = -1  # Devices on the data-parallel axis; -1 = all the others.

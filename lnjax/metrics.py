@@ -41,6 +41,15 @@ def _jsonable(v) -> float | None:
   return v if math.isfinite(v) else None  # JSON has no NaN; None marks it.
 
 
+def per_weight_norms(tree, prefix: str) -> dict:
+  """{'<prefix>/layer_3/ffn/wi/kernel': ‖leaf‖_F, ...} for every leaf of a parameter-shaped
+  tree (jittable): per layer and sub-layer, so warm-up can be watched as it happens."""
+  flat = jax.tree_util.tree_flatten_with_path(tree)[0]
+  return {prefix + "/" + "/".join(str(getattr(k, "key", k)) for k in path):
+          jax.numpy.sqrt(jax.numpy.sum(jax.numpy.square(leaf.astype(jax.numpy.float32))))
+          for path, leaf in flat}
+
+
 def read_metrics(workdir: str) -> list[dict]:
   """The records of `metrics.jsonl`; a later record for the same step and keys wins
   (a resumed run rewrites the steps after its checkpoint)."""

@@ -23,6 +23,7 @@ class TrainConfig:
   checkpoint_every_steps: int = 500
   keep_checkpoints: int = 3
   tensorboard: bool = True
+  log_grad_norms: bool = False
 
   def __post_init__(self):
     for key in ("num_steps", "log_every_steps", "eval_every_steps", "checkpoint_every_steps",

@@ -26,11 +26,12 @@ COMPLETED, DIVERGED, PREEMPTED = "completed", "diverged", "preempted"
 # Keys that may change between an interrupted run and its resumption.
 RESUMABLE_KEYS = ("train.num_steps", "train.log_every_steps", "train.eval_every_steps",
                   "train.checkpoint_every_steps", "train.keep_checkpoints", "train.tensorboard",
+                  "train.log_grad_norms",
                   "data.data_dir", "data.cache_dir", "mesh.data", "mesh.fsdp", "mesh.model")
 
 
 def train_step(state: state_lib.TrainState, batch: dict, *, setup: state_lib.Setup,
-               label_smoothing: float, seed: int):
+               label_smoothing: float, seed: int, log_grad_norms: bool = False):
   """One optimizer update; pure. Dropout's key is a function of (seed, step), so a resumed
   run draws the same masks as an uninterrupted one."""
   dropout_key = jax.random.fold_in(jax.random.key(seed), state.step)
@@ -47,6 +48,8 @@ def train_step(state: state_lib.TrainState, batch: dict, *, setup: state_lib.Set
   params = optax.apply_updates(state.params, updates)
   metrics = {"train_loss": nll, "learning_rate": setup.schedule(state.step),
              "grad_norm": optax.tree.norm(grads), "param_norm": optax.tree.norm(params)}
+  if log_grad_norms:  # ‖∂L/∂W‖_F of every weight, per layer and sub-layer.
+    metrics.update(metrics_lib.per_weight_norms(grads, "grad_norm"))
   return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
 
@@ -161,7 +164,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   state_sharding = state_lib.state_shardings(setup, mesh)
   p_train_step = jax.jit(
       functools.partial(train_step, setup=setup, label_smoothing=run.train.label_smoothing,
-                        seed=run.seed),
+                        seed=run.seed, log_grad_norms=run.train.log_grad_norms),
       in_shardings=(state_sharding, batch_sharding),
       out_shardings=(state_sharding, sharding.replicated(mesh)),
       donate_argnums=0)

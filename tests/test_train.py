@@ -234,3 +234,20 @@ def test_cli_sigterm_saves_and_the_same_command_resumes(tmp_path):
               "--config.train.log_every_steps=1")
   assert r.returncode == 0, r.stderr[-2000:]
   assert f"from step {saved['step']}" in r.stdout
+
+
+def test_per_weight_gradient_norms_are_logged(tmp_path):
+  """train.log_grad_norms: ‖∂L/∂W‖ of every weight per layer and sub-layer; together they
+  make up the global gradient norm."""
+  wd = str(tmp_path / "run")
+  train.train_and_evaluate(smoke_config(**{
+      "train.num_steps": 3, "train.log_every_steps": 1, "train.log_grad_norms": True}), wd)
+  rows = [r for r in metrics.read_metrics(wd) if "train_loss" in r]
+  assert [r["step"] for r in rows] == [1, 2, 3]
+  for r in rows:
+    per_weight = {k: v for k, v in r.items() if k.startswith("grad_norm/")}
+    assert "grad_norm/layer_0/ffn/wi/kernel" in per_weight
+    assert "grad_norm/layer_1/self_attn/query/kernel" in per_weight
+    assert all(v > 0 for v in per_weight.values())
+    assert np.sqrt(sum(v**2 for v in per_weight.values())) == pytest.approx(r["grad_norm"],
+                                                                            rel=1e-4)
