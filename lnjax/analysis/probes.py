@@ -1,0 +1,116 @@
+"""What the paper measures on a real model (Xiong et al. 2020, §3.3 and Fig. 3).
+
+Given a Setup, parameters and a few real batches:
+  gradient_norms   ‖∂L/∂W‖_F of every weight (per layer and sub-layer; encoder and decoder
+                   separately), L the mean per-token NLL over the batches
+  norm_inputs      ‖x‖²/d of every norm's input and output (the main path before and after
+                   each norm), averaged over real tokens
+  ln_jacobians     ‖J_norm(x)‖₂ of every norm at its actual input (power iteration), beside
+                   √d/‖x − μ‖ (the paper's approximation for LayerNorm)
+  update_ratios    ‖Δw‖/‖w‖ of one optimizer step at a given learning rate, per weight
+"""
+
+import functools
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from lnjax import metrics, optim
+from lnjax.analysis.jacobian import spectral_norm
+from lnjax.models import norms
+
+
+def mean_loss(params, setup, batches):
+  """Mean per-token NLL (nats) over `batches`, deterministic (no dropout)."""
+  total, count = 0.0, 0.0
+  for batch in batches:
+    logits = setup.model.apply({"params": params}, *setup.task.model_inputs(batch),
+                               deterministic=True)
+    _, nll_sum, n = optim.cross_entropy(logits, batch["targets"], batch["weights"])
+    total, count = total + nll_sum, count + n
+  return total / count
+
+
+def gradients(setup, params, batches):
+  return jax.jit(jax.grad(functools.partial(mean_loss, setup=setup, batches=batches)))(params)
+
+
+def gradient_norms(grads) -> dict:
+  """{'layer_3/ffn/wo/kernel': ‖g‖_F, ...} for every leaf."""
+  return {k.split("/", 1)[1]: float(v) for k, v in metrics.per_weight_norms(grads, "g").items()}
+
+
+def norm_inputs(setup, params, batch, *, num_tokens: int = 8):
+  """Every norm's input and output on `batch`, by intercepting the norm modules' calls.
+
+  Returns {module path: {'in_sq': ‖x‖²/d, 'out_sq': ‖y‖²/d (means over real tokens),
+  'tokens': [num_tokens, d] input vectors, 'fn': the norm as a function of one vector}}.
+  """
+  records = {}
+  weights = np.asarray(batch["weights"])
+  src_mask = np.asarray(batch["inputs"]) > 0  # Translation: source padding is id 0.
+
+  def interceptor(next_fun, args, kwargs, context):
+    out = next_fun(*args, **kwargs)
+    module = context.module
+    if context.method_name == "__call__" and isinstance(module, (norms.LayerNorm, norms.RMSNorm)):
+      records["/".join(module.path)] = (module, args[0], out)
+    return out
+
+  with nn.intercept_methods(interceptor):
+    setup.model.apply({"params": params}, *setup.task.model_inputs(batch), deterministic=True)
+
+  result = {}
+  for path, (module, x, y) in records.items():
+    x, y = np.asarray(x, np.float32), np.asarray(y, np.float32)
+    d = x.shape[-1]
+    # Real tokens: the encoder's are the source's, everything else follows the targets.
+    if path.startswith("encoder/"):
+      mask = src_mask
+    else:
+      mask = weights > 0 if x.shape[:2] == weights.shape else np.ones(x.shape[:2], bool)
+    xs, ys = x[mask], y[mask]
+    scope_params = _params_at(params, path)
+    unbound = type(module)(eps=module.eps, dtype=module.dtype)
+    fn = lambda v, m=unbound, p=scope_params: m.apply({"params": p}, v[None])[0]
+    result[path] = {"in_sq": float(np.mean(np.sum(xs * xs, -1)) / d),
+                    "out_sq": float(np.mean(np.sum(ys * ys, -1)) / d),
+                    "tokens": xs[:num_tokens], "fn": fn, "d": d}
+  return result
+
+
+def _params_at(params, path: str):
+  node = params
+  for part in path.split("/"):
+    node = node[part]
+  return node
+
+
+def ln_jacobians(norm_records: dict, *, iters: int = 30) -> dict:
+  """{path: {'spectral_norm': mean over tokens, 'sqrt_d_over_norm': mean √d/‖x − μ‖}}."""
+  out = {}
+  for path, r in norm_records.items():
+    fn = jax.jit(r["fn"])
+    sigmas, approx = [], []
+    for x in r["tokens"]:
+      x = jnp.asarray(x)
+      sigmas.append(float(spectral_norm(fn, x, iters=iters)))
+      approx.append(float(np.sqrt(r["d"]) / np.linalg.norm(np.asarray(x) - np.mean(x))))
+    out[path] = {"spectral_norm": float(np.mean(sigmas)), "sqrt_d_over_norm": float(np.mean(approx))}
+  return out
+
+
+def update_ratios(grads, params, opt_cfg, learning_rate: float) -> dict:
+  """‖Δw‖/‖w‖ per weight for the run's optimizer with a fresh state at a constant
+  `learning_rate`: the size of the first step the optimizer would take from here."""
+  import dataclasses
+  cfg = dataclasses.replace(opt_cfg, learning_rate=learning_rate, schedule="constant",
+                            warmup_steps=0, decay_steps=(), decay_epochs=())
+  tx = optim.make_optimizer(cfg, optax.constant_schedule(learning_rate))
+  updates, _ = tx.update(grads, tx.init(params), params)
+  u = metrics.per_weight_norms(updates, "u")
+  w = metrics.per_weight_norms(params, "u")
+  return {k.split("/", 1)[1]: float(u[k]) / max(float(w[k]), 1e-30) for k in u}

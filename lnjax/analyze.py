@@ -1,0 +1,160 @@
+r"""Measure a run at initialization or from a checkpoint (Xiong et al. 2020, §3).
+
+  python -m lnjax.analyze --workdir=DIR [--step=N|init|latest] [--batches=4] [--lr=5e-4]
+
+Restores the run in DIR (its config, parameters and optimizer state) on whatever devices
+are present, or initializes it from its config (`--step=init`, the run's seed), feeds
+the first `--batches` held-out batches (real data, fixed), and writes into
+DIR/analysis/<step>/: analysis.json, report.md and PNG plots of
+  - ‖∂L/∂W‖_F per layer for the FFN weights W¹, W² and the attention projections
+    (encoder and decoder separately), L the mean per-token NLL;
+  - ‖x‖²/d of every norm's input and output (the main path before and after each norm);
+  - each norm's Jacobian spectral norm at its actual inputs (power iteration with
+    jvp/vjp) beside √d/‖x − μ‖;
+  - ‖Δw‖/‖w‖ of one step of the run's optimizer at learning rate `--lr`.
+"""
+
+import json
+import os
+import re
+import sys
+
+from absl import app, flags, logging
+
+import lnjax  # noqa: F401  (allocator settings before JAX starts)
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "The run's workdir.", required=True)
+_STEP = flags.DEFINE_string("step", "latest", "init | latest | a checkpoint step.")
+_BATCHES = flags.DEFINE_integer("batches", 4, "Held-out batches to average over.")
+_LR = flags.DEFINE_float("lr", None, "Learning rate of the update ratios (default: the "
+                         "run's peak opt.learning_rate).")
+
+
+def load(workdir: str, step: str):
+  """(run, setup, params, step label) on a one-device mesh."""
+  import jax
+
+  from lnjax import checkpoint, run as run_lib, sharding, state as state_lib
+
+  mesh = sharding.make_mesh(sharding.MeshConfig(data=1), jax.local_devices()[:1])
+  if step == "init":
+    config = checkpoint.load_config(workdir)
+    if config is None:
+      from lnjax import errors
+      raise errors.CheckpointError(f"{workdir} holds no config.json: not an lnjax workdir")
+    run = run_lib.resolve_config(config)
+    setup = state_lib.make_setup(run.model, run.opt, run.train.num_steps, task=run.task)
+    return run, setup, state_lib.init_state(setup, mesh, run.seed).params, "init"
+  restored = checkpoint.restore_run(workdir, None if step == "latest" else int(step), mesh)
+  return restored.run, restored.setup, restored.state.params, str(restored.step)
+
+
+def analyze(workdir: str, step: str = "latest", num_batches: int = 4, lr: float | None = None):
+  from lnjax.analysis import probes
+
+  run, setup, params, label = load(workdir, step)
+  data = run.task.make_data(run.data, run.seed, 0, 1, 1)
+  batches = data.eval_batches()[:num_batches]
+  batches = [{k: v for k, v in b.items() if k != "index"} for b in batches]
+  grads = probes.gradients(setup, params, batches)
+  lr = lr or run.opt.learning_rate
+  records = probes.norm_inputs(setup, params, batches[0])
+  result = {
+      "workdir": os.path.abspath(workdir), "step": label, "norm_position": run.model.norm_position,
+      "num_batches": len(batches), "loss": float(probes.mean_loss(params, setup, batches)),
+      "loss_normalization": "mean per-token NLL (nats) over the batches' real target tokens",
+      "gradient_norms": probes.gradient_norms(grads),
+      "norms": {p: {"in_sq": r["in_sq"], "out_sq": r["out_sq"]} for p, r in records.items()},
+      "norm_jacobians": probes.ln_jacobians(records),
+      "update_ratios": probes.update_ratios(grads, params, run.opt, lr), "update_lr": lr,
+  }
+  out = os.path.join(workdir, "analysis", label)
+  os.makedirs(out, exist_ok=True)
+  with open(os.path.join(out, "analysis.json"), "w") as f:
+    json.dump(result, f, indent=1)
+  _plots(result, out)
+  _report(result, out)
+  return result, out
+
+
+_LAYER = re.compile(r"^(?:(encoder|decoder)/)?layer_(\d+)/(.+)$")
+
+
+def per_layer(values: dict, suffix: str) -> dict:
+  """{stack: [(layer, value)]} for the entries ending in `suffix` ('ffn/wi/kernel', ...)."""
+  out = {}
+  for path, v in values.items():
+    m = _LAYER.match(path)
+    if m and m.group(3) == suffix:
+      out.setdefault(m.group(1) or "lm", []).append((int(m.group(2)), v))
+  return {k: sorted(v) for k, v in out.items()}
+
+
+def _plots(result: dict, out: str) -> None:
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  panels = [("ffn/wi/kernel", "‖∂L/∂W¹‖ (FFN in)"), ("ffn/wo/kernel", "‖∂L/∂W²‖ (FFN out)"),
+            ("self_attn/value/kernel", "‖∂L/∂W_V‖ (self-attention)")]
+  fig, axes = plt.subplots(1, 4, figsize=(17, 3.8))
+  for ax, (suffix, title) in zip(axes, panels):
+    for stack, pts in per_layer(result["gradient_norms"], suffix).items():
+      ax.plot([p[0] + 1 for p in pts], [p[1] for p in pts], "o-", label=stack)
+    ax.set_title(title)
+    ax.set_xlabel("layer")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+  ax = axes[3]
+  jac = result["norm_jacobians"]
+  ax.loglog([v["sqrt_d_over_norm"] for v in jac.values()],
+            [v["spectral_norm"] for v in jac.values()], "o")
+  lim = [min(v["sqrt_d_over_norm"] for v in jac.values()) * 0.8,
+         max(v["sqrt_d_over_norm"] for v in jac.values()) * 1.25]
+  ax.loglog(lim, lim, "k--", label="y = x")
+  ax.set_xlabel("√d / ‖x − μ‖")
+  ax.set_ylabel("‖J_norm(x)‖₂")
+  ax.set_title("norm Jacobians at their inputs")
+  ax.grid(alpha=0.3, which="both")
+  ax.legend(fontsize=8)
+  fig.suptitle(f"{result['norm_position']}-LN, step {result['step']}")
+  fig.tight_layout()
+  fig.savefig(os.path.join(out, "gradients.png"), dpi=110)
+
+
+def _report(result: dict, out: str) -> None:
+  lines = [f"# Analysis of {result['workdir']} at step {result['step']}", "",
+           f"{result['norm_position']}-LN; loss {result['loss']:.4f} ({result['loss_normalization']},"
+           f" {result['num_batches']} held-out batches).", "",
+           "| layer | ‖∂L/∂W¹‖ | ‖∂L/∂W²‖ | ‖Δw‖/‖w‖ of W² at lr "
+           f"{result['update_lr']:g} |", "|---|---|---|---|"]
+  w1 = dict((f"{s}/{l}", v) for s, pts in per_layer(result["gradient_norms"], "ffn/wi/kernel").items() for l, v in pts)
+  w2 = dict((f"{s}/{l}", v) for s, pts in per_layer(result["gradient_norms"], "ffn/wo/kernel").items() for l, v in pts)
+  ur = dict((f"{s}/{l}", v) for s, pts in per_layer(result["update_ratios"], "ffn/wo/kernel").items() for l, v in pts)
+  for key in w1:
+    lines.append(f"| {key} | {w1[key]:.4g} | {w2.get(key, float('nan')):.4g} | "
+                 f"{ur.get(key, float('nan')):.3g} |")
+  lines += ["", "| norm | ‖x‖²/d in | ‖y‖²/d out | ‖J‖₂ | √d/‖x − μ‖ |", "|---|---|---|---|---|"]
+  for path, r in result["norms"].items():
+    j = result["norm_jacobians"][path]
+    lines.append(f"| {path} | {r['in_sq']:.3f} | {r['out_sq']:.3f} | {j['spectral_norm']:.4f} | "
+                 f"{j['sqrt_d_over_norm']:.4f} |")
+  lines += ["", "![gradients](gradients.png)", ""]
+  with open(os.path.join(out, "report.md"), "w") as f:
+    f.write("\n".join(lines))
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.WARNING)
+  from lnjax import errors
+  try:
+    result, out = analyze(_WORKDIR.value, _STEP.value, _BATCHES.value, _LR.value)
+  except errors.LnjaxError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(e.exit_code)
+  print(f"step {result['step']}: loss {result['loss']:.4f}; report, JSON and plots in {out}")
+
+
+if __name__ == "__main__":
+  app.run(main)
