@@ -40,13 +40,7 @@ def get_config(arg=None):
   c.train.eval_every_steps = 1000
   c.train.checkpoint_every_steps = 1000
   c.decode.beam_size = 5
-  if presets.get("norm", "pre") == "pre":
-    m.norm_position = "pre"
-    c.opt.schedule, c.opt.warmup_steps = "step", 0
-    c.opt.decay_epochs, c.opt.decay_factor = (8,), 0.1
-  else:
-    m.norm_position = "post"
-    c.opt.schedule, c.opt.warmup_steps = "inverse_sqrt", 4000
+  config_lib.apply_paper_translation_schedule(c, presets.get("norm", "pre"), post_warmup=4000)
   if "smoke" in presets:
     config_lib.apply_translation_smoke(c)
   return c.lock()

@@ -35,13 +35,7 @@ def get_config(arg=None):
   c.train.num_steps = 3000
   c.train.eval_every_steps = 500
   c.train.checkpoint_every_steps = 500
-  if presets.get("norm", "pre") == "pre":
-    m.norm_position = "pre"
-    c.opt.schedule, c.opt.warmup_steps = "step", 0
-    c.opt.decay_epochs, c.opt.decay_factor = (8,), 0.1
-  else:
-    m.norm_position = "post"
-    c.opt.schedule, c.opt.warmup_steps = "inverse_sqrt", 1000
+  config_lib.apply_paper_translation_schedule(c, presets.get("norm", "pre"), post_warmup=1000)
   if "smoke" in presets:
     config_lib.apply_translation_smoke(c)
   return c.lock()

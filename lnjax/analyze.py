@@ -128,9 +128,11 @@ def _report(result: dict, out: str) -> None:
            f" {result['num_batches']} held-out batches).", "",
            "| layer | ‖∂L/∂W¹‖ | ‖∂L/∂W²‖ | ‖Δw‖/‖w‖ of W² at lr "
            f"{result['update_lr']:g} |", "|---|---|---|---|"]
-  w1 = dict((f"{s}/{l}", v) for s, pts in per_layer(result["gradient_norms"], "ffn/wi/kernel").items() for l, v in pts)
-  w2 = dict((f"{s}/{l}", v) for s, pts in per_layer(result["gradient_norms"], "ffn/wo/kernel").items() for l, v in pts)
-  ur = dict((f"{s}/{l}", v) for s, pts in per_layer(result["update_ratios"], "ffn/wo/kernel").items() for l, v in pts)
+  by_layer = lambda values, suffix: {f"{stack}/{layer}": v for stack, pts in
+                                     per_layer(values, suffix).items() for layer, v in pts}
+  w1 = by_layer(result["gradient_norms"], "ffn/wi/kernel")
+  w2 = by_layer(result["gradient_norms"], "ffn/wo/kernel")
+  ur = by_layer(result["update_ratios"], "ffn/wo/kernel")
   for key in w1:
     lines.append(f"| {key} | {w1[key]:.4g} | {w2.get(key, float('nan')):.4g} | "
                  f"{ur.get(key, float('nan')):.3g} |")

@@ -156,6 +156,18 @@ def apply_translation_smoke(c: ml_collections.ConfigDict) -> None:
   c.train.tensorboard = False
 
 
+def apply_paper_translation_schedule(c: ml_collections.ConfigDict, norm: str, *,
+                                     post_warmup: int) -> None:
+  """Xiong et al. §4 (IWSLT14): Pre-LN without warm-up, lr ×0.1 at epoch 8; Post-LN with
+  `post_warmup` linear warm-up steps, then inverse square root."""
+  c.model.norm_position = norm
+  if norm == "pre":
+    c.opt.schedule, c.opt.warmup_steps = "step", 0
+    c.opt.decay_epochs, c.opt.decay_factor = (8,), 0.1
+  else:
+    c.opt.schedule, c.opt.warmup_steps = "inverse_sqrt", post_warmup
+
+
 def parse_arg(arg: str | None, **choices: tuple | None) -> dict[str, Any]:
   """Parses a config argument 'norm=post,size=small,smoke' into {'norm': 'post', ...}.
 

@@ -10,6 +10,7 @@ Given a Setup, parameters and a few real batches:
   update_ratios    ‖Δw‖/‖w‖ of one optimizer step at a given learning rate, per weight
 """
 
+import dataclasses
 import functools
 
 import flax.linen as nn
@@ -106,7 +107,6 @@ def ln_jacobians(norm_records: dict, *, iters: int = 30) -> dict:
 def update_ratios(grads, params, opt_cfg, learning_rate: float) -> dict:
   """‖Δw‖/‖w‖ per weight for the run's optimizer with a fresh state at a constant
   `learning_rate`: the size of the first step the optimizer would take from here."""
-  import dataclasses
   cfg = dataclasses.replace(opt_cfg, learning_rate=learning_rate, schedule="constant",
                             warmup_steps=0, decay_steps=(), decay_epochs=())
   tx = optim.make_optimizer(cfg, optax.constant_schedule(learning_rate))
