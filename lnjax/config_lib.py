@@ -57,6 +57,46 @@ def translation_config() -> ml_collections.ConfigDict:
   return c
 
 
+def bert_config() -> ml_collections.ConfigDict:
+  """Every key a BERT pre-training run reads (task mlm_nsp: masked LM + next sentence)."""
+  c = _common("mlm_nsp")
+  c.model.max_len = 128
+  c.model.activation = "gelu"
+  c.model.tie_embeddings = True  # BERT's MLM head reads the input embedding (always tied).
+  c.model.norm_eps = 1e-12  # BERT's LayerNorm ε.
+  c.data = d = ml_collections.ConfigDict()
+  d.name = "wikitext2_raw"  # wikitext2_raw | tiny_shakespeare
+  _data_dirs(d)
+  d.tokenizer = "sentencepiece"  # char | sentencepiece; [CLS] [SEP] [MASK] come on top.
+  d.vocab_size = 8000  # SentencePiece vocabulary size, trained on the train split.
+  d.sp_model_type = "unigram"  # unigram | bpe
+  d.seq_len = 128  # L: tokens per packed sentence pair, specials included.
+  d.batch_size = 32  # B: pairs per step, over all devices and hosts.
+  d.eval_split = "validation"
+  d.eval_batches = 16  # Held-out batches per evaluation (fixed masks); 0 = all.
+  d.mask_rate = 0.15  # Fraction of tokens predicted (80% [MASK], 10% random, 10% kept).
+  d.short_seq_prob = 0.1  # Pairs packed to a shorter random length (BERT's 10%).
+  c.opt.name, c.opt.b2, c.opt.eps = "adamw", 0.999, 1e-6  # BERT's Adam.
+  c.opt.weight_decay = 0.01
+  c.opt.schedule = "linear"  # Linear decay to 0 at train.num_steps.
+  return c
+
+
+def apply_bert_smoke(c: ml_collections.ConfigDict) -> None:
+  """The BERT `smoke` preset: a tiny character-level model, a few steps, seconds on a CPU."""
+  c.model.num_layers, c.model.d_model, c.model.num_heads, c.model.d_ff = 2, 32, 2, 64
+  c.model.max_len = c.data.seq_len = 32
+  c.data.tokenizer = "char"
+  c.data.batch_size = 8
+  c.data.eval_batches = 2
+  c.opt.learning_rate, c.opt.warmup_steps = 3e-3, 0
+  c.train.num_steps = 20
+  c.train.log_every_steps = 5
+  c.train.eval_every_steps = 10
+  c.train.checkpoint_every_steps = 10
+  c.train.tensorboard = False
+
+
 def _data_dirs(d: ml_collections.ConfigDict) -> None:
   d.data_dir = ml_collections.FieldReference(None, field_type=str)  # Raw corpora; None:
   # $LNJAX_DATA_DIR, then ../shared/data beside the repository.
@@ -67,7 +107,7 @@ def _data_dirs(d: ml_collections.ConfigDict) -> None:
 def _common(task: str) -> ml_collections.ConfigDict:
   """The sections every task has: model, opt, train, mesh."""
   c = ml_collections.ConfigDict()
-  c.task = task  # lm | translation
+  c.task = task  # lm | translation | mlm | mlm_nsp
   c.seed = 0  # Parameters, dropout and data order all derive from it.
 
   c.model = m = ml_collections.ConfigDict()

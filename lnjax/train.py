@@ -37,10 +37,9 @@ def train_step(state: state_lib.TrainState, batch: dict, *, setup: state_lib.Set
   dropout_key = jax.random.fold_in(jax.random.key(seed), state.step)
 
   def loss_fn(params):
-    logits_BxTxV = setup.model.apply({"params": params}, *setup.task.model_inputs(batch),
-                                     deterministic=False, rngs={"dropout": dropout_key})
-    loss_sum, nll_sum, count = optim.cross_entropy(logits_BxTxV, batch["targets"],
-                                                   batch["weights"], label_smoothing)
+    outputs = setup.model.apply({"params": params}, *setup.task.model_inputs(batch),
+                                deterministic=False, rngs={"dropout": dropout_key})
+    loss_sum, nll_sum, count = setup.task.loss(outputs, batch, label_smoothing)
     return loss_sum / count, nll_sum / count
 
   (_, nll), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
@@ -55,9 +54,9 @@ def train_step(state: state_lib.TrainState, batch: dict, *, setup: state_lib.Set
 
 def eval_step(params, batch: dict, *, setup: state_lib.Setup):
   """Summed NLL (nats) and target count of one held-out batch."""
-  logits_BxTxV = setup.model.apply({"params": params}, *setup.task.model_inputs(batch),
-                                   deterministic=True)
-  _, nll_sum, count = optim.cross_entropy(logits_BxTxV, batch["targets"], batch["weights"])
+  outputs = setup.model.apply({"params": params}, *setup.task.model_inputs(batch),
+                              deterministic=True)
+  _, nll_sum, count = setup.task.loss(outputs, batch, 0.0)
   return nll_sum, count
 
 
