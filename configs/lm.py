@@ -11,9 +11,11 @@ Presets (comma-separated after the colon):
                        (D 128, 4 heads, F 512, SentencePiece 4096, seq 128, batch 32).
   data=tiny_shakespeare|wikitext2_raw
   smoke                a few steps of a tiny model (tests use it).
+
+Sweeps of it (python -m lnjax.sweep, see get_sweep): course, stability, seeds, optimizers.
 """
 
-from lnjax import config_lib
+from lnjax import config_lib, errors, sweep
 
 SIZES = {
     # num_layers, d_model, num_heads, d_ff, tokenizer
@@ -42,3 +44,29 @@ def get_config(arg=None):
     config_lib.apply_smoke(c)
   return c.lock()
 
+
+def get_sweep(arg=None):
+  """Sweeps of this config (python -m lnjax.sweep --config=configs/lm.py:... --sweep=ARG):
+
+    course      REFERENCE §6 with size=course: Pre-LN and Post-LN at peak lr 1e-3 and 6e-3
+                with the preset's 30-step warm-up, and Post-LN at 1e-3 with 1000 steps.
+    stability   Post-LN and Pre-LN over peak lr 1e-4 .. 1e-2 × warm-up 0 .. 2000 steps.
+    seeds       Post-LN and Pre-LN at the config's own lr and warm-up, seeds 0, 1, 2.
+    optimizers  Post-LN and Pre-LN with Adam, RAdam and SGD (momentum 0.9).
+  """
+  choices = ("course", "stability", "seeds", "optimizers")
+  if arg not in choices:
+    raise errors.ConfigError(f"--sweep={arg!r}: configs/lm.py offers {', '.join(choices)}")
+  norms = sweep.axis("model.norm_position", ["pre", "post"])
+  if arg == "course":
+    return sweep.chain(
+        sweep.product(norms, sweep.axis("opt.learning_rate", [1e-3, 6e-3]),
+                      sweep.axis("opt.warmup_steps", [30])),
+        [{"model.norm_position": "post", "opt.learning_rate": 1e-3, "opt.warmup_steps": 1000}])
+  if arg == "stability":
+    return sweep.product(sweep.axis("model.norm_position", ["post", "pre"]),
+                         sweep.axis("opt.learning_rate", [1e-4, 3e-4, 1e-3, 3e-3, 1e-2]),
+                         sweep.axis("opt.warmup_steps", [0, 100, 500, 2000]))
+  if arg == "seeds":
+    return sweep.product(norms, sweep.axis("seed", [0, 1, 2]))
+  return sweep.product(norms, sweep.axis("opt.name", ["adam", "radam", "sgd"]))

@@ -1,0 +1,90 @@
+r"""Launches a sweep of a config file's `get_sweep(arg)`, or gathers its report.
+
+  python -m lnjax.sweep --config=configs/lm.py:size=course --sweep=course --workdir=/tmp/course \
+      [--parallel=2] [--devices_per_run=N] [--platform=auto|cpu|gpu|tpu] \
+      [--config.train.num_steps=300]          # fixed overrides: every run, not in names
+  python -m lnjax.sweep --config=configs/lm.py:size=course --sweep=course --workdir=/tmp/course --report
+  python -m lnjax.sweep ... --dry_run         # the runs and their commands; launches nothing
+
+Each run trains in WORKDIR/<name> (lnjax.main, its output in WORKDIR/<name>/log.txt);
+the same command again skips finished runs and resumes the others. Exit codes: 0 every run
+completed or diverged; 1 some run failed or is unfinished; 2 a refused sweep; 128+signal
+when stopped (the runs saved checkpoints).
+"""
+
+import shlex
+import sys
+
+import lnjax  # noqa: F401  (allocator settings, as for every entry point)
+from absl import app, flags
+from ml_collections import config_flags
+
+from lnjax import errors
+from lnjax import sweep as sweep_lib
+from lnjax.sweep import launcher as launcher_lib
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file[:presets] whose "
+                                          "get_sweep(arg) gives the runs.", lock_config=True)
+_SWEEP = flags.DEFINE_string("sweep", None, "The argument of get_sweep: which sweep.")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Root folder: one folder per run, the report.")
+_PARALLEL = flags.DEFINE_integer("parallel", 1, "Runs at once, each on its own devices.")
+_DEVICES_PER_RUN = flags.DEFINE_integer(
+    "devices_per_run", None, "Devices (CPU cores, GPUs, TPU chips) per run; default: all "
+    "devices / --parallel.")
+_PLATFORM = flags.DEFINE_enum("platform", "auto", ["auto", "cpu", "gpu", "tpu"],
+                              "What the devices are; auto: TPU chips, else GPUs, else cores.")
+_REPORT = flags.DEFINE_bool("report", False, "Gather the runs' results (report.md, "
+                            "results.csv/json, PNG plots in --workdir); launch nothing.")
+_DRY_RUN = flags.DEFINE_bool("dry_run", False, "Print the runs and their commands only.")
+_REFRESH = flags.DEFINE_float("refresh_seconds", 2.0, "Progress table redraw (terminal).")
+_TABLE_EVERY = flags.DEFINE_float("table_every_seconds", 60.0,
+                                  "Progress table period when the output is not a terminal.")
+_GRACE = flags.DEFINE_float("grace_seconds", 600.0, "After SIGINT/SIGTERM, how long runs "
+                            "may take to save before they are killed.")
+flags.mark_flags_as_required(["config", "sweep", "workdir"])
+
+
+def main(argv):
+  if len(argv) > 1:
+    _fail(f"unexpected arguments: {' '.join(argv[1:])}")
+  config_arg = flags.FLAGS["config"].config_filename
+  fixed = config_flags.get_override_values(flags.FLAGS["config"])
+  root = _WORKDIR.value
+  try:
+    runs = sweep_lib.expand(config_arg, _SWEEP.value, fixed)
+    if _REPORT.value:
+      from lnjax.sweep import report  # matplotlib only when asked for.
+      result = report.write(root, runs, title=f"Sweep {config_arg} --sweep={_SWEEP.value}",
+                            command=_command_line())
+      print("\n".join(result["markdown"]))
+      print(f"\nReport: {result['paths']['report.md']} (with results.csv, results.json, "
+            "loss_curves.png, stability_map.png)")
+      return
+    slots = [] if _DRY_RUN.value else launcher_lib.make_slots(
+        _PLATFORM.value, _PARALLEL.value, _DEVICES_PER_RUN.value)
+    launcher = launcher_lib.Launcher(
+        config_arg, _SWEEP.value, runs, root, slots, fixed, refresh_seconds=_REFRESH.value,
+        table_every_seconds=_TABLE_EVERY.value, grace_seconds=_GRACE.value)
+    if _DRY_RUN.value:
+      for run in runs:
+        print(f"{run.name}\n  {shlex.join(launcher.command(run))}")
+      return
+    code = launcher.run()
+  except errors.LnjaxError as e:
+    _fail(str(e), e.exit_code)
+  print(f"Report: {_command_line()} --report")
+  sys.exit(code)
+
+
+def _command_line() -> str:
+  return shlex.join(["python", "-m", "lnjax.sweep",
+                     *[a for a in sys.argv[1:] if a not in ("--report", "--noreport")]])
+
+
+def _fail(message: str, code: int = 2):
+  print(f"lnjax.sweep: error: {message}", file=sys.stderr, flush=True)
+  sys.exit(code)
+
+
+if __name__ == "__main__":
+  app.run(main)
