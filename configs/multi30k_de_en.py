@@ -14,9 +14,11 @@ Presets (comma-separated after the colon):
   norm=post    Post-LN, 1000 warm-up steps then inverse square root, lr 1e-3
   dir=de-en|en-de   translation direction
   smoke        a few steps of a tiny model (tests use it)
+
+Sweeps of it (python -m lnjax.sweep, see get_sweep): fig2, fig4.
 """
 
-from lnjax import config_lib
+from lnjax import config_lib, errors, sweep
 
 
 def get_config(arg=None):
@@ -42,3 +44,32 @@ def get_config(arg=None):
   if "smoke" in presets:
     config_lib.apply_translation_smoke(c)
   return c.lock()
+
+
+def get_sweep(arg=None):
+  """Sweeps of this config (python -m lnjax.sweep --config=configs/multi30k_de_en.py:norm=post
+  --sweep=ARG), after Xiong et al. 2020:
+
+    fig2   Fig. 2, Post-LN with the norm=post schedule (linear warm-up, then inverse square
+           root): Adam at peak lr 5e-4 and 1e-3 × warm-up 0, 500, 4000 steps; SGD (momentum
+           0.9) at the same peak rates without and with 4000 warm-up steps (REFERENCE §4
+           gives no SGD rate).
+    fig4   Fig. 4: Pre-LN without warm-up (×0.1 at epoch 10) against Post-LN with 1000
+           warm-up steps then inverse square root, each with Adam and with RAdam.
+  """
+  rates = sweep.axis("opt.learning_rate", [5e-4, 1e-3])
+  if arg == "fig2":
+    post = sweep.axis("model.norm_position", ["post"])
+    return sweep.chain(
+        sweep.product(post, sweep.axis("opt.name", ["adam"]), rates,
+                      sweep.axis("opt.warmup_steps", [0, 500, 4000])),
+        sweep.product(post, sweep.axis("opt.name", ["sgd"]), rates,
+                      sweep.axis("opt.warmup_steps", [0, 4000])))
+  if arg == "fig4":
+    placements = [
+        {"model.norm_position": "pre", "opt.schedule": "step", "opt.warmup_steps": 0,
+         "opt.decay_epochs": (10,)},
+        {"model.norm_position": "post", "opt.schedule": "inverse_sqrt", "opt.warmup_steps": 1000,
+         "opt.decay_epochs": ()}]
+    return sweep.product(placements, sweep.axis("opt.name", ["adam", "radam"]))
+  raise errors.ConfigError(f"--sweep={arg!r}: configs/multi30k_de_en.py offers fig2, fig4")

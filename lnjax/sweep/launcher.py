@@ -290,6 +290,8 @@ class Launcher:
           if not self._start(run, free[0]):
             elsewhere.append(run)
             self._record(run, ELSEWHERE)
+            self.view.event(f"{ELSEWHERE:<9} {run.name}: a process of an earlier launch still "
+                            "trains it (it holds the run's .lock); waiting for it")
             continue
           free.pop(0)
         for name, active in list(self.active.items()):
@@ -338,9 +340,11 @@ class Launcher:
     run, code = active.run, active.proc.returncode
     workdir = self.workdir(run)
     summary = read_json(os.path.join(workdir, "summary.json")) or {}
-    if code == 0 and summary.get("status") == COMPLETED:
+    # The summary first: a run stopped after writing its final summary has finished.
+    finished = finished_state(run, workdir)
+    if finished == COMPLETED:
       state, error = COMPLETED, None
-    elif code == EXIT_DIVERGED:
+    elif finished == DIVERGED:
       state, error = DIVERGED, f"non-finite loss at step {summary.get('step')}"
     elif code in (EXIT_PREEMPTED, -signal.SIGTERM, -signal.SIGKILL):
       state, error = INTERRUPTED, f"stopped at step {summary.get('step', '?')} (exit {code})"

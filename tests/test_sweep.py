@@ -1,0 +1,263 @@
+"""Sweeps: expansion and names, device slots, the report from hand-made run folders, and
+the real launcher on smoke runs: a failing run does not stop the others, a killed sweep
+finishes on the next launch without redoing finished runs."""
+
+import csv
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from lnjax import errors, sweep
+from lnjax.sweep import launcher, report
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LM = os.path.join(REPO, "configs", "lm.py")
+
+
+# ---- Building sweeps.
+
+def test_product_zip_chain_and_run_names():
+  norms = sweep.axis("model.norm_position", ["post", "pre"])
+  grid = sweep.product(norms, sweep.axis("opt.learning_rate", [1e-3, 6e-3]))
+  assert grid == [{"model.norm_position": "post", "opt.learning_rate": 1e-3},
+                  {"model.norm_position": "post", "opt.learning_rate": 6e-3},
+                  {"model.norm_position": "pre", "opt.learning_rate": 1e-3},
+                  {"model.norm_position": "pre", "opt.learning_rate": 6e-3}]
+  paired = sweep.zip(norms, sweep.axis("opt.warmup_steps", [1000, 0]))
+  assert paired == [{"model.norm_position": "post", "opt.warmup_steps": 1000},
+                    {"model.norm_position": "pre", "opt.warmup_steps": 0}]
+  assert len(sweep.chain(grid, paired)) == 6
+  with pytest.raises(errors.ConfigError, match="different lengths"):
+    sweep.zip(norms, sweep.axis("seed", [0, 1, 2]))
+  with pytest.raises(errors.ConfigError, match="sets seed twice"):
+    sweep.product(sweep.axis("seed", [0]), sweep.axis("seed", [1]))
+
+  assert [sweep.run_name(o) for o in grid] == [
+      "norm=post,lr=0.001", "norm=post,lr=0.006", "norm=pre,lr=0.001", "norm=pre,lr=0.006"]
+  assert sweep.run_name({"opt.name": "sgd", "seed": 2, "opt.warmup_steps": 0}) == (
+      "opt=sgd,seed=2,warmup=0")
+  # Two keys with the same last part keep their full keys; odd characters become '-'.
+  assert sweep.run_name({"model.dropout_rate": 0.1, "data.dropout_rate": 1e-5,
+                         "opt.decay_epochs": (8, 10), "data.data_dir": "/a b"}) == (
+      "model.dropout_rate=0.1,data.dropout_rate=1e-05,decay_epochs=8-10,data_dir=-a-b")
+  long = sweep.run_name({f"model.k{i}": "x" * 20 for i in range(10)})
+  assert len(long) == sweep.MAX_NAME and long != sweep.run_name({"model.k0": "y"})
+  assert sweep.run_name({}) == "base"
+
+
+def _config_file(tmp_path, sweep_body: str, config_body: str = "") -> str:
+  """A config file for tests: configs/lm.py:smoke (one device) and the given sweep."""
+  path = tmp_path / "sweep_config.py"
+  path.write_text(
+      "from configs import lm\nfrom lnjax import sweep\n\n"
+      "def get_config(arg=None):\n"
+      "  c = lm.get_config('smoke')\n  c.mesh.data = 1\n" + config_body + "  return c\n\n"
+      "def get_sweep(arg=None):\n  return " + sweep_body + "\n")
+  return str(path)
+
+
+def test_expand_names_runs_and_refuses_bad_sweeps(tmp_path):
+  runs = sweep.expand(f"{LM}:size=course", "course", {"train.num_steps": 300})
+  assert [r.name for r in runs] == [
+      "norm=pre,lr=0.001,warmup=30", "norm=pre,lr=0.006,warmup=30",
+      "norm=post,lr=0.001,warmup=30", "norm=post,lr=0.006,warmup=30",
+      "norm=post,lr=0.001,warmup=1000"]
+  last = runs[-1]
+  assert (last.setting("model.norm_position"), last.setting("opt.warmup_steps"),
+          last.setting("train.num_steps"), last.setting("model.num_layers")) == (
+              "post", 1000, 300, 8)
+  assert len(sweep.expand(LM, "stability")) == 2 * 5 * 4
+  assert len(sweep.expand(f"{REPO}/configs/multi30k_de_en.py:norm=post", "fig2")) == 10
+
+  bad_key = _config_file(tmp_path, "[{'opt.lr': 1e-3}]")
+  with pytest.raises(errors.ConfigError, match="unknown config key opt.lr"):
+    sweep.expand(bad_key, None)
+  bad_type = _config_file(tmp_path, "[{'seed': 'zero'}]")
+  with pytest.raises(errors.ConfigError, match="seed='zero'"):
+    sweep.expand(bad_type, None)
+  same_name = _config_file(tmp_path, "[{'data.data_dir': 'a b'}, {'data.data_dir': 'a/b'}]")
+  with pytest.raises(errors.ConfigError, match="two runs named data_dir=a-b"):
+    sweep.expand(same_name, None)
+  with pytest.raises(errors.ConfigError, match="offers course"):
+    sweep.expand(LM, "nope")
+
+
+def test_device_slots_are_disjoint(monkeypatch):
+  cores = sorted(os.sched_getaffinity(0))
+  slots = launcher.make_slots("cpu", len(cores), None)
+  assert [s.cpus for s in slots] == [(c,) for c in cores]
+  monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5")
+  slots = launcher.make_slots("gpu", 3, 2)
+  assert [s.env["CUDA_VISIBLE_DEVICES"] for s in slots] == ["0,1", "2,3", "4,5"]
+  with pytest.raises(errors.ConfigError, match="do not fit the 6 gpu devices"):
+    launcher.make_slots("gpu", 4, 2)
+
+
+# ---- The report, from run folders written by hand.
+
+def _write_run(root, name, summary=None, losses=()):
+  workdir = root / name
+  workdir.mkdir(parents=True)
+  if summary is not None:
+    (workdir / "summary.json").write_text(json.dumps(summary))
+  with open(workdir / "metrics.jsonl", "w") as f:
+    for step, loss in losses:
+      f.write(json.dumps({"step": step, "train_loss": loss}) + "\n")
+    if losses:
+      f.write(json.dumps({"step": losses[-1][0], "eval_loss": losses[-1][1]}) + "\n")
+
+
+def test_report_from_hand_made_runs(tmp_path):
+  config = _config_file(tmp_path, "sweep.product(sweep.axis('model.norm_position', ['post', "
+                        "'pre']), sweep.axis('opt.learning_rate', [1e-3, 1e-2]), "
+                        "sweep.axis('opt.warmup_steps', [0, 100]))")
+  runs = sweep.expand(config, None)
+  root = tmp_path / "sweep"
+  base = 3.5
+
+  def done(loss, status="completed", step=20, num_steps=20):
+    return {"status": status, "step": step, "num_steps": num_steps, "eval_loss": loss,
+            "unigram_baseline": base, "wall_seconds": 60.0, "last_finite_train_loss": loss}
+
+  _write_run(root, "norm=post,lr=0.001,warmup=0", done(3.45), [(10, 3.6), (20, 3.45)])
+  _write_run(root, "norm=post,lr=0.001,warmup=100", done(2.0), [(10, 3.0), (20, 2.0)])
+  _write_run(root, "norm=post,lr=0.01,warmup=0", done(None, "diverged", 7), [(5, 4.0)])
+  _write_run(root, "norm=post,lr=0.01,warmup=100", done(None, "preempted", 10), [(10, 3.3)])
+  _write_run(root, "norm=pre,lr=0.001,warmup=0", done(1.9), [(10, 2.5), (20, 1.9)])
+  _write_run(root, "norm=pre,lr=0.001,warmup=100", done(1.8), [(10, 2.4), (20, 1.8)])
+  _write_run(root, "norm=pre,lr=0.01,warmup=0", done(2.9, step=12, num_steps=12),
+             [(10, 3.0)])  # Trained to 12 steps of the 20 now asked.
+  # norm=pre,lr=0.01,warmup=100 was never started; norm=post,lr=0.01,warmup=100 failed
+  # on its last launch (after an earlier, preempted one).
+  (root / "sweep.json").write_text(json.dumps({"config": config, "runs": {
+      "norm=post,lr=0.01,warmup=100": {"state": "failed", "exit_code": 1,
+                                       "error": "RuntimeError: out of memory"}}}))
+
+  result = report.write(str(root), runs, title="hand-made")
+  states = {r["name"]: (r["state"], r["stuck"]) for r in result["rows"]}
+  assert states == {
+      "norm=post,lr=0.001,warmup=0": ("completed", True),
+      "norm=post,lr=0.001,warmup=100": ("completed", False),
+      "norm=post,lr=0.01,warmup=0": ("diverged", False),
+      "norm=post,lr=0.01,warmup=100": ("failed", False),
+      "norm=pre,lr=0.001,warmup=0": ("completed", False),
+      "norm=pre,lr=0.001,warmup=100": ("completed", False),
+      "norm=pre,lr=0.01,warmup=0": ("interrupted", False),
+      "norm=pre,lr=0.01,warmup=100": ("pending", False)}
+
+  with open(root / "results.csv") as f:
+    rows = list(csv.DictReader(f))
+  assert [r["name"] for r in rows] == [r.name for r in runs]
+  assert rows[1]["eval_loss"] == "2.0" and rows[1]["learning_rate"] == "0.001"
+  assert float(rows[1]["below_baseline"]) == pytest.approx(1.5)
+  assert rows[3]["exit_code"] == "1" and rows[3]["error"] == "RuntimeError: out of memory"
+  assert json.load(open(root / "results.json"))[2]["state"] == "diverged"
+
+  maps = {m.panel: m for m in result["maps"]}
+  assert list(maps) == ["norm=post", "norm=pre"]
+  post, pre = maps["norm=post"], maps["norm=pre"]
+  assert (post.learning_rates, post.warmups) == ([1e-3, 1e-2], [0, 100])
+  assert {k: (c.state, c.value) for k, c in post.cells.items()} == {
+      (0, 1e-3): ("stuck", 3.45), (100, 1e-3): ("ok", 2.0),
+      (0, 1e-2): ("diverged", None), (100, 1e-2): ("failed", None)}
+  assert {k: c.state for k, c in pre.cells.items()} == {
+      (0, 1e-3): "ok", (100, 1e-3): "ok", (0, 1e-2): "interrupted", (100, 1e-2): "pending"}
+
+  md = (root / "report.md").read_text()
+  assert "| norm=post,lr=0.01,warmup=0 | diverged | post | adam | 0.01 | 0 | 0 | 7/20 |" in md
+  assert "failed (exit 1: RuntimeError: out of memory)" in md
+  assert "| 0 | 3.450 stuck | diverged |" in md  # Post-LN's map, warm-up 0 row.
+  assert "| 100 | 1.800 | pending |" in md  # Pre-LN's map, warm-up 100 row.
+  assert "8 runs: 1 stuck at the unigram baseline, 3 completed, 1 diverged, 1 failed" in md
+  for png in ("loss_curves.png", "stability_map.png"):
+    with open(root / png, "rb") as f:
+      assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_stability_map_cell_of_several_seeds(tmp_path):
+  config = _config_file(tmp_path, "sweep.product(sweep.axis('opt.learning_rate', [1e-3]), "
+                        "sweep.axis('seed', [0, 1, 2]))")
+  runs = sweep.expand(config, None)
+  root = tmp_path / "seeds"
+  for run, loss in zip(runs, (2.0, 2.2, None)):
+    _write_run(root, run.name, {"status": "completed" if loss else "diverged", "step": 20,
+                                "num_steps": 20, "eval_loss": loss, "unigram_baseline": 3.5})
+  rows = report.gather(str(root), runs)
+  (only,) = report.stability_maps(runs, rows)
+  cell = only.cells[(0, 1e-3)]
+  assert (only.panel, cell.state, cell.count) == ("norm=pre", "diverged", 1)
+  assert cell.value == pytest.approx(2.1)
+  assert cell.label() == "2.100 diverged 1/3"
+
+
+# ---- The launcher, end to end on smoke runs.
+
+def _launch(config, root, *extra):
+  env = {**os.environ, "PYTHONUNBUFFERED": "1",  # One CPU device per run (not conftest's 8).
+         "XLA_FLAGS": os.environ.get("XLA_FLAGS", "").replace(
+             "--xla_force_host_platform_device_count=8", "")}
+  return subprocess.Popen(
+      [sys.executable, "-m", "lnjax.sweep", f"--config={config}", "--sweep=all",
+       f"--workdir={root}", f"--parallel={min(2, len(os.sched_getaffinity(0)))}", *extra],
+      cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_killed_sweep_finishes_on_relaunch_without_redoing_finished_runs(tmp_path):
+  """Three runs, two at a time: `seed=0` finishes, `norm=middle` fails (a value the run
+  refuses), `seed=1,steps=1500` is running when the launcher gets SIGTERM. The next
+  launch skips seed=0, resumes seed=1 from its checkpoint and retries (and records) the
+  failing run."""
+  config = _config_file(
+      tmp_path, "[{'seed': 0}, {'model.norm_position': 'middle'}, "
+      "{'seed': 1, 'train.num_steps': 1500}]",
+      "  c.train.log_every_steps = 1\n  c.train.checkpoint_every_steps = 100000\n"
+      "  c.train.eval_every_steps = 100000\n")
+  root = tmp_path / "sweep"
+  done, bad, long = (root / n for n in ("seed=0", "norm=middle", "seed=1,steps=1500"))
+
+  proc = _launch(config, root)
+  try:
+    deadline = time.time() + 240
+    while time.time() < deadline and not (
+        (done / "summary.json").exists() and launcher.read_metrics(str(long))):
+      assert proc.poll() is None, proc.stdout.read()
+      time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+  finally:
+    proc.kill()
+  assert proc.returncode == 128 + signal.SIGTERM, out
+  manifest = json.load(open(root / "sweep.json"))["runs"]
+  assert [manifest[n]["state"] for n in ("seed=0", "norm=middle", "seed=1,steps=1500")] == [
+      "completed", "failed", "interrupted"], out
+  assert manifest["norm=middle"]["exit_code"] == 2
+  assert "norm_position='middle' is not one of" in manifest["norm=middle"]["error"]
+  stopped = json.load(open(long / "summary.json"))
+  assert stopped["status"] == "preempted" and 0 < stopped["step"] < 1500
+  finished = os.stat(done / "summary.json").st_mtime_ns
+
+  proc = _launch(config, root)
+  out, _ = proc.communicate(timeout=300)
+  assert proc.returncode == 1, out  # One run failed; the others finished.
+  assert "3 runs, 1 already finished, 2 to run" in out
+  assert os.stat(done / "summary.json").st_mtime_ns == finished
+  assert open(done / "log.txt").read().count("sweep launch") == 1
+  log = open(long / "log.txt").read()
+  assert log.count("sweep launch") == 2
+  assert f"from step {stopped['step']}" in log
+  assert json.load(open(long / "summary.json"))["status"] == "completed"
+  steps = [r["step"] for r in launcher.read_metrics(str(long)) if "train_loss" in r]
+  assert sorted(set(steps)) == list(range(1, 1501))  # Every step once, none lost.
+  manifest = json.load(open(root / "sweep.json"))["runs"]
+  assert manifest["norm=middle"]["state"] == "failed" and manifest["norm=middle"]["attempts"] == 2
+  assert manifest["seed=1,steps=1500"]["state"] == "completed"
+  table = out[out.rindex("-- 3 runs"):]
+  assert "seed=0" in table and "completed" in table and "20/20" in table
+  assert "norm=middle" in table and "failed" in table
+  assert re.search(r"seed=1,steps=1500 +completed +1500/1500", table), table
