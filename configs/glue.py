@@ -10,7 +10,8 @@ mean with its 95% t-interval over the seeds.
 
 Presets (comma-separated after the colon):
   task=mrpc|rte
-  smoke      1 epoch, 2 seeds, sequences of 32 tokens (tests use it)
+  smoke      2 seeds, 1 epoch over the first 256 train pairs, sequences of 32 tokens
+             (tests use it)
 """
 
 import ml_collections
@@ -33,6 +34,7 @@ def get_config(arg=None):
   # glue_rte/; None: $LNJAX_DATA_DIR, then ../shared/data beside the repository.
   d.seq_len = 128  # [CLS] A [SEP] B [SEP], trimmed longest-first; <= the model's max_len.
   d.batch_size = 32
+  d.train_examples = 0  # Only the first N train pairs; 0 = all.
 
   c.train = t = ml_collections.ConfigDict()
   t.num_epochs = 3
@@ -51,6 +53,7 @@ def get_config(arg=None):
   if "smoke" in presets:
     c.seeds = (0, 1)
     d.seq_len = 32
+    d.train_examples = 256
     t.num_epochs = 1
     t.log_every_steps = 50
     o.learning_rate = 1e-3

@@ -47,9 +47,10 @@ class GlueDataConfig:
   data_dir: str | None = None  # Holds glue_mrpc/, glue_rte/; None: env, then ../shared/data.
   seq_len: int = 128  # L: [CLS] A [SEP] B [SEP], trimmed longest-first.
   batch_size: int = 32
+  train_examples: int = 0  # Only the first N train pairs; 0 = all (smoke runs use a few).
 
   def __post_init__(self):
-    for key, low in (("seq_len", 8), ("batch_size", 1)):
+    for key, low in (("seq_len", 8), ("batch_size", 1), ("train_examples", 0)):
       errors.check_range(f"data.{key}", getattr(self, key), low=low)
 
 
@@ -150,7 +151,7 @@ def finetune(config, workdir: str) -> dict:
     raise errors.ConfigError(f"data.seq_len={data_cfg.seq_len} exceeds the pre-trained "
                              f"model's max_len={run.model.max_len}")
   data = glue.GlueData(task, mlm.make_vocab(run.data), data_cfg.seq_len, data_cfg.batch_size,
-                       data_cfg.data_dir)
+                       data_cfg.data_dir, data_cfg.train_examples)
   model = BertClassifier(dataclasses.replace(run.model, dropout_rate=train_cfg.dropout_rate),
                          data.num_classes)
   num_steps = train_cfg.num_epochs * data.steps_per_epoch

@@ -92,12 +92,18 @@ class GlueData:
   """The train and dev splits of one task, encoded; seeded train batches, fixed dev ones."""
 
   def __init__(self, task: str, vocab: mlm.BertVocab, seq_len: int, batch_size: int,
-               data_dir: str | None = None):
+               data_dir: str | None = None, train_examples: int = 0):
+    """`train_examples`: keep only the first N train pairs (0 = all)."""
     self.task, self.spec, self.batch_size = task, TASKS[task], batch_size
     self.num_classes = len(self.spec.labels)
+    if train_examples and train_examples < batch_size:
+      raise errors.ConfigError(f"data.train_examples={train_examples} is below one batch "
+                               f"(data.batch_size={batch_size})")
     self.splits = {}
     for split in ("train", "dev"):
       a, b, labels_N = load_split(task, split, data_dir)
+      if split == "train" and train_examples:
+        a, b, labels_N = a[:train_examples], b[:train_examples], labels_N[:train_examples]
       tokens, segments = encode_pairs(vocab, a, b, seq_len)
       self.splits[split] = {"inputs": tokens, "segment_ids": segments, "labels": labels_N}
 

@@ -1,0 +1,251 @@
+r"""Pre-LN vs Post-LN BERT at CPU size: pre-training speed, and GLUE fine-tuning from
+several pre-training stages (Xiong et al. 2020, §4 and Fig. 4; REFERENCE §5).
+
+  python experiments/bert_prepost.py --workdir=/tmp/bert_prepost [--steps=N] [--seeds=3]
+  python experiments/bert_prepost.py --workdir=/tmp/bert_prepost_smoke --smoke   # minutes
+
+Pre-trains configs/bert.py:size=cpu three ways on WikiText-2 (masked LM + next sentence):
+  post_1e-4  Post-LN, linear warm-up (1% of the run, BERT's 10k of 1M), lr 1e-4
+  post_3e-4  Post-LN, the same warm-up, lr 3e-4 (the paper: Post-LN diverges here)
+  pre_3e-4   Pre-LN, no warm-up, lr 3e-4
+all with linear decay to 0. Without --steps, it first times a few train steps of the model
+and sizes each run to about --budget_minutes on this machine. Then it fine-tunes the
+checkpoints of post_1e-4 and pre_3e-4 at --stages evenly spaced steps on MRPC and RTE
+(configs/glue.py, --seeds seeds each) and writes into --workdir: report.md,
+loss_curves.png (validation loss), glue_vs_step.png (dev accuracy against pre-training
+step, 95% t-intervals over the seeds), results.json. Every run lives in its own folder,
+so re-running resumes the runs and skips the finished fine-tuning seeds.
+"""
+
+import dataclasses
+import functools
+import json
+import os
+import sys
+import time
+
+from absl import app, flags, logging
+
+import lnjax  # noqa: F401  (allocator settings before JAX starts)
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "Root folder of the runs and the report.",
+                               required=True)
+_STEPS = flags.DEFINE_integer("steps", 0, "Pre-training steps per run; 0 = timed to fit "
+                              "--budget_minutes.")
+_BUDGET = flags.DEFINE_float("budget_minutes", 25.0, "Wall time per pre-training run when "
+                             "--steps=0 (evaluations and checkpoints included).")
+_SEEDS = flags.DEFINE_integer("seeds", 3, "Fine-tuning seeds per checkpoint and task.")
+_STAGES = flags.DEFINE_integer("stages", 3, "Pre-training checkpoints fine-tuned per run.")
+_EPOCHS = flags.DEFINE_integer("finetune_epochs", 3, "Fine-tuning epochs.")
+_SMOKE = flags.DEFINE_bool("smoke", False, "Tiny models and data: checks the pipeline.")
+
+REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+RUNS = (  # name, configs/bert.py presets, learning rate
+    ("post_1e-4", "norm=post", 1e-4),
+    ("post_3e-4", "norm=post", 3e-4),
+    ("pre_3e-4", "norm=pre", 3e-4),
+)
+FINETUNED = ("post_1e-4", "pre_3e-4")
+TASKS = ("mrpc", "rte")
+
+
+def pretrain_config(presets: str, lr: float, steps: int):
+  """configs/bert.py (size=cpu, or smoke) at learning rate `lr` for `steps` steps (0: the
+  preset's), Post-LN warming up over 1% of them as BERT does (10k of 1M)."""
+  from configs import bert
+  c = bert.get_config(presets + (",smoke" if _SMOKE.value else ",size=cpu"))
+  with c.unlocked():
+    c.opt.learning_rate = lr
+    c.train.num_steps = steps or c.train.num_steps
+    if c.model.norm_position == "post":
+      c.opt.warmup_steps = max(
+          round(c.train.num_steps * bert.BERT_WARMUP_STEPS / bert.BERT_STEPS), 1)
+    c.train.eval_every_steps = c.train.checkpoint_every_steps = max(c.train.num_steps // 10, 1)
+    c.train.keep_checkpoints = 20
+  return c
+
+
+def time_step(config, num_steps: int = 6) -> float:
+  """Seconds per train step of `config`'s model on this machine (after compiling)."""
+  import jax
+
+  from lnjax import run as run_lib, sharding, state as state_lib, train
+
+  run = run_lib.resolve_config(config)
+  data = run.task.make_data(run.data, run.seed, 0, 1, 1)
+  model_cfg = dataclasses.replace(run.model, vocab_size=data.vocab_size)
+  setup = state_lib.make_setup(model_cfg, run.opt, 100, task=run.task)
+  mesh = sharding.make_mesh(run.mesh)
+  state = state_lib.init_state(setup, mesh, 0)
+  step = jax.jit(functools.partial(train.train_step, setup=setup, label_smoothing=0.0, seed=0),
+                 donate_argnums=0)
+  it = data.train_iter()
+  batch = sharding.global_batch(next(it), sharding.batch_sharding(mesh))
+  state, m = step(state, batch)  # Compile.
+  jax.block_until_ready(m)
+  t0 = time.perf_counter()
+  for _ in range(num_steps):
+    state, m = step(state, sharding.global_batch(next(it), sharding.batch_sharding(mesh)))
+  jax.block_until_ready(m)
+  return (time.perf_counter() - t0) / num_steps
+
+
+def stages(num_steps: int, every: int, count: int) -> list[int]:
+  """`count` checkpoint steps evenly spaced up to num_steps (multiples of `every`)."""
+  picks = {max(every, round(num_steps * (i + 1) / count / every) * every) for i in range(count)}
+  return sorted(min(s, num_steps) for s in picks)
+
+
+def finetune_config(task: str, init_workdir: str, step: int):
+  from configs import glue
+  c = glue.get_config(f"task={task}" + (",smoke" if _SMOKE.value else ""))
+  with c.unlocked():
+    c.init.workdir, c.init.step = init_workdir, step
+    c.seeds = tuple(range(_SEEDS.value))
+    if not _SMOKE.value:
+      c.train.num_epochs = _EPOCHS.value
+  return c
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.WARNING)
+  sys.path.insert(0, REPO)
+  from lnjax import finetune, metrics, train
+
+  root = _WORKDIR.value
+  os.makedirs(root, exist_ok=True)
+  steps, step_seconds = _STEPS.value, None
+  if not steps and not _SMOKE.value:
+    step_seconds = time_step(pretrain_config("norm=pre", 3e-4, 100))
+    # About 8% of a run goes to its 10 evaluations and checkpoints.
+    steps = max(int(_BUDGET.value * 60 / 1.08 / step_seconds) // 10 * 10, 10)
+    print(f"Timing: {step_seconds:.2f} s per pre-training step -> {steps} steps per run "
+          f"(~{_BUDGET.value:.0f} min each)", flush=True)
+
+  pre = {}
+  for name, presets, lr in RUNS:
+    config = pretrain_config(presets, lr, steps)
+    print(f"\n=== pre-training {name}: {presets}, lr {lr}, {config.train.num_steps} steps, "
+          f"warm-up {config.opt.warmup_steps}", flush=True)
+    wd = os.path.join(root, "pretrain", name)
+    t0 = time.perf_counter()
+    summary = train.train_and_evaluate(config, wd)
+    pre[name] = {"summary": summary, "records": metrics.read_metrics(wd), "workdir": wd,
+                 "config": config, "seconds": time.perf_counter() - t0}
+
+  glue_results = {}
+  for name in FINETUNED:
+    c = pre[name]["config"]
+    if pre[name]["summary"]["status"] != "completed":
+      continue
+    for step in stages(c.train.num_steps, c.train.checkpoint_every_steps, _STAGES.value):
+      for task in TASKS:
+        print(f"\n=== fine-tuning {name} step {step} on {task}", flush=True)
+        out = os.path.join(root, "finetune", name, task, f"step{step}")
+        s = finetune.finetune(finetune_config(task, pre[name]["workdir"], step), out)
+        print(finetune.format_summary(s), flush=True)
+        glue_results.setdefault(name, {}).setdefault(task, {})[step] = s
+  write_report(root, pre, glue_results, step_seconds)
+
+
+def steps_to_reach(records, target: float):
+  """First step whose validation loss is <= target, linearly interpolated between
+  evaluations; None if never."""
+  points = sorted((r["step"], r["eval_loss"]) for r in records if r.get("eval_loss") is not None)
+  previous = None
+  for step, loss in points:
+    if loss <= target:
+      if previous is None or previous[1] == loss:
+        return float(step)
+      s0, l0 = previous
+      return s0 + (l0 - target) / (l0 - loss) * (step - s0)
+    previous = (step, loss)
+  return None
+
+
+def write_report(root: str, pre: dict, glue_results: dict, step_seconds) -> None:
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  fig, ax = plt.subplots(figsize=(7, 4.5))
+  for name, r in pre.items():
+    pts = sorted((x["step"], x["eval_loss"]) for x in r["records"] if x.get("eval_loss") is not None)
+    if pts:
+      ax.plot(*zip(*pts), marker="o", label=f"{name} ({r['summary']['status']})")
+  baseline = next(iter(pre.values()))["summary"]["unigram_baseline"]
+  ax.axhline(baseline, color="grey", linestyle="--", label="unigram baseline")
+  ax.set_xlabel("pre-training step")
+  ax.set_ylabel("validation masked-LM loss (nats)")
+  ax.grid(alpha=0.3)
+  ax.legend()
+  fig.tight_layout()
+  fig.savefig(os.path.join(root, "loss_curves.png"), dpi=120)
+  plt.close(fig)
+
+  fig, axes = plt.subplots(1, len(TASKS), figsize=(11, 4))
+  for ax, task in zip(axes, TASKS):
+    for name, by_task in glue_results.items():
+      points = sorted(by_task.get(task, {}).items())
+      if points:
+        acc = [s["accuracy"] for _, s in points]
+        ax.errorbar([p for p, _ in points], [a["mean"] for a in acc],
+                    yerr=[a["ci95"] or 0.0 for a in acc], marker="o", capsize=4, label=name)
+    ax.set_title(f"{task.upper()} dev accuracy (95% t-interval)")
+    ax.set_xlabel("pre-training step")
+    ax.grid(alpha=0.3)
+    ax.legend()
+  fig.tight_layout()
+  fig.savefig(os.path.join(root, "glue_vs_step.png"), dpi=120)
+  plt.close(fig)
+
+  post = pre["post_1e-4"]["summary"]
+  target = post["eval_loss"]
+  lines = ["# Pre-LN vs Post-LN BERT pre-training and GLUE fine-tuning (CPU size)", "",
+           "Command: `python experiments/bert_prepost.py " + " ".join(sys.argv[1:]) + "`", ""]
+  if step_seconds:
+    lines += [f"Step time measured before the runs: {step_seconds:.2f} s per step "
+              f"(batch {pre['pre_3e-4']['config'].data.batch_size} × "
+              f"{pre['pre_3e-4']['config'].data.seq_len} tokens).", ""]
+  lines += ["## Pre-training", "",
+            "| run | status | final validation loss | steps to reach post_1e-4's final loss "
+            "| vs post_1e-4 | wall |", "|---|---|---|---|---|---|"]
+  post_steps = steps_to_reach(pre["post_1e-4"]["records"], target) if target else None
+  results = {"step_seconds": step_seconds, "pretrain": {}, "finetune": glue_results}
+  for name, r in pre.items():
+    s = r["summary"]
+    reach = steps_to_reach(r["records"], target) if target is not None else None
+    ratio = (f"{1 - reach / post_steps:+.0%} fewer" if reach and post_steps else "—")
+    loss = f"{s['eval_loss']:.4f}" if s["eval_loss"] is not None else "—"
+    lines.append(f"| {name} | {s['status']} (step {s['step']}) | {loss} | "
+                 f"{f'{reach:.0f}' if reach else 'not reached'} | {ratio} | "
+                 f"{r['seconds'] / 60:.1f} min |")
+    results["pretrain"][name] = {"summary": s, "steps_to_post_final_loss": reach}
+  lines += ["", f"Unigram baseline (token frequencies alone): {baseline:.4f} nats. The paper "
+            "(BERT base): Pre-LN reaches Post-LN's validation loss 1.69 in about 40% fewer "
+            "steps (500k vs 700k); Post-LN at 3e-4 diverges.", "",
+            "![validation loss](loss_curves.png)", "", "## Fine-tuning", "",
+            "| run | step | task | dev accuracy (mean ± 95% CI) | dev F1 | seeds |",
+            "|---|---|---|---|---|---|"]
+  for name, by_task in glue_results.items():
+    for task, by_step in by_task.items():
+      for step, s in sorted(by_step.items()):
+        fmt = lambda m: (f"{m['mean']:.4f} ± {m['ci95']:.4f}" if m.get("ci95") is not None
+                         else f"{m['mean']:.4f}")
+        f1 = fmt(s["f1"]) if "f1" in s else "—"
+        lines.append(f"| {name} | {step} | {task} | {fmt(s['accuracy'])} | {f1} | "
+                     f"{len(s['seeds'])} |")
+  lines += ["", "Majority class: MRPC dev 68.4%, RTE dev 52.7%. The paper: Pre-LN's "
+            "checkpoints fine-tune better than Post-LN's at every pre-training stage.", "",
+            "![GLUE dev accuracy](glue_vs_step.png)", ""]
+  with open(os.path.join(root, "report.md"), "w") as f:
+    f.write("\n".join(lines))
+  with open(os.path.join(root, "results.json"), "w") as f:
+    json.dump(results, f, indent=2, default=str)
+  print("\n".join(lines))
+  print(f"Report: {os.path.join(root, 'report.md')}")
+
+
+if __name__ == "__main__":
+  app.run(main)
