@@ -155,6 +155,7 @@ def write(root: str, runs: list[Run], *, title: str, command: str = "",
   `notes` (Markdown lines) go between the summary line and the table. Returns the rows,
   the maps and the paths written.
   """
+  os.makedirs(root, exist_ok=True)
   rows = gather(root, runs)
   maps = stability_maps(runs, rows)
   paths = {name: os.path.join(root, name) for name in
@@ -322,7 +323,8 @@ def plot_loss_curves(path: str, runs: list[Run], rows: list[dict]) -> None:
     ax.set_title(f"norm_position={placement}")
     ax.set_xlabel("step")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=6)
+    if ax.get_legend_handles_labels()[0]:
+      ax.legend(fontsize=6)
   axes.flat[0].set_ylabel("loss (nats per token): lines train, dots held-out")
   fig.tight_layout()
   fig.savefig(path, dpi=120)

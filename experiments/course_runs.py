@@ -1,0 +1,123 @@
+r"""The course runs of REFERENCE §6: Post-LN and Pre-LN on the 8-layer 2.6M-parameter LM.
+
+  python experiments/course_runs.py --workdir=/tmp/course [--steps=3000] [--parallel=1]
+  python experiments/course_runs.py --workdir=/tmp/course --report_only
+
+configs/lm.py:size=course (8 layers, D 128, 4 heads, F 512, SentencePiece 4096,
+sequences of 128, batch 32, dropout 0, Adam at a constant peak lr after a linear warm-up,
+no gradient clipping) on tiny_shakespeare, the `course` sweep of configs/lm.py:
+  Pre-LN and Post-LN at peak lr 1e-3 and 6e-3 with a 30-step warm-up,
+  Post-LN at peak lr 1e-3 with a 1000-step warm-up,
+3000 steps each (about 20 minutes a run on 2 CPU cores). The runs go through the sweep
+launcher (a folder each under --workdir; finished runs are skipped and interrupted ones
+resumed when the command is run again). report.md puts the held-out losses beside
+REFERENCE's and checks the shape to reproduce; loss_curves.png overlays the runs.
+`--steps` shortens every run (a 1000-step warm-up then never reaches its peak before
+step 1000).
+"""
+
+import os
+import sys
+
+from absl import app, flags, logging
+
+import lnjax  # noqa: F401  (allocator settings before anything else)
+from lnjax import sweep
+from lnjax.sweep import launcher, report
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = os.path.join(REPO, "configs", "lm.py") + ":size=course"
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "Root folder of the runs and the report.",
+                               required=True)
+_STEPS = flags.DEFINE_integer("steps", 3000, "Training steps per run.")
+_PARALLEL = flags.DEFINE_integer("parallel", 1, "Runs at once, each on its own devices.")
+_DEVICES_PER_RUN = flags.DEFINE_integer("devices_per_run", None,
+                                        "Devices per run (default: all / --parallel).")
+_REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Gather the runs; train nothing.")
+
+# REFERENCE §6: held-out loss in nats after 3000 steps; its unigram baseline is 7.60.
+REFERENCE_BASELINE = 7.60
+REFERENCE = {
+    "norm=pre,lr=0.001,warmup=30": "4.575",
+    "norm=pre,lr=0.006,warmup=30": "4.437",
+    "norm=post,lr=0.001,warmup=30": "7.58 for all 3000 steps (stuck at the baseline)",
+    "norm=post,lr=0.006,warmup=30": "7.58 for all 3000 steps (stuck at the baseline)",
+    "norm=post,lr=0.001,warmup=1000": "4.531",
+}
+
+
+def shape_checks(rows: list[dict]) -> list[str]:
+  """REFERENCE §6's three claims, each answered from the runs (or 'not yet')."""
+  by_name = {r["name"]: r for r in rows}
+  pre_1, pre_6 = by_name["norm=pre,lr=0.001,warmup=30"], by_name["norm=pre,lr=0.006,warmup=30"]
+  post_short = [by_name["norm=post,lr=0.001,warmup=30"], by_name["norm=post,lr=0.006,warmup=30"]]
+  post_long = by_name["norm=post,lr=0.001,warmup=1000"]
+
+  def loss(r):
+    return f"{r['eval_loss']:.3f}" if r["eval_loss"] is not None else r["state"]
+
+  def stuck_throughout(r) -> bool:
+    """Every held-out evaluation not STUCK_NATS below the baseline (or above it)."""
+    evals = [rec["eval_loss"] for rec in launcher.read_metrics(r["workdir"])
+             if rec.get("eval_loss") is not None]
+    return bool(evals) and all(e > r["unigram_baseline"] - report.STUCK_NATS for e in evals)
+
+  checks = [  # (claim, the runs it needs, whether it holds once they have completed)
+      ("Post-LN with the 30-step warm-up stays at the unigram baseline at every evaluation "
+       f"(lr 1e-3: {loss(post_short[0])}, 6e-3: {loss(post_short[1])})",
+       post_short, lambda: all(stuck_throughout(r) for r in post_short)),
+      (f"Pre-LN trains at both rates (1e-3: {loss(pre_1)}, 6e-3: {loss(pre_6)}) ...",
+       [pre_1, pre_6], lambda: not pre_1["stuck"] and not pre_6["stuck"]),
+      ("... and better at 6e-3", [pre_1, pre_6],
+       lambda: pre_6["eval_loss"] < pre_1["eval_loss"]),
+      (f"Post-LN with 1000 warm-up steps ({loss(post_long)}) trains about as well as Pre-LN "
+       f"at the same rate ({loss(pre_1)}): within {report.STUCK_NATS} nats or better",
+       [post_long, pre_1],
+       lambda: post_long["eval_loss"] <= pre_1["eval_loss"] + report.STUCK_NATS),
+  ]
+  verdicts = ["not yet (runs unfinished)" if any(r["state"] != "completed" for r in needs)
+              else "yes" if holds() else "**no**" for _, needs, holds in checks]
+  return ["| claim (REFERENCE §6) | reproduced |", "|---|---|",
+          *[f"| {claim} | {verdict} |" for (claim, _, _), verdict in zip(checks, verdicts)]]
+
+
+def notes(rows: list[dict], steps: int) -> list[str]:
+  baselines = sorted({round(r["unigram_baseline"], 3) for r in rows if r["unigram_baseline"]})
+  lines = ["## Beside REFERENCE §6", "",
+           "| run | REFERENCE held-out loss | here | here, below the unigram baseline |",
+           "|---|---|---|---|"]
+  for r in rows:
+    here = f"{r['eval_loss']:.3f}" if r["eval_loss"] is not None else r["state"]
+    gap = f"{r['below_baseline']:+.3f}" if r["below_baseline"] is not None else "—"
+    lines.append(f"| {r['name']} | {REFERENCE[r['name']]} | {here} | {gap} |")
+  lines += ["", f"Unigram baseline: REFERENCE {REFERENCE_BASELINE:.2f} nats (its tokenizer); "
+            f"here {', '.join(map(str, baselines)) or '—'} nats (SentencePiece 4096 on "
+            "tiny_shakespeare), so absolute losses differ; the shape is what compares.", ""]
+  if steps != 3000:
+    lines += [f"Shortened: {steps} steps a run instead of REFERENCE's 3000.", ""]
+  lines += shape_checks(rows)
+  return lines
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.WARNING)
+  root, fixed = _WORKDIR.value, {"train.num_steps": _STEPS.value}
+  runs = sweep.expand(CONFIG, "course", fixed)
+  if not _REPORT_ONLY.value:
+    slots = launcher.make_slots("auto", _PARALLEL.value, _DEVICES_PER_RUN.value)
+    code = launcher.Launcher(CONFIG, "course", runs, root, slots, fixed).run()
+    if code >= 128:  # Stopped by a signal: the runs saved; the same command resumes.
+      sys.exit(code)
+  rows = report.gather(root, runs)
+  result = report.write(
+      root, runs, title="Course runs (REFERENCE §6): Post-LN vs Pre-LN, 8-layer LM",
+      command=f"python experiments/course_runs.py --workdir={root} --steps={_STEPS.value}",
+      notes=tuple(notes(rows, _STEPS.value)))
+  print("\n".join(result["markdown"]))
+  print(f"\nReport: {result['paths']['report.md']}")
+
+
+if __name__ == "__main__":
+  app.run(main)
