@@ -3,8 +3,8 @@ r"""Warm-up dependence on real translation data: Multi30k De→En, Pre-LN vs Pos
   python experiments/multi30k_warmup.py --workdir=/tmp/m30k_warmup [--steps=N] [--only=RUN]
   python experiments/multi30k_warmup.py --workdir=/tmp/m30k_warmup --report_only
 
-Three runs of configs/multi30k_de_en.py at the same peak learning rate (5e-4, Adam β₂ 0.98):
-  pre_ln_no_warmup     Pre-LN, no warm-up, ×0.1 at epoch 8 (the paper's Pre-LN schedule)
+Three runs of configs/multi30k_de_en.py at the same peak learning rate (1e-3, Adam β₂ 0.98):
+  pre_ln_no_warmup     Pre-LN, no warm-up, ×0.1 at epoch 10 (the paper's Pre-LN schedule)
   post_ln_no_warmup    Post-LN, no warm-up, the same schedule as Pre-LN
   post_ln_warmup1000   Post-LN, 1000 linear warm-up steps, then inverse square root
 Each run has its own workdir (re-running resumes or skips finished runs); after training,
@@ -108,7 +108,7 @@ def write_report(root: str) -> None:
   fig.tight_layout()
   fig.savefig(os.path.join(root, "curves.png"), dpi=120)
 
-  lines = ["# Warm-up dependence on Multi30k De→En (Pre-LN vs Post-LN, lr 5e-4)", "",
+  lines = ["# Warm-up dependence on Multi30k De→En (Pre-LN vs Post-LN, same peak lr)", "",
            f"Command: `python experiments/multi30k_warmup.py --workdir={root}"
            + (f" --steps={_STEPS.value}" if _STEPS.value else "") + "`", "",
            "| run | status | steps | final val loss | best val BLEU | test 2016 BLEU | "

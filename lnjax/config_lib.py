@@ -53,6 +53,7 @@ def translation_config() -> ml_collections.ConfigDict:
   e.length_penalty = 1.0  # α in log p / length^α.
   e.max_extra_len = 50  # Hypotheses up to source bucket length + this.
   e.bleu_every_steps = 0  # 0 = BLEU at every evaluation.
+  e.bleu_in_training = True  # False: no decoding while training (predict mode still scores).
   e.bleu_split = ""  # "" = data.eval_splits[0].
   return c
 

@@ -26,6 +26,7 @@ class DecodeConfig:
   max_extra_len: int = 50  # Hypotheses may be this much longer than their source bucket.
   bleu_every_steps: int = 0  # BLEU on the first eval split; 0 = at every evaluation.
   bleu_split: str = ""  # Split scored during training; "" = data.eval_splits[0].
+  bleu_in_training: bool = True  # False: no decoding while training (predict mode still scores).
 
   def __post_init__(self):
     for key, low in (("beam_size", 1), ("max_extra_len", 1), ("bleu_every_steps", 0)):
