@@ -249,11 +249,6 @@ def format_summary(s: dict) -> str:
   return f"{s['task']} from step {s['init_step']}: " + "; ".join(parts)
 
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "configs/glue.py[:presets].",
-                                          lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Where the results go.", required=True)
-
-
 def main(argv):
   if len(argv) > 1:
     sys.exit(f"lnjax.finetune: error: unexpected arguments: {' '.join(argv[1:])}")
@@ -268,4 +263,8 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  # Flags only for the command line: importing this module (experiments) defines none.
+  _CONFIG = config_flags.DEFINE_config_file("config", None, "configs/glue.py[:presets].",
+                                            lock_config=True)
+  _WORKDIR = flags.DEFINE_string("workdir", None, "Where the results go.", required=True)
   app.run(main)

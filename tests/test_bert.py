@@ -74,12 +74,16 @@ def test_packing_lengths_segments_and_separators():
                          short_seq_prob=0.1)
   labels = np.array([label for _, _, label in pairs])
   assert 0.3 < labels.mean() < 0.7
-  for a, b, label in pairs:
+  arrays = mlm.pair_arrays(vocab, pairs, seq_len)
+  for n, (a, b, label) in enumerate(pairs):
     assert 1 <= len(a) and 1 <= len(b) and len(a) + len(b) <= seq_len - 3
     same_doc = (a[0] - 2) // 10 == (b[0] - 2) // 10
     assert same_doc == (label == 0)
     assert len(set((a - 2) // 10)) == 1  # A is a run of sentences of one document.
     tokens, segments = vocab.pair(a, b, seq_len)
+    np.testing.assert_array_equal(arrays["tokens"][n], tokens)
+    np.testing.assert_array_equal(arrays["segments"][n], segments)
+    assert arrays["nsp_labels"][n] == label
     sep = np.nonzero(tokens == vocab.sep_id)[0].tolist()
     assert tokens[0] == vocab.cls_id and sep == [len(a) + 1, len(a) + len(b) + 2]
     np.testing.assert_array_equal(tokens[1 : len(a) + 1], a)
@@ -92,6 +96,11 @@ def test_packing_lengths_segments_and_separators():
   # Without next-sentence prediction every B continues its A.
   pairs = mlm.make_pairs(docs, seq_len, np.random.default_rng(1), False, 0.0)
   assert all(label == 0 for _, _, label in pairs)
+  single = [n for n, (_, b, _) in enumerate(pairs) if len(b) == 0]  # [CLS] A [SEP] only.
+  assert single
+  arrays = mlm.pair_arrays(vocab, pairs, seq_len)
+  for n in single:
+    assert (arrays["tokens"][n] == vocab.sep_id).sum() == 1 and not arrays["segments"][n].any()
   # Trimming: from the longer side, down to the budget.
   a, b = mlm.truncate_pair(np.arange(30), np.arange(5), 20, np.random.default_rng(0))
   assert (len(a), len(b)) == (15, 5) and a[-1] - a[0] == 14

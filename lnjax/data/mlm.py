@@ -140,9 +140,9 @@ class BertVocab:
     return tokens_L, segments_L
 
 
-def make_vocab(cfg: MLMDataConfig) -> BertVocab:
+def make_vocab(cfg: MLMDataConfig, builder=None) -> BertVocab:
   """The corpus's tokenizer (trained on its train split, or loaded from the cache)."""
-  builder = builders.prepare(cfg.name, cfg.data_dir, cfg.cache_dir)
+  builder = builder or builders.prepare(cfg.name, cfg.data_dir, cfg.cache_dir)
   train_docs = builders.load_split_texts(builder, "train")
   return BertVocab(tokenizers.make_tokenizer(cfg.tokenizer, cfg.name, cfg.vocab_size,
                                              "".join(train_docs), cfg.cache_dir,
@@ -365,11 +365,24 @@ def _encode_split(builder, split: str, vocab: BertVocab, cache_path) -> list[lis
   return [sentences[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
 
 
-def _pair_arrays(vocab: BertVocab, pairs, seq_len: int) -> dict[str, np.ndarray]:
-  tokens_NxL = np.zeros((len(pairs), seq_len), np.int32)
-  segments_NxL = np.zeros((len(pairs), seq_len), np.int32)
-  for n, (a, b, _) in enumerate(pairs):
-    tokens_NxL[n], segments_NxL[n] = vocab.pair(a, b, seq_len)
+def pair_arrays(vocab: BertVocab, pairs, seq_len: int) -> dict[str, np.ndarray]:
+  """Pairs -> {'tokens', 'segments': int32[N, L], 'nsp_labels': int32[N]}: each row
+  `vocab.pair(a, b, seq_len)`, built by one scatter rather than a loop over rows."""
+  n = len(pairs)
+  la_N = np.array([len(a) for a, _, _ in pairs], np.int64)
+  lb_N = np.array([len(b) for _, b, _ in pairs], np.int64)
+  cls, sep = np.array([vocab.cls_id], np.int32), np.array([vocab.sep_id], np.int32)
+  pieces = []
+  for a, b, _ in pairs:
+    pieces += [cls, a, sep, b, sep] if len(b) else [cls, a, sep]
+  flat = np.concatenate(pieces).astype(np.int32) if pieces else np.zeros(0, np.int32)
+  lens_N = la_N + 2 + np.where(lb_N > 0, lb_N + 1, 0)
+  rows = np.repeat(np.arange(n), lens_N)
+  cols = np.arange(len(flat)) - np.repeat(np.cumsum(lens_N) - lens_N, lens_N)
+  tokens_NxL = np.zeros((n, seq_len), np.int32)
+  segments_NxL = np.zeros((n, seq_len), np.int32)
+  tokens_NxL[rows, cols] = flat
+  segments_NxL[rows, cols] = cols >= la_N[rows] + 2  # B and its [SEP].
   labels_N = np.array([label for _, _, label in pairs], np.int32)
   return {"tokens": tokens_NxL, "segments": segments_NxL, "nsp_labels": labels_N}
 
@@ -382,7 +395,7 @@ def make_mlm_data(cfg: MLMDataConfig, seed: int, process_index: int = 0, process
     raise errors.ConfigError(f"data.batch_size={cfg.batch_size} is not divisible by the "
                              f"process count {process_count}")
   builder = builders.prepare(cfg.name, cfg.data_dir, cfg.cache_dir)
-  vocab = make_vocab(cfg)
+  vocab = make_vocab(cfg, builder)
   cache = paths.resolve_cache_dir(cfg.cache_dir) / "tokens"
   arrays = {}
   for stream, split in ((_TRAIN_STREAM, "train"), (_EVAL_STREAM, cfg.eval_split)):
@@ -391,7 +404,7 @@ def make_mlm_data(cfg: MLMDataConfig, seed: int, process_index: int = 0, process
     # Pairs are drawn once per (seed, split): dynamic masking varies them per step.
     rng = np.random.default_rng([int(seed) % (1 << 32), stream])
     pairs = make_pairs(docs, cfg.seq_len, rng, next_sentence, cfg.short_seq_prob)
-    arrays[split if stream == _TRAIN_STREAM else "eval"] = _pair_arrays(vocab, pairs, cfg.seq_len)
+    arrays[split if stream == _TRAIN_STREAM else "eval"] = pair_arrays(vocab, pairs, cfg.seq_len)
   fingerprint = hashlib.sha256(json.dumps([
       builder.fingerprint, vocab.tokenizer.cache_key, dataclasses.asdict(cfg) | {
           "data_dir": None, "cache_dir": None, "eval_batches": None},
