@@ -195,7 +195,8 @@ def write_report(root: str, pre: dict, glue_results: dict, step_seconds) -> None
     ax.set_title(f"{task.upper()} dev accuracy (95% t-interval)")
     ax.set_xlabel("pre-training step")
     ax.grid(alpha=0.3)
-    ax.legend()
+    if ax.get_legend_handles_labels()[0]:
+      ax.legend()
   fig.tight_layout()
   fig.savefig(os.path.join(root, "glue_vs_step.png"), dpi=120)
   plt.close(fig)
@@ -216,7 +217,7 @@ def write_report(root: str, pre: dict, glue_results: dict, step_seconds) -> None
   for name, r in pre.items():
     s = r["summary"]
     reach = steps_to_reach(r["records"], target) if target is not None else None
-    ratio = (f"{1 - reach / post_steps:+.0%} fewer" if reach and post_steps else "—")
+    ratio = (f"{1 - reach / post_steps:.0%} fewer" if reach and post_steps else "—")
     loss = f"{s['eval_loss']:.4f}" if s["eval_loss"] is not None else "—"
     lines.append(f"| {name} | {s['status']} (step {s['step']}) | {loss} | "
                  f"{f'{reach:.0f}' if reach else 'not reached'} | {ratio} | "
