@@ -11,7 +11,7 @@ tiny_shakespeare, by default with the course model of REFERENCE §6 (8 layers,
 2.6M parameters): 40 runs, about 20 minutes each at 3000 steps on 2 CPU cores, so
 `--steps` and `--size` shrink it. The runs go through the sweep launcher (re-running
 skips finished runs and resumes interrupted ones). stability_map.png shows the final
-held-out loss per cell, diverged cells red and cells stuck at the unigram baseline grey;
+held-out loss per cell, diverged cells red, cells stuck at the unigram baseline grey;
 report.md has the same maps as tables, the run table, and per placement how many
 cells trained. The paper's claim (Xiong et al. 2020): Post-LN needs warm-up, more of it at
 higher rates; Pre-LN trains without it across the rates.
@@ -41,13 +41,14 @@ _REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Gather the runs; train n
 
 def notes(maps: list[report.StabilityMap], steps: int) -> list[str]:
   """Per placement: how many cells trained, were stuck, diverged, are unfinished."""
-  lines = ["| placement | trained | stuck at the unigram baseline | diverged | failed or "
-           "unfinished |", "|---|---|---|---|---|"]
+  kinds = (report.OK, report.STUCK, report.ABOVE, "diverged")
+  lines = ["| placement | trained | stuck at the unigram baseline | above it | diverged | "
+           "failed or unfinished |", "|---|---|---|---|---|---|"]
   for m in maps:
     states = [c.state for c in m.cells.values()]
-    trained, stuck, diverged = (states.count(s) for s in (report.OK, report.STUCK, "diverged"))
-    lines.append(f"| {m.panel} | {trained} | {stuck} | {diverged} | "
-                 f"{len(states) - trained - stuck - diverged} |")
+    counts = [states.count(k) for k in kinds]
+    lines.append(f"| {m.panel} | " + " | ".join(map(str, counts))
+                 + f" | {len(states) - sum(counts)} |")
   if steps < max(w for m in maps for w in m.warmups):
     lines += ["", f"At {steps} steps a run, the longer warm-ups never reach their peak rate."]
   return lines

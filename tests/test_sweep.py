@@ -129,7 +129,7 @@ def test_report_from_hand_made_runs(tmp_path):
   _write_run(root, "norm=post,lr=0.001,warmup=100", done(2.0), [(10, 3.0), (20, 2.0)])
   _write_run(root, "norm=post,lr=0.01,warmup=0", done(None, "diverged", 7), [(5, 4.0)])
   _write_run(root, "norm=post,lr=0.01,warmup=100", done(None, "preempted", 10), [(10, 3.3)])
-  _write_run(root, "norm=pre,lr=0.001,warmup=0", done(1.9), [(10, 2.5), (20, 1.9)])
+  _write_run(root, "norm=pre,lr=0.001,warmup=0", done(3.9), [(10, 3.8), (20, 3.9)])
   _write_run(root, "norm=pre,lr=0.001,warmup=100", done(1.8), [(10, 2.4), (20, 1.8)])
   _write_run(root, "norm=pre,lr=0.01,warmup=0", done(2.9, step=12, num_steps=12),
              [(10, 3.0)])  # Trained to 12 steps of the 20 now asked.
@@ -140,16 +140,16 @@ def test_report_from_hand_made_runs(tmp_path):
                                        "error": "RuntimeError: out of memory"}}}))
 
   result = report.write(str(root), runs, title="hand-made")
-  states = {r["name"]: (r["state"], r["stuck"]) for r in result["rows"]}
+  states = {r["name"]: (r["state"], r["stuck"], r["above_baseline"]) for r in result["rows"]}
   assert states == {
-      "norm=post,lr=0.001,warmup=0": ("completed", True),
-      "norm=post,lr=0.001,warmup=100": ("completed", False),
-      "norm=post,lr=0.01,warmup=0": ("diverged", False),
-      "norm=post,lr=0.01,warmup=100": ("failed", False),
-      "norm=pre,lr=0.001,warmup=0": ("completed", False),
-      "norm=pre,lr=0.001,warmup=100": ("completed", False),
-      "norm=pre,lr=0.01,warmup=0": ("interrupted", False),
-      "norm=pre,lr=0.01,warmup=100": ("pending", False)}
+      "norm=post,lr=0.001,warmup=0": ("completed", True, False),
+      "norm=post,lr=0.001,warmup=100": ("completed", False, False),
+      "norm=post,lr=0.01,warmup=0": ("diverged", False, False),
+      "norm=post,lr=0.01,warmup=100": ("failed", False, False),
+      "norm=pre,lr=0.001,warmup=0": ("completed", False, True),
+      "norm=pre,lr=0.001,warmup=100": ("completed", False, False),
+      "norm=pre,lr=0.01,warmup=0": ("interrupted", False, False),
+      "norm=pre,lr=0.01,warmup=100": ("pending", False, False)}
 
   with open(root / "results.csv") as f:
     rows = list(csv.DictReader(f))
@@ -167,14 +167,16 @@ def test_report_from_hand_made_runs(tmp_path):
       (0, 1e-3): ("stuck", 3.45), (100, 1e-3): ("ok", 2.0),
       (0, 1e-2): ("diverged", None), (100, 1e-2): ("failed", None)}
   assert {k: c.state for k, c in pre.cells.items()} == {
-      (0, 1e-3): "ok", (100, 1e-3): "ok", (0, 1e-2): "interrupted", (100, 1e-2): "pending"}
+      (0, 1e-3): "above", (100, 1e-3): "ok", (0, 1e-2): "interrupted", (100, 1e-2): "pending"}
 
   md = (root / "report.md").read_text()
   assert "| norm=post,lr=0.01,warmup=0 | diverged | post | adam | 0.01 | 0 | 0 | 7/20 |" in md
   assert "failed (exit 1: RuntimeError: out of memory)" in md
   assert "| 0 | 3.450 stuck | diverged |" in md  # Post-LN's map, warm-up 0 row.
   assert "| 100 | 1.800 | pending |" in md  # Pre-LN's map, warm-up 100 row.
-  assert "8 runs: 1 stuck at the unigram baseline, 3 completed, 1 diverged, 1 failed" in md
+  assert ("8 runs: 1 stuck at the unigram baseline, 2 completed, 1 diverged, 1 failed, "
+          "1 above the unigram baseline, 1 interrupted, 1 pending.") in md
+  assert "| 0 | 3.900 above | interrupted |" in md
   for png in ("loss_curves.png", "stability_map.png"):
     with open(root / png, "rb") as f:
       assert f.read(8) == b"\x89PNG\r\n\x1a\n"
@@ -208,6 +210,16 @@ def _launch(config, root, *extra):
       cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+def _stop(proc):
+  """Ends a launcher left running by a failed test, and its runs with it (SIGTERM)."""
+  if proc.poll() is None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+      proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+      proc.kill()
+
+
 def test_killed_sweep_finishes_on_relaunch_without_redoing_finished_runs(tmp_path):
   """Three runs, two at a time: `seed=0` finishes, `norm=middle` fails (a value the run
   refuses), `seed=1,steps=1500` is running when the launcher gets SIGTERM. The next
@@ -223,15 +235,15 @@ def test_killed_sweep_finishes_on_relaunch_without_redoing_finished_runs(tmp_pat
 
   proc = _launch(config, root)
   try:
-    deadline = time.time() + 240
+    deadline = time.time() + 600  # Seconds on an idle machine; minutes on a busy one.
     while time.time() < deadline and not (
         (done / "summary.json").exists() and launcher.read_metrics(str(long))):
       assert proc.poll() is None, proc.stdout.read()
       time.sleep(0.1)
     proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=120)
+    out, _ = proc.communicate(timeout=300)
   finally:
-    proc.kill()
+    _stop(proc)
   assert proc.returncode == 128 + signal.SIGTERM, out
   manifest = json.load(open(root / "sweep.json"))["runs"]
   assert [manifest[n]["state"] for n in ("seed=0", "norm=middle", "seed=1,steps=1500")] == [
@@ -243,7 +255,10 @@ def test_killed_sweep_finishes_on_relaunch_without_redoing_finished_runs(tmp_pat
   finished = os.stat(done / "summary.json").st_mtime_ns
 
   proc = _launch(config, root)
-  out, _ = proc.communicate(timeout=300)
+  try:
+    out, _ = proc.communicate(timeout=900)
+  finally:
+    _stop(proc)
   assert proc.returncode == 1, out  # One run failed; the others finished.
   assert "3 runs, 1 already finished, 2 to run" in out
   assert os.stat(done / "summary.json").st_mtime_ns == finished

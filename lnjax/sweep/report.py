@@ -4,10 +4,11 @@ results.json and the table of report.md), the runs' loss curves overlaid
 held-out loss (translation: best BLEU) over learning rate × warm-up, with diverged,
 failed and stuck-at-baseline cells marked as such.
 
-A run is *stuck at the unigram baseline* when its final held-out loss is not more than
-STUCK_NATS below the loss of predicting every token by its training-set frequency
+A run is *stuck at the unigram baseline* when its final held-out loss is within
+STUCK_NATS of the loss of predicting every token by its training-set frequency
 (summary.json's `unigram_baseline`): it learned token frequencies and nothing else, which
-is what Post-LN does with too little warm-up (REFERENCE §6).
+is what Post-LN does with too little warm-up (REFERENCE §6). A run ending more than
+STUCK_NATS *above* it (worse than token frequencies) is marked apart.
 """
 
 import csv
@@ -21,9 +22,11 @@ from lnjax.sweep.launcher import (COMPLETED, DIVERGED, FAILED, INTERRUPTED, MANI
                                   RUNNING, read_json, read_metrics)
 
 STUCK_NATS = 0.1
-STUCK, OK = "stuck", "ok"  # Cell states beside the launcher's run states.
+STUCK, ABOVE, OK = "stuck", "above", "ok"  # Cell states beside the launcher's run states.
 # Which state a cell of several runs (seeds) shows: the first present in this order.
-CELL_PRIORITY = (FAILED, DIVERGED, STUCK, INTERRUPTED, RUNNING, PENDING, OK)
+CELL_PRIORITY = (FAILED, DIVERGED, ABOVE, STUCK, INTERRUPTED, RUNNING, PENDING, OK)
+DESCRIPTIONS = {OK: "completed", STUCK: "stuck at the unigram baseline",
+                ABOVE: "above the unigram baseline"}
 # Axes of the stability map; the other varying keys but the seed split it into panels.
 MAP_AXES = ("opt.learning_rate", "opt.warmup_steps")
 COLUMNS = {"model.norm_position": "norm_position", "opt.name": "optimizer",
@@ -49,11 +52,12 @@ def gather(root: str, runs: list[Run]) -> list[dict]:
     row.update({column: run.setting(key) for key, column in COLUMNS.items()})
     row.update({key: _plain(run.setting(key)) for key in extra_keys})
     loss, baseline = summary.get("eval_loss"), summary.get("unigram_baseline")
+    below = (baseline - loss) if loss is not None and baseline is not None else None
+    judged = row["state"] == COMPLETED and below is not None
     row.update(
         step=summary.get("step"), eval_loss=loss, unigram_baseline=baseline,
-        below_baseline=(baseline - loss) if loss is not None and baseline is not None else None,
-        stuck=(row["state"] == COMPLETED and loss is not None and baseline is not None
-               and loss > baseline - STUCK_NATS),
+        below_baseline=below, stuck=judged and abs(below) <= STUCK_NATS,
+        above_baseline=judged and below < -STUCK_NATS,
         eval_bleu=summary.get("eval_bleu"), best_eval_bleu=summary.get("best_eval_bleu"),
         last_finite_train_loss=summary.get("last_finite_train_loss"),
         wall_seconds=summary.get("wall_seconds"),
@@ -86,7 +90,7 @@ def metric(rows: list[dict]) -> tuple[str, str, bool]:
 
 def cell_state(row: dict) -> str:
   if row["state"] == COMPLETED:
-    return STUCK if row["stuck"] else OK
+    return STUCK if row["stuck"] else ABOVE if row["above_baseline"] else OK
   return row["state"]
 
 
@@ -190,7 +194,7 @@ def markdown(rows: list[dict], maps: list[StabilityMap], *, title: str, command:
   if command:
     lines += [f"Command: `{command}`", ""]
   lines += [f"{len(rows)} runs: " + ", ".join(
-      f"{n} {'completed' if s == OK else 'stuck at the unigram baseline' if s == STUCK else s}"
+      f"{n} {DESCRIPTIONS.get(s, s)}"
       for s, n in counts.items()) + ".", ""]
   lines += [*notes, ""] if notes else []
   extra = [k for k in rows[0] if "." in k]  # Override keys beyond the standard columns.
@@ -198,7 +202,8 @@ def markdown(rows: list[dict], maps: list[StabilityMap], *, title: str, command:
             "held-out loss", "below unigram", "BLEU (best)", "minutes"]
   lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
   for r in rows:
-    state = r["state"] + (", stuck at baseline" if r["stuck"] else "")
+    state = r["state"] + (f", {DESCRIPTIONS[cell_state(r)]}" if cell_state(r) in (STUCK, ABOVE)
+                          else "")
     if r["state"] == FAILED and r["error"]:
       state += f" (exit {r['exit_code']}: {r['error'][:80]})"
     bleu = (f"{_fmt(r['eval_bleu'], '.2f')} ({_fmt(r['best_eval_bleu'], '.2f')})"
@@ -212,7 +217,8 @@ def markdown(rows: list[dict], maps: list[StabilityMap], *, title: str, command:
   baselines = {round(r["unigram_baseline"], 4) for r in rows if r["unigram_baseline"]}
   if baselines:
     lines += ["", f"Unigram baseline: {', '.join(map(str, sorted(baselines)))} nats. A run is "
-              f"*stuck* when its final held-out loss is not more than {STUCK_NATS} nats below it."]
+              f"*stuck* when its final held-out loss is within {STUCK_NATS} nats of it, "
+              f"*above* it when more than {STUCK_NATS} nats worse."]
   lines += ["", f"## Stability maps: {label} over peak learning rate × warm-up steps", ""]
   for m in maps:
     lines += [f"**{m.panel}**", "",
@@ -229,7 +235,7 @@ def markdown(rows: list[dict], maps: list[StabilityMap], *, title: str, command:
 # ---------------------------------------------------------------------------------------
 # Plots.
 
-STATE_COLORS = {DIVERGED: "#d62728", STUCK: "#9e9e9e", FAILED: "#222222",
+STATE_COLORS = {DIVERGED: "#d62728", STUCK: "#9e9e9e", ABOVE: "#c7c7c7", FAILED: "#222222",
                 INTERRUPTED: "#ffffff", RUNNING: "#ffffff", PENDING: "#ffffff"}
 
 
@@ -267,7 +273,7 @@ def plot_stability_maps(path: str, maps: list[StabilityMap], rows: list[dict]) -
       x, y = m.learning_rates.index(lr), m.warmups.index(w)
       if cell.state != OK:
         ax.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, facecolor=STATE_COLORS[cell.state],
-                               hatch="//" if cell.state == STUCK else None,
+                               hatch={STUCK: "//", ABOVE: "xx"}.get(cell.state),
                                edgecolor="#555555", linewidth=0.5))
       ax.text(x, y, cell.label().replace(" ", "\n", 1), ha="center", va="center", fontsize=7,
               color=_text_color(cell, vmin, vmax, lower_better))
@@ -280,8 +286,8 @@ def plot_stability_maps(path: str, maps: list[StabilityMap], rows: list[dict]) -
     ax.axis("off")
   if image is not None and values:
     fig.colorbar(image, ax=axes.ravel().tolist(), label=label, shrink=0.8)
-  fig.suptitle(f"{label}: red diverged, grey hatched stuck at the unigram baseline "
-               f"(not {STUCK_NATS} nats below it), black failed, white unfinished", fontsize=9)
+  fig.suptitle(f"{label}: red diverged, black failed, white unfinished; grey // stuck within "
+               f"{STUCK_NATS} nats of the unigram baseline, grey xx above it", fontsize=9)
   fig.savefig(path, dpi=120)
   plt.close(fig)
 
@@ -313,7 +319,8 @@ def plot_loss_curves(path: str, runs: list[Run], rows: list[dict]) -> None:
       label = f"{run.name} ({cell_state(row)})"
       line = None
       if train:
-        (line,) = ax.plot(*zip(*train), linewidth=1, label=label)
+        (line,) = ax.plot(*zip(*train), linewidth=1, label=label,
+                          marker="." if len(train) == 1 else None)
       if held:
         ax.plot(*zip(*held), "o", markersize=3, color=line.get_color() if line else None,
                 label=None if line else label)
