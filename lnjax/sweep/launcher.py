@@ -227,7 +227,8 @@ class Launcher:
     """`python -m lnjax.main --config=... --workdir=... --config.k=v ...` of one run."""
     return [sys.executable, "-m", "lnjax.main", f"--config={self.config_arg}",
             f"--workdir={os.path.abspath(self.workdir(run))}",
-            *[f"--config.{k}={flag_value(v)}" for k, v in {**self.fixed, **run.overrides}.items()]]
+            *[f"--config.{k}={flag_value(v)}"
+              for k, v in {**self.fixed, **run.overrides}.items()]]
 
   # ---- The manifest: ROOT/sweep.json, the launcher's record of every run it handled.
 
@@ -427,7 +428,8 @@ class ProgressView:
       self._drawn_lines, self._last_draw = len(lines), now
       if force_table:
         self._drawn_lines = 0  # The final table stays.
-    elif not self.tty and (force_table or now - self._last_table >= self.launcher.table_every_seconds):
+    elif not self.tty and (
+        force_table or now - self._last_table >= self.launcher.table_every_seconds):
       print("\n".join(self.lines()), file=self.out, flush=True)
       self._last_table = now
 
@@ -462,6 +464,7 @@ class ProgressView:
         where = entry.get("error") or ""
       else:
         where = ""
-      lines.append(f"  {run.name:<{width}}  {state:<11} {step:>7}/{run.setting('train.num_steps'):<7}"
+      total = run.setting("train.num_steps")
+      lines.append(f"  {run.name:<{width}}  {state:<11} {step:>7}/{total:<7}"
                    f" {loss}  {held}  {where}".rstrip())
     return lines

@@ -258,9 +258,10 @@ def plot_stability_maps(path: str, maps: list[StabilityMap], rows: list[dict]) -
   cmap = plt.get_cmap("viridis_r" if lower_better else "viridis")
   cols = min(len(maps), 3)
   nrows = math.ceil(len(maps) / cols)
+  width = max(4.5, 1.3 * max(len(m.learning_rates) for m in maps) + 2)
+  height = 0.7 * max(len(m.warmups) for m in maps) + 2
   fig, axes = plt.subplots(nrows, cols, squeeze=False, layout="constrained",
-                           figsize=(max(4.5, 1.3 * max(len(m.learning_rates) for m in maps) + 2) * cols,
-                                    (0.7 * max(len(m.warmups) for m in maps) + 2) * nrows))
+                           figsize=(width * cols, height * nrows))
   image = None
   for ax, m in zip(axes.flat, maps):
     grid = np.full((len(m.warmups), len(m.learning_rates)), np.nan)
