@@ -118,9 +118,14 @@ def _common(task: str) -> ml_collections.ConfigDict:
   m.num_heads = 4  # H
   m.d_ff = 512  # F
   m.max_len = 256  # Longest sequence (>= data.seq_len).
-  m.norm_position = "pre"  # post: LN(x + F(x)) | pre: x + F(LN(x)), with a final LN.
-  m.norm_kind = "layernorm"  # layernorm | rmsnorm
+  m.norm_position = "pre"  # post: LN(x + F(x)) | pre: x + F(LN(x)), with a final LN |
+  # sandwich | peri | deepnorm | normformer | resi_dual | admin | mix | b2t (README table).
+  m.norm_kind = "layernorm"  # layernorm | rmsnorm | scalenorm
   m.norm_eps = 1e-5
+  m.qk_norm = False  # LayerNorm on each head's queries and keys (ViT-22B).
+  m.mix_post_fraction = 0.25  # Mix-LN: the first ⌊αL⌋ layers Post-LN, the rest Pre-LN.
+  m.deepnorm_alpha = 0.0  # DeepNorm's residual scale α; 0 = the paper's for the depth.
+  m.deepnorm_beta = 0.0  # DeepNorm's init gain β on V, W^O, FFN; 0 = the paper's.
   m.dropout_rate = 0.1  # On sub-layer outputs and the embedding.
   m.attention_dropout_rate = 0.0  # On attention probabilities.
   m.activation = "relu"  # relu | gelu

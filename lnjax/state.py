@@ -11,7 +11,7 @@ import optax
 from jax.sharding import Mesh
 
 from lnjax import optim, sharding, tasks
-from lnjax.models import ModelConfig
+from lnjax.models import ModelConfig, init_params
 
 
 @flax.struct.dataclass
@@ -41,7 +41,8 @@ def make_setup(model_cfg: ModelConfig, opt_cfg: optim.OptConfig, num_steps: int,
 
 def _init_boxed(setup: Setup, seed: int) -> TrainState:
   """Parameters still boxed with their logical axis names (nn.Partitioned)."""
-  params = setup.model.init(jax.random.key(seed), *setup.task.example_inputs())["params"]
+  params = init_params(setup.model, jax.random.key(seed), *setup.task.example_inputs(),
+                       random_inputs=setup.task.random_inputs)
   return TrainState(step=jnp.zeros((), jnp.int32), params=params,
                     opt_state=setup.tx.init(params))
 

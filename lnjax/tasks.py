@@ -12,6 +12,7 @@ import functools
 from typing import Any, Callable
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 
 from lnjax import data as data_lib
@@ -43,6 +44,9 @@ class Task:
   # (model outputs, batch, label_smoothing) -> (objective sum, NLL sum, count): the step
   # minimizes objective sum / count and reports NLL sum / count as the loss.
   loss: Callable[..., tuple] = token_cross_entropy
+  # (key, vocab_size) -> a batch of random model inputs for a data-dependent init (Admin's
+  # profiling pass, models.init_params); None: the example inputs.
+  random_inputs: Callable[[jax.Array, int], tuple] | None = None
 
 
 LANGUAGE_MODELING = Task(
@@ -51,6 +55,7 @@ LANGUAGE_MODELING = Task(
     make_model=TransformerLM,
     example_inputs=lambda: (jnp.zeros((1, 8), jnp.int32),),
     model_inputs=lambda batch: (batch["inputs"],),
+    random_inputs=lambda key, vocab: (jax.random.randint(key, (32, 8), 1, vocab),),
     make_data=lambda cfg, seed, process_index, process_count, batch_multiple:
         data_lib.make_lm_data(cfg, seed, process_index, process_count),
 )
@@ -74,6 +79,8 @@ TRANSLATION = Task(
     make_model=EncoderDecoder,
     example_inputs=lambda: (jnp.ones((1, 8), jnp.int32), jnp.ones((1, 8), jnp.int32)),
     model_inputs=lambda batch: (batch["inputs"], batch["decoder_inputs"]),
+    random_inputs=lambda key, vocab: tuple(jax.random.randint(k, (32, 8), 1, vocab)
+                                           for k in jax.random.split(key)),
     make_data=data_lib.make_mt_data,
     sections={"decode": evaluate.DecodeConfig},
     extra_eval=_bleu_eval,

@@ -57,7 +57,7 @@ def norm_inputs(setup, params, batch, *, num_tokens: int = 8):
   def interceptor(next_fun, args, kwargs, context):
     out = next_fun(*args, **kwargs)
     module = context.module
-    if context.method_name == "__call__" and isinstance(module, (norms.LayerNorm, norms.RMSNorm)):
+    if context.method_name == "__call__" and isinstance(module, tuple(norms.NORMS.values())):
       records["/".join(module.path)] = (module, args[0], out)
     return out
 
@@ -67,13 +67,15 @@ def norm_inputs(setup, params, batch, *, num_tokens: int = 8):
   result = {}
   for path, (module, x, y) in records.items():
     x, y = np.asarray(x, np.float32), np.asarray(y, np.float32)
+    if x.ndim == 4:  # A QK-norm's per-head q or k, [B, H, T, d_h]: to [B, T, H, d_h].
+      x, y = x.transpose(0, 2, 1, 3), y.transpose(0, 2, 1, 3)
     d = x.shape[-1]
     # Real tokens: the encoder's are the source's, everything else follows the targets.
     if path.startswith("encoder/"):
       mask = src_mask
     else:
       mask = weights > 0 if x.shape[:2] == weights.shape else np.ones(x.shape[:2], bool)
-    xs, ys = x[mask], y[mask]
+    xs, ys = x[mask].reshape(-1, d), y[mask].reshape(-1, d)
     scope_params = _params_at(params, path)
     unbound = type(module)(eps=module.eps, dtype=module.dtype)
     fn = lambda v, m=unbound, p=scope_params: m.apply({"params": p}, v[None])[0]

@@ -3,4 +3,4 @@
 from lnjax.models.config import ModelConfig
 from lnjax.models.placement import NORM_POSITIONS
 from lnjax.models.transformer import (Block, Decoder, Encoder, EncoderDecoder, TransformerLM,
-                                      count_params)
+                                      count_params, init_params)

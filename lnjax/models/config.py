@@ -3,9 +3,9 @@
 import dataclasses
 
 from lnjax import errors
-from lnjax.models import placement
+from lnjax.models import norms, placement
 
-NORM_KINDS = ("layernorm", "rmsnorm")
+NORM_KINDS = norms.NORM_KINDS
 POS_EMBS = ("learned", "sinusoidal")
 ACTIVATIONS = ("relu", "gelu")
 DTYPES = ("float32", "bfloat16")
@@ -22,8 +22,12 @@ class ModelConfig:
   d_ff: int = 512  # F
   max_len: int = 512  # Longest sequence the position embedding covers.
   norm_position: str = "pre"  # Where the norm goes: see placement.NORM_POSITIONS.
-  norm_kind: str = "layernorm"  # layernorm | rmsnorm
+  norm_kind: str = "layernorm"  # layernorm | rmsnorm | scalenorm
   norm_eps: float = 1e-5
+  qk_norm: bool = False  # LayerNorm on each head's q and k (ViT-22B).
+  mix_post_fraction: float = 0.25  # Mix-LN: α; the first ⌊αL⌋ layers are Post-LN.
+  deepnorm_alpha: float = 0.0  # DeepNorm's α and β; 0 = the paper's for the depth
+  deepnorm_beta: float = 0.0  # (placement.deepnorm_role_constants).
   dropout_rate: float = 0.1  # On sub-layer outputs and embeddings.
   attention_dropout_rate: float = 0.0  # On attention probabilities.
   activation: str = "relu"  # FFN non-linearity: relu (paper) | gelu.
@@ -53,18 +57,25 @@ class ModelConfig:
     errors.check_range(
         "model.attention_dropout_rate", self.attention_dropout_rate, low=0.0, high=1.0, high_open=True)
     errors.check_range("model.norm_eps", self.norm_eps, low=0.0, low_open=True)
+    errors.check_choice("model.qk_norm", self.qk_norm, (False, True))
+    errors.check_range("model.mix_post_fraction", self.mix_post_fraction, low=0.0, high=1.0)
+    for key in ("deepnorm_alpha", "deepnorm_beta"):
+      errors.check_range(f"model.{key}", getattr(self, key), low=0.0)
     if self.d_model % self.num_heads:
       raise errors.ConfigError(
           f"model.d_model={self.d_model} must be divisible by model.num_heads={self.num_heads}")
 
   def stack(self, which: str) -> "ModelConfig":
     """This config as the `encoder` or `decoder` stack sees it (its own norm placement and
-    depth)."""
+    depth; DeepNorm's α and β for an N+M encoder-decoder)."""
     position = getattr(self, f"{which}_norm_position") or self.norm_position
-    layers = self.num_decoder_layers or self.num_layers if which == "decoder" else self.num_layers
-    return dataclasses.replace(self, norm_position=position, num_layers=layers,
+    n, m = self.num_layers, self.num_decoder_layers or self.num_layers
+    alpha, beta = placement.deepnorm_role_constants(which, n, m)
+    return dataclasses.replace(self, norm_position=position,
+                               num_layers=m if which == "decoder" else n,
                                encoder_norm_position="", decoder_norm_position="",
-                               num_decoder_layers=0)
+                               num_decoder_layers=0, deepnorm_alpha=self.deepnorm_alpha or alpha,
+                               deepnorm_beta=self.deepnorm_beta or beta)
 
   @property
   def head_dim(self) -> int:

@@ -101,13 +101,27 @@ def causal_attention(q_BxHxTxK, k_BxHxTxK, v_BxHxTxK, bias_BxHxTxT, min_len: int
 
 
 class Attention(nn.Module):
-  """Multi-head attention softmax(q kᵀ/√d_h + bias) v; self-attention when kv is x."""
+  """Multi-head attention softmax(q kᵀ/√d_h + bias) v; self-attention when kv is x.
+
+  Options the norm placements use (lnjax/models/placement.py), all off by default:
+    qk_norm     a norm factory (name -> module): each head's q and k normalized over d_h
+                before q kᵀ/√d_h (ViT-22B's QK-LayerNorm, Dehghani et al. 2023,
+                arXiv 2302.05442), one gain (and bias) of width d_h shared by the heads
+    head_scale  NormFormer's HeadScaleMHA (Shleifer et al. 2021, arXiv 2110.09456, eq. 2):
+                Concat(γ_1 h_1, ..., γ_H h_H) W^O, γ learned per head, init 1
+    qk_init, vo_init  kernel initializers of the query/key and value/out projections
+                (DeepNorm's β-scaled Xavier-normal on V and W^O)
+  """
 
   num_heads: int
   use_bias: bool = True
   dropout_rate: float = 0.0
   dtype: jnp.dtype = jnp.float32
   causal: bool = False  # bias masks every key after its query (skips those blocks).
+  qk_norm: Callable | None = None
+  head_scale: bool = False
+  qk_init: Callable = xavier_uniform
+  vo_init: Callable = xavier_uniform
 
   @nn.compact
   def __call__(self, x_BxTxD, kv_BxSxD, bias_BxHxTxS, deterministic: bool, decode: bool = False):
@@ -117,14 +131,17 @@ class Attention(nn.Module):
     b, t, d = x_BxTxD.shape
     s = kv_BxSxD.shape[1]
     h = self.num_heads
-    dense = lambda name, axes: Dense(d, axes, self.use_bias, dtype=self.dtype, name=name)
+    dense = lambda name, axes, init: Dense(d, axes, self.use_bias, init, self.dtype, name=name)
 
     def heads(y_BxSxD, length):  # -> [B, H, S, d_h]
       return y_BxSxD.reshape(b, length, h, d // h).transpose(0, 2, 1, 3)
 
-    q_BxHxTxK = heads(dense("query", ("embed", "heads"))(x_BxTxD), t)
-    k_BxHxSxK = heads(dense("key", ("embed", "heads"))(kv_BxSxD), s)
-    v_BxHxSxK = heads(dense("value", ("embed", "heads"))(kv_BxSxD), s)
+    q_BxHxTxK = heads(dense("query", ("embed", "heads"), self.qk_init)(x_BxTxD), t)
+    k_BxHxSxK = heads(dense("key", ("embed", "heads"), self.qk_init)(kv_BxSxD), s)
+    v_BxHxSxK = heads(dense("value", ("embed", "heads"), self.vo_init)(kv_BxSxD), s)
+    if self.qk_norm is not None:
+      q_BxHxTxK = self.qk_norm(name="query_norm")(q_BxHxTxK)
+      k_BxHxSxK = self.qk_norm(name="key_norm")(k_BxHxSxK)
     if decode:
       k_BxHxSxK, v_BxHxSxK, bias_BxHxTxS = self._cached(k_BxHxSxK, v_BxHxSxK, bias_BxHxTxS)
     q_BxHxTxK = q_BxHxTxK * (d // h) ** -0.5
@@ -136,8 +153,11 @@ class Attention(nn.Module):
       probs_BxHxTxS = _attention_probs(q_BxHxTxK, k_BxHxSxK, bias_BxHxTxS)
       probs_BxHxTxS = nn.Dropout(self.dropout_rate)(probs_BxHxTxS, deterministic=False)
       out_BxHxTxK = jnp.einsum("bhts,bhsk->bhtk", probs_BxHxTxS, v_BxHxSxK)
+    if self.head_scale:
+      gamma_H = param(self, "head_scale", nn.initializers.ones, (h,), ("norm",))
+      out_BxHxTxK = out_BxHxTxK * gamma_H.astype(self.dtype)[None, :, None, None]
     out_BxTxD = out_BxHxTxK.transpose(0, 2, 1, 3).reshape(b, t, d)
-    return dense("out", ("heads", "embed"))(out_BxTxD)
+    return dense("out", ("heads", "embed"), self.vo_init)(out_BxTxD)
 
   def _cached(self, k_BxHx1xK, v_BxHx1xK, bias):
     initialized = self.has_variable("cache", "cached_key")
@@ -156,20 +176,27 @@ class Attention(nn.Module):
 
 
 class Mlp(nn.Module):
-  """FFN(x) = act(x W¹ + b¹) W² + b²; the paper's W¹ is 'wi', W² is 'wo'."""
+  """FFN(x) = act(x W¹ + b¹) W² + b²; the paper's W¹ is 'wi', W² is 'wo'.
+
+  `mid_norm` (a norm factory, name -> module) normalizes the F-wide hidden layer,
+  W² N(act(x W¹ + b¹)) + b²: NormFormer's FFN LayerNorm (Shleifer et al. 2021)."""
 
   d_ff: int
   activation: str = "relu"
   use_bias: bool = True
   dtype: jnp.dtype = jnp.float32
+  mid_norm: Callable | None = None
+  kernel_init: Callable = xavier_uniform
 
   @nn.compact
   def __call__(self, x_BxTxD):
     act = {"relu": nn.relu, "gelu": nn.gelu}[self.activation]
-    h_BxTxF = act(Dense(self.d_ff, ("embed", "mlp"), self.use_bias, dtype=self.dtype,
-                        name="wi")(x_BxTxD))
-    return Dense(x_BxTxD.shape[-1], ("mlp", "embed"), self.use_bias, dtype=self.dtype,
-                 name="wo")(h_BxTxF)
+    h_BxTxF = act(Dense(self.d_ff, ("embed", "mlp"), self.use_bias, self.kernel_init,
+                        self.dtype, name="wi")(x_BxTxD))
+    if self.mid_norm is not None:
+      h_BxTxF = self.mid_norm(name="mid_norm")(h_BxTxF)
+    return Dense(x_BxTxD.shape[-1], ("mlp", "embed"), self.use_bias, self.kernel_init,
+                 self.dtype, name="wo")(h_BxTxF)
 
 
 def causal_bias(t: int) -> jax.Array:

@@ -45,10 +45,28 @@ class RMSNorm(nn.Module):
     return (x * jnp.reciprocal(jnp.sqrt(ms + self.eps)) * g_D).astype(self.dtype)
 
 
+class ScaleNorm(nn.Module):
+  """ScaleNorm(x) = g · x / max(‖x‖, ε)  (Nguyen & Salazar, arXiv 1910.05895): one scalar
+  gain g, initialized to √D (so that the output has ‖y‖²/D = 1 at init, as LN's)."""
+
+  eps: float = 1e-5
+  dtype: jnp.dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x_BxTxD):
+    d = x_BxTxD.shape[-1]
+    g = layers.param(self, "scale", nn.initializers.constant(d**0.5), (), ())
+    x = x_BxTxD.astype(jnp.float32)
+    norm = jnp.sqrt(jnp.sum(x * x, -1, keepdims=True))
+    return (x * (g / jnp.maximum(norm, self.eps))).astype(self.dtype)
+
+
+NORMS = {"layernorm": LayerNorm, "rmsnorm": RMSNorm, "scalenorm": ScaleNorm}
+NORM_KINDS = tuple(NORMS)
+
+
 def make_norm(kind: str, eps: float, dtype, name: str) -> nn.Module:
   """One norm of `kind`; the valid kinds are checked by ModelConfig."""
-  if kind == "layernorm":
-    return LayerNorm(eps=eps, dtype=dtype, name=name)
-  if kind == "rmsnorm":
-    return RMSNorm(eps=eps, dtype=dtype, name=name)
-  raise ValueError(f"model.norm_kind={kind!r} is not one of: layernorm, rmsnorm")
+  if kind not in NORMS:
+    raise ValueError(f"model.norm_kind={kind!r} is not one of: {', '.join(NORM_KINDS)}")
+  return NORMS[kind](eps=eps, dtype=dtype, name=name)

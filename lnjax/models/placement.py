@@ -1,57 +1,231 @@
 """Where the norm goes: the one place that knows each `norm_position`.
 
 A Transformer layer is a chain of sub-layers F (self-attention, cross-attention, FFN),
-each wrapped in a residual connection. The placements differ only in where the norm
-sits around that connection, so each one is a single branch of `residual` below, with
-its formula beside it (Xiong et al. 2020, §3.1 and Fig. 1):
+each wrapped in a residual connection. The placements differ only in where the norm N
+(`model.norm_kind`) sits around that connection, so each one is a single branch of
+`residual` below (B2T, whose skip spans a whole layer, a branch of `layer`), with its
+formula beside it:
 
-  post:  x_{l+1} = LN(x_l + F(x_l))          original Transformer, BERT
-  pre:   x_{l+1} = x_l + F(LN(x_l)),  plus one LN on the final output
+  post        x ← N(x + F(x))                          Vaswani et al. 2017; Xiong et al. 2020
+  pre         x ← x + F(N(x)); final N                 Xiong et al. 2020, arXiv 2002.04745
+  sandwich    x ← x + N_out(F(N_in(x))); final N       CogView, arXiv 2105.13290
+  peri        sandwich's block, plus N on the embedding  Peri-LN, arXiv 2502.02732
+  deepnorm    x ← N(α·x + F(x)), β-scaled init         DeepNet, arXiv 2203.00555
+  admin       x ← N(ω ⊙ x + F(x)), ω profiled at init  Admin, arXiv 2004.08249
+  normformer  attention x ← x + N_a(HeadScaleMHA(N(x))); FFN x ← x + W²N_f(act(W¹N(x)));
+              final N                                  NormFormer, arXiv 2110.09456
+  resi_dual   x ← N(x + F(x)), d ← d + F(x), d_0 = x_0; output x_L + N(d_L)
+                                                       ResiDual, arXiv 2304.14802
+  mix         post in layers l < ⌊αL⌋, pre after; final N   Mix-LN, arXiv 2412.13795
+  b2t         post, plus the layer input added inside the layer's last N
+                                                       B2T, arXiv 2206.00330
 
-`begin` turns the embedding into the residual stream, `residual` advances it by one
-sub-layer, and `end` turns it into what the output projection reads. Placements that
-carry more than one stream (ResiDual) or scale the shortcut (DeepNorm, Admin) add a
-branch to each of these three functions and nothing anywhere else.
+`begin` turns the embedding into the residual stream, `layer` and `residual` advance it,
+and `end` turns it into what the output projection (or the decoder) reads. What a
+placement changes inside the sub-layers (NormFormer's head scales and FFN norm,
+DeepNorm's initialization, the optional QK-norm) is `sublayer_options`; Admin's profiling
+pass at init is `admin_profile`.
 """
 
-from typing import Callable
+import functools
+import math
+from typing import Callable, Sequence
 
+import flax.linen as nn
 import jax
+import jax.numpy as jnp
 
-from lnjax.models import norms
+from lnjax.models import layers, norms
 
-NORM_POSITIONS = ("post", "pre")
+NORM_POSITIONS = ("post", "pre", "sandwich", "peri", "deepnorm", "normformer", "resi_dual",
+                  "admin", "mix", "b2t")
+
+
+def _norm(cfg, name: str) -> nn.Module:
+  return norms.make_norm(cfg.norm_kind, cfg.norm_eps, cfg.dtype, name)
+
+
+def _unknown(cfg):
+  return ValueError(f"model.norm_position={cfg.norm_position!r} is not one of: "
+                    f"{', '.join(NORM_POSITIONS)}")
 
 
 def begin(cfg, x_BxTxD: jax.Array):
   """The residual stream entering layer 0."""
+  if cfg.norm_position == "resi_dual":
+    return x_BxTxD, x_BxTxD  # (x_0, d_0 = x_0): the Post-LN stream and the sum of F's.
+  if cfg.norm_position == "peri":
+    # Peri-LN also normalizes the embedding (REFERENCE §7 marks this unconfirmed).
+    return _norm(cfg, "embed_norm")(x_BxTxD)
   return x_BxTxD
 
 
-def residual(cfg, name: str, stream, sublayer: Callable, dropout: Callable):
-  """Advances the stream by one sub-layer F = `sublayer`, with `dropout` on F's output.
+def layer(cfg, index: int, stream, sublayers: Sequence[tuple[str, Callable]],
+          dropout: Callable):
+  """Layer `index` of its stack: the sub-layers [(name, F), ...] in order (self-attention,
+  [cross-attention], FFN), with `dropout` on each F's output.
 
-  Must be called inside a Flax module's compact method: the norms it makes become
-  that module's children, named `{name}_norm`.
+  Must be called inside a Flax module's compact method: the norms become that module's
+  children, named `{name}_norm` (and `{name}_out_norm`, `{name}_shortcut`).
   """
-  norm = lambda suffix: norms.make_norm(cfg.norm_kind, cfg.norm_eps, cfg.dtype, f"{name}_{suffix}")
+  if cfg.norm_position == "b2t":
+    # B2T (Takase et al. 2022, eq. 4-5): Post-LN sub-layers h = N(x + F(x)), except that
+    # the last one also adds the layer input x_in: y = N(x_in + h + F(h)).
+    x_in = x = stream
+    for name, sublayer in sublayers[:-1]:
+      x = _norm(cfg, f"{name}_norm")(x + dropout(sublayer(x)))
+    name, sublayer = sublayers[-1]
+    return _norm(cfg, f"{name}_norm")(x_in + x + dropout(sublayer(x)))
+  for name, sublayer in sublayers:
+    stream = residual(cfg, index, name, stream, sublayer, dropout)
+  return stream
+
+
+def residual(cfg, index: int, name: str, stream, sublayer: Callable, dropout: Callable):
+  """Advances the stream by one sub-layer F = `sublayer` of layer `index`."""
+  norm = lambda suffix: _norm(cfg, f"{name}_{suffix}")
+  position = cfg.norm_position
+  if position == "mix":  # Mix-LN (Li et al. 2024): Post-LN in the first ⌊αL⌋ layers.
+    position = "post" if index < mix_post_layers(cfg) else "pre"
   x = stream
-  if cfg.norm_position == "post":
+  if position == "post":
     return norm("norm")(x + dropout(sublayer(x)))  # x = LN(x + F(x))
-  if cfg.norm_position == "pre":
+  if position == "pre":
     return x + dropout(sublayer(norm("norm")(x)))  # x = x + F(LN(x))
-  raise ValueError(f"model.norm_position={cfg.norm_position!r} is not one of: "
-                   f"{', '.join(NORM_POSITIONS)}")
+  if position in ("sandwich", "peri"):
+    return x + dropout(norm("out_norm")(sublayer(norm("norm")(x))))  # x + N_out(F(N_in(x)))
+  if position == "normformer":  # Attention: x + N_a(HeadScaleMHA(N(x))); FFN: x + F(N(x)),
+    y = sublayer(norm("norm")(x))  # with N_f inside F (sublayer_options).
+    return x + dropout(y if name == "ffn" else norm("out_norm")(y))
+  if position == "deepnorm":
+    alpha, _ = deepnorm_constants(cfg)
+    return norm("norm")(alpha * x + dropout(sublayer(x)))  # x = LN(α·x + F(x))
+  if position == "admin":
+    return norm("norm")(AdminShortcut(name=f"{name}_shortcut")(x, dropout(sublayer(x))))
+  if position == "resi_dual":
+    x, d = stream
+    f = dropout(sublayer(x))
+    return norm("norm")(x + f), d + f  # x = LN(x + F(x)); d = d + F(x)
+  raise _unknown(cfg)
 
 
 def end(cfg, stream, name: str = "final_norm") -> jax.Array:
   """The stream after the last layer, as the output projection (or decoder) reads it."""
   x = stream
-  if cfg.norm_position == "post":
+  if cfg.norm_position in ("post", "deepnorm", "admin", "b2t"):
     return x  # Every sub-layer already ended in a norm.
-  if cfg.norm_position == "pre":
+  if cfg.norm_position in ("pre", "sandwich", "peri", "normformer", "mix"):
     # Pre-LN's stream is a sum of un-normalized sub-layer outputs; without this final
     # LN its scale grows with depth (REFERENCE §1: a common bug in public code).
-    return norms.make_norm(cfg.norm_kind, cfg.norm_eps, cfg.dtype, name)(x)
-  raise ValueError(f"model.norm_position={cfg.norm_position!r} is not one of: "
-                   f"{', '.join(NORM_POSITIONS)}")
+    return _norm(cfg, name)(x)
+  if cfg.norm_position == "resi_dual":
+    x, d = stream
+    return x + _norm(cfg, name)(d)  # x_L + LN(d_L)
+  raise _unknown(cfg)
+
+
+# ---- Each placement's own constants and initialization. ---------------------------------
+
+def mix_post_layers(cfg) -> int:
+  """Mix-LN's number of Post-LN layers, ⌊αL⌋ (α = `mix_post_fraction`; 0.25 in the
+  official examples: 3 of 12, 6 of 24 layers)."""
+  return math.floor(cfg.mix_post_fraction * cfg.num_layers + 1e-9)
+
+
+def deepnorm_role_constants(role: str, n: int, m: int = 0) -> tuple[float, float]:
+  """DeepNorm's (α, β) for a stack (DeepNet, Wang et al. 2022, Table 1), N encoder and M
+  decoder layers:
+    decoder_only, depth M         α = (2M)^¼                β = (8M)^-¼
+    encoder_only, depth N         α = (2N)^¼                β = (8N)^-¼
+    encoder of an N+M enc-dec     α = 0.81·(N⁴M)^(1/16)     β = 0.87·(N⁴M)^(-1/16)
+    decoder of an N+M enc-dec     α = (3M)^¼                β = (12M)^-¼
+  The encoder's β uses the paper's 0.87; torchscale's code uses 1.15 instead.
+  """
+  if role in ("decoder_only", "encoder_only"):
+    return (2 * n) ** 0.25, (8 * n) ** -0.25
+  if role == "encoder":
+    return 0.81 * (n**4 * m) ** (1 / 16), 0.87 * (n**4 * m) ** (-1 / 16)
+  if role == "decoder":
+    return (3 * m) ** 0.25, (12 * m) ** -0.25
+  raise ValueError(f"DeepNorm role {role!r} is not one of: decoder_only, encoder_only, "
+                   "encoder, decoder")
+
+
+def deepnorm_constants(cfg) -> tuple[float, float]:
+  """(α, β) of this stack: the config's, where set (ModelConfig.stack sets the
+  encoder-decoder's), else the decoder-only values for its depth."""
+  alpha, beta = deepnorm_role_constants("decoder_only", cfg.num_layers)
+  return cfg.deepnorm_alpha or alpha, cfg.deepnorm_beta or beta
+
+
+def xavier_normal(gain: float) -> Callable:
+  """Xavier-normal with a gain: N(0, gain² · 2 / (fan_in + fan_out))."""
+  return nn.initializers.variance_scaling(gain**2, "fan_avg", "normal")
+
+
+def sublayer_options(cfg) -> tuple[dict, dict]:
+  """What the placement (and the QK-norm switch) changes inside the sub-layers: keyword
+  arguments of (layers.Attention, layers.Mlp); none for post and pre."""
+  attention, mlp = {}, {}
+  if cfg.qk_norm:  # ViT-22B (arXiv 2302.05442): LayerNorm on each head's q and k.
+    attention["qk_norm"] = functools.partial(norms.LayerNorm, eps=cfg.norm_eps,
+                                             dtype=cfg.dtype)
+  if cfg.norm_position == "normformer":  # NormFormer: head scales (init 1); N_f after act.
+    attention["head_scale"] = True
+    mlp["mid_norm"] = functools.partial(norms.NORMS[cfg.norm_kind], eps=cfg.norm_eps,
+                                        dtype=cfg.dtype)
+  if cfg.norm_position == "deepnorm":  # DeepNet Fig. 2: Xavier-normal, gain β on V, W^O
+    _, beta = deepnorm_constants(cfg)  # and the FFN, gain 1 on Q and K.
+    attention["qk_init"], attention["vo_init"] = xavier_normal(1.0), xavier_normal(beta)
+    mlp["kernel_init"] = xavier_normal(beta)
+  return attention, mlp
+
+
+class AdminShortcut(nn.Module):
+  """Admin's residual ω ⊙ x + F(x): ω a learned per-dimension vector, initialized to 1
+  by `init` and set by `admin_profile`."""
+
+  @nn.compact
+  def __call__(self, x_BxTxD, f_BxTxD):
+    omega_D = layers.param(self, "omega", nn.initializers.ones, (x_BxTxD.shape[-1],),
+                           ("norm",))
+    return omega_D.astype(x_BxTxD.dtype) * x_BxTxD + f_BxTxD
+
+
+def admin_profile(model: nn.Module, params, *inputs):
+  """Admin's profiling pass (Liu et al. 2020, §4.2; Transformer-Clinic's
+  'adaptive-profiling'): one deterministic forward pass on `inputs` in which each Admin
+  sub-layer i of a stack, in order, gets ω_i and then computes the next one:
+
+    ω_1 = 1,   ω_{i+1} = √(Var[ω_i · x_i] + Var[F_i(x_i)])
+
+  with the variances over every entry of the batch; the encoder's and the decoder's chains
+  are separate. Returns `params` (boxed or not) with every `omega` filled with its ω_i.
+  """
+  omegas, ratios = {}, {}
+
+  def interceptor(next_fun, args, kwargs, context):
+    if not isinstance(context.module, AdminShortcut) or context.method_name != "__call__":
+      return next_fun(*args, **kwargs)
+    x, f = args
+    path = context.module.path  # (..stack.., 'layer_i', '<sub-layer>_shortcut')
+    chain = path[:-2]
+    omega = ratios.get(chain, jnp.float32(1.0))
+    omegas[path] = omega
+    x32, f32 = x.astype(jnp.float32) * omega, f.astype(jnp.float32)
+    ratios[chain] = jnp.sqrt(jnp.var(x32) + jnp.var(f32))
+    return (x32 + f32).astype(x.dtype)
+
+  with nn.intercept_methods(interceptor):
+    model.apply({"params": params}, *inputs, deterministic=True)
+
+  def fill(path, leaf):
+    keys = tuple(k.key for k in path)
+    if keys[-1] != "omega" or keys[:-1] not in omegas:
+      return leaf
+    value = nn.unbox(leaf)
+    filled = jnp.full(value.shape, omegas[keys[:-1]], value.dtype)
+    return leaf.replace_boxed(filled) if isinstance(leaf, nn.meta.AxisMetadata) else filled
+
+  return jax.tree_util.tree_map_with_path(
+      fill, params, is_leaf=lambda x: isinstance(x, nn.meta.AxisMetadata))

@@ -13,34 +13,32 @@ from lnjax.models.config import ModelConfig
 
 class Block(nn.Module):
   """One Transformer layer: self-attention, optional cross-attention, FFN, each a residual
-  sub-layer placed by `placement.residual`.
+  sub-layer placed by `placement.layer`.
   """
 
   cfg: ModelConfig
   has_cross_attention: bool = False
   causal: bool = False  # Self-attention under a causal mask (LM, decoder).
+  index: int = 0  # Position in the stack (Mix-LN places layers by it).
 
   @nn.compact
   def __call__(self, stream, self_bias, encoded_BxSxD=None, cross_bias=None, *,
                deterministic: bool, decode: bool = False):
     cfg = self.cfg
     drop = lambda y: nn.Dropout(cfg.dropout_rate)(y, deterministic=deterministic)
+    attention_options, mlp_options = placement.sublayer_options(cfg)
     attention = lambda name, causal=False: layers.Attention(
-        cfg.num_heads, cfg.use_bias, cfg.attention_dropout_rate, cfg.dtype, causal, name=name)
+        cfg.num_heads, cfg.use_bias, cfg.attention_dropout_rate, cfg.dtype, causal, name=name,
+        **attention_options)
 
-    stream = placement.residual(
-        cfg, "self_attn", stream,
-        lambda h: attention("self_attn", self.causal)(h, h, self_bias, deterministic, decode),
-        drop)
+    sublayers = [("self_attn", lambda h: attention("self_attn", self.causal)(
+        h, h, self_bias, deterministic, decode))]
     if self.has_cross_attention:
-      stream = placement.residual(
-          cfg, "cross_attn", stream,
-          lambda h: attention("cross_attn")(h, encoded_BxSxD, cross_bias, deterministic), drop)
-    stream = placement.residual(
-        cfg, "ffn", stream,
-        lambda h: layers.Mlp(cfg.d_ff, cfg.activation, cfg.use_bias, cfg.dtype, name="ffn")(h),
-        drop)
-    return stream
+      sublayers.append(("cross_attn", lambda h: attention("cross_attn")(
+          h, encoded_BxSxD, cross_bias, deterministic)))
+    sublayers.append(("ffn", lambda h: layers.Mlp(
+        cfg.d_ff, cfg.activation, cfg.use_bias, cfg.dtype, name="ffn", **mlp_options)(h)))
+    return placement.layer(cfg, self.index, stream, sublayers, drop)
 
 
 class Embed(nn.Module):
@@ -84,7 +82,7 @@ def stack(cfg: ModelConfig, x_BxTxD, self_bias, encoded_BxSxD=None, cross_bias=N
   `self_bias` is a causal mask."""
   stream = placement.begin(cfg, x_BxTxD)
   for i in range(cfg.num_layers):
-    stream = Block(cfg, encoded_BxSxD is not None, causal, name=f"layer_{i}")(
+    stream = Block(cfg, encoded_BxSxD is not None, causal, i, name=f"layer_{i}")(
         stream, self_bias, encoded_BxSxD, cross_bias, deterministic=deterministic,
         decode=decode)
   return placement.end(cfg, stream, name=final_norm)
@@ -176,6 +174,21 @@ class EncoderDecoder(nn.Module):
              decode: bool = False):
     return self.decoder(tgt_in_BxT, encoded_BxSxD, src_BxS, deterministic=deterministic,
                         decode=decode)
+
+
+def init_params(model: nn.Module, key: jax.Array, *example_inputs, random_inputs=None):
+  """`model.init`'s parameters (boxed with their logical axes), then the data-dependent
+  init of the placements that have one: Admin's profiling pass (`placement.admin_profile`),
+  on `random_inputs(key, vocab_size)` (a batch of random tokens) or else the example
+  inputs, so that ω is part of the parameters (and of every checkpoint) from step 0."""
+  params = model.init(key, *example_inputs)["params"]
+  cfg = model.cfg
+  if "admin" in (cfg.norm_position, cfg.encoder_norm_position, cfg.decoder_norm_position):
+    inputs = example_inputs
+    if random_inputs is not None:
+      inputs = random_inputs(jax.random.fold_in(key, 1), cfg.vocab_size)
+    params = placement.admin_profile(model, params, *inputs)
+  return params
 
 
 def count_params(params) -> int:

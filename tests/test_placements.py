@@ -1,0 +1,370 @@
+"""The placement zoo (lnjax/models/placement.py): each variant's formula, constants and
+initialization, pinned on tiny models (REFERENCE §7), and each one training."""
+
+import dataclasses
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from lnjax import errors, state, tasks
+from lnjax.analysis import probes
+from lnjax.models import (NORM_POSITIONS, EncoderDecoder, ModelConfig, TransformerLM,
+                          init_params, layers, norms, placement)
+
+CFG = ModelConfig(vocab_size=24, num_layers=2, d_model=16, num_heads=2, d_ff=32, max_len=16,
+                  dropout_rate=0.0)
+TOKENS = jax.random.randint(jax.random.key(0), (2, 8), 1, CFG.vocab_size)
+
+
+def _cfg(**kw):
+  return dataclasses.replace(CFG, **kw)
+
+
+def _lm(**kw):
+  cfg = _cfg(**kw)
+  model = TransformerLM(cfg)
+  return cfg, model, nn.unbox(init_params(model, jax.random.key(1), TOKENS))
+
+
+def _acts(model, params, *inputs):
+  """{module path: its output} of one forward pass ('' = the whole model); a module called
+  twice (the shared embedding) gives a tuple."""
+  _, state = model.apply({"params": params}, *inputs, capture_intermediates=True,
+                         mutable=["intermediates"])
+  out = {}
+
+  def walk(node, prefix):
+    for k, v in node.items():
+      if k == "__call__":
+        out[prefix] = v[0] if len(v) == 1 else v
+      else:
+        walk(v, f"{prefix}/{k}" if prefix else k)
+
+  walk(state["intermediates"], "")
+  return {k: jax.tree.map(np.asarray, v) for k, v in out.items()}
+
+
+def _ln(x, eps=1e-5):
+  mu = x.mean(-1, keepdims=True)
+  return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + eps)
+
+
+def _logits_from(hidden, params):
+  return hidden @ np.asarray(params["logits"]["kernel"])
+
+
+# ---- Config refusals. ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("key, value, choices", [
+    ("norm_position", "middle", "post, pre, sandwich, peri, deepnorm, normformer, resi_dual, "
+                                "admin, mix, b2t"),
+    ("norm_kind", "batchnorm", "layernorm, rmsnorm, scalenorm"),
+])
+def test_unknown_placement_or_norm_is_one_line_config_error(key, value, choices):
+  with pytest.raises(errors.ConfigError) as e:
+    _cfg(**{key: value})
+  assert str(e.value) == f"model.{key}={value!r} is not one of: {choices}"
+
+
+def test_mix_fraction_is_checked():
+  with pytest.raises(errors.ConfigError, match="model.mix_post_fraction=1.5"):
+    _cfg(mix_post_fraction=1.5)
+
+
+# ---- Norms. -------------------------------------------------------------------------------
+
+def test_scalenorm_formula_and_init():
+  """ScaleNorm(x) = g · x / max(‖x‖, ε), one scalar g initialized to √D."""
+  x = jax.random.normal(jax.random.key(0), (3, 16)) * 3 + 1
+  x = x.at[2].set(1e-7)  # ‖x‖ < ε: divided by ε instead.
+  module = norms.ScaleNorm(eps=1e-5)
+  params = module.init(jax.random.key(0), x)["params"]
+  g = nn.unbox(params["scale"])
+  assert g.shape == () and float(g) == pytest.approx(4.0)  # √16
+  y = module.apply({"params": {"scale": jnp.float32(2.5)}}, x)
+  x = np.asarray(x)
+  expected = 2.5 * x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-5)
+  np.testing.assert_allclose(y, expected, rtol=1e-5)
+
+
+def test_qk_norm_normalizes_each_heads_queries_and_keys():
+  """With the QK-norm, q and k are LayerNormed over d_h per head: scaling the query or key
+  projection (weights and bias) leaves the output unchanged; without it, it does not."""
+  x = jax.random.normal(jax.random.key(2), (2, 5, 16))
+  bias = jnp.zeros((1, 1, 5, 5))
+  outs = {}
+  for qk_norm in (False, True):
+    cfg = _cfg(qk_norm=qk_norm)
+    options, _ = placement.sublayer_options(cfg)
+    attn = layers.Attention(4, **options)
+    params = nn.unbox(attn.init(jax.random.key(3), x, x, bias, True)["params"])
+    if qk_norm:
+      assert params["query_norm"]["scale"].shape == (4,)  # d_h, shared by the heads
+      assert params["key_norm"]["bias"].shape == (4,)
+    scaled = jax.tree.map(lambda a: a, params)
+    for name, c in (("query", 7.0), ("key", 3.0)):
+      scaled[name] = jax.tree.map(lambda a, c=c: a * c, params[name])
+    outs[qk_norm] = [attn.apply({"params": p}, x, x, bias, True) for p in (params, scaled)]
+  np.testing.assert_allclose(outs[True][0], outs[True][1], atol=1e-4)
+  assert np.abs(np.asarray(outs[False][0] - outs[False][1])).max() > 1e-2
+
+
+def test_qk_norm_in_a_model_and_its_analysis_records():
+  cfg, model, params = _lm(qk_norm=True, norm_kind="scalenorm")
+  setup = state.Setup(tasks.LANGUAGE_MODELING, model, tx=None, schedule=None)
+  batch = {"inputs": TOKENS, "weights": np.ones(TOKENS.shape), "targets": TOKENS}
+  records = probes.norm_inputs(setup, params, batch)
+  assert records["layer_0/self_attn/key_norm"]["d"] == cfg.head_dim
+  assert records["layer_0/self_attn/key_norm"]["tokens"].shape[1] == cfg.head_dim
+  assert records["final_norm"]["d"] == cfg.d_model  # ScaleNorms are recorded too
+  r = records["layer_0/self_attn/query_norm"]
+  np.testing.assert_allclose(jax.jit(r["fn"])(jnp.asarray(r["tokens"][0])).shape,
+                             (cfg.head_dim,))
+
+
+# ---- Sandwich, Peri, NormFormer: the norms around each sub-layer. ---------------------------
+
+@pytest.mark.parametrize("pos", ["sandwich", "peri"])
+def test_sandwich_and_peri_shape(pos):
+  """x ← x + N_out(F(N_in(x))): two norms per sub-layer, a final norm; Peri-LN also
+  normalizes the embedding."""
+  _, model, params = _lm(norm_position=pos)
+  for i in range(CFG.num_layers):
+    assert {k for k in params[f"layer_{i}"] if "norm" in k} == {
+        "self_attn_norm", "self_attn_out_norm", "ffn_norm", "ffn_out_norm"}
+  assert "final_norm" in params
+  assert ("embed_norm" in params) == (pos == "peri")
+  acts = _acts(model, params, TOKENS)
+  x0 = acts["embed_norm"] if pos == "peri" else acts["embed"]
+  if pos == "peri":
+    np.testing.assert_allclose(x0, _ln(acts["embed"]), atol=1e-5)
+  np.testing.assert_allclose(acts["layer_0/self_attn_out_norm"], _ln(acts["layer_0/self_attn"]),
+                             atol=1e-5)
+  np.testing.assert_allclose(acts["layer_0/self_attn_norm"], _ln(x0), atol=1e-5)
+  np.testing.assert_allclose(
+      acts["layer_0"], x0 + acts["layer_0/self_attn_out_norm"] + acts["layer_0/ffn_out_norm"],
+      atol=1e-5)
+  np.testing.assert_allclose(acts["final_norm"], _ln(acts["layer_1"]), atol=1e-5)
+
+
+def test_sandwich_decoder_has_two_norms_around_cross_attention():
+  cfg = _cfg(norm_position="sandwich")
+  model = EncoderDecoder(cfg)
+  params = nn.unbox(init_params(model, jax.random.key(0), TOKENS, TOKENS))
+  assert {"cross_attn_norm", "cross_attn_out_norm"} <= set(params["decoder"]["layer_0"])
+  assert "final_norm" in params["encoder"] and "final_norm" in params["decoder"]
+
+
+def test_normformer_head_scales_and_extra_norms():
+  """NormFormer: x + N_a(HeadScaleMHA(N(x))) and x + W²N_f(act(W¹N(x))); γ init 1."""
+  _, model, params = _lm(norm_position="normformer")
+  p = params["layer_0"]
+  np.testing.assert_array_equal(p["self_attn"]["head_scale"], np.ones(CFG.num_heads))
+  assert p["ffn"]["mid_norm"]["scale"].shape == (CFG.d_ff,)
+  assert "self_attn_out_norm" in p and "ffn_out_norm" not in p and "final_norm" in params
+  acts = _acts(model, params, TOKENS)
+  x1 = acts["embed"] + acts["layer_0/self_attn_out_norm"]
+  np.testing.assert_allclose(acts["layer_0/self_attn_out_norm"], _ln(acts["layer_0/self_attn"]),
+                             atol=1e-5)
+  np.testing.assert_allclose(acts["layer_0"], x1 + acts["layer_0/ffn"], atol=1e-5)
+  # The head scales multiply each head's output before W^O: zeroing head 0's scale equals
+  # zeroing the rows of W^O that read head 0.
+  k = CFG.head_dim
+  a = jax.tree.map(lambda v: v, params)
+  a["layer_0"]["self_attn"]["head_scale"] = jnp.array([0.0, 1.0])
+  b = jax.tree.map(lambda v: v, params)
+  b["layer_0"]["self_attn"]["out"]["kernel"] = p["self_attn"]["out"]["kernel"].at[:k].set(0.0)
+  np.testing.assert_allclose(model.apply({"params": a}, TOKENS),
+                             model.apply({"params": b}, TOKENS), atol=1e-5)
+
+
+# ---- DeepNorm. ----------------------------------------------------------------------------
+
+def test_deepnorm_constants():
+  """DeepNet Table 1 at N = 6 encoder and M = 18 decoder layers (encoder β: the paper's 0.87)."""
+  a, b = placement.deepnorm_role_constants("decoder_only", 18)
+  assert (a, b) == pytest.approx((36 ** 0.25, 144 ** -0.25))
+  assert (a, b) == pytest.approx((2.449490, 0.288675), abs=1e-6)
+  a, b = placement.deepnorm_role_constants("encoder", 6, 18)
+  assert (a, b) == pytest.approx((0.81 * (6**4 * 18) ** (1 / 16), 0.87 * (6**4 * 18) ** (-1 / 16)))
+  assert (a, b) == pytest.approx((1.518719, 0.464010), abs=1e-6)
+  a, b = placement.deepnorm_role_constants("decoder", 6, 18)
+  assert (a, b) == pytest.approx((54 ** 0.25, 216 ** -0.25))
+  # The encoder-decoder's stacks get their own constants; the LM the decoder-only ones.
+  cfg = _cfg(norm_position="deepnorm", num_layers=6, num_decoder_layers=18)
+  assert (cfg.stack("encoder").deepnorm_alpha, cfg.stack("encoder").deepnorm_beta) == \
+      pytest.approx((1.518719, 0.464010), abs=1e-6)
+  assert cfg.stack("decoder").deepnorm_alpha == pytest.approx(54 ** 0.25)
+  assert placement.deepnorm_constants(_cfg(norm_position="deepnorm", num_layers=18)) == \
+      pytest.approx((36 ** 0.25, 144 ** -0.25))
+
+
+def test_deepnorm_residual_scale_and_init():
+  """x ← LN(α·x + F(x)); Xavier-normal with gain β on V, W^O, W¹, W², gain 1 on Q and K."""
+  cfg = _cfg(norm_position="deepnorm", d_model=64, d_ff=64, num_heads=2)
+  model = TransformerLM(cfg)
+  params = nn.unbox(init_params(model, jax.random.key(1), TOKENS))
+  alpha, beta = (4 ** 0.25, 16 ** -0.25)  # L = 2
+  xavier_std = (2 / (64 + 64)) ** 0.5
+  attn, ffn = params["layer_0"]["self_attn"], params["layer_0"]["ffn"]
+  for w, gain in ((attn["query"], 1), (attn["key"], 1), (attn["value"], beta),
+                  (attn["out"], beta), (ffn["wi"], beta), (ffn["wo"], beta)):
+    w = np.asarray(w["kernel"])
+    assert w.std() == pytest.approx(gain * xavier_std, rel=0.05)
+    assert np.abs(w).max() > 2.5 * gain * xavier_std  # Normal, not uniform (max √3σ).
+  acts = _acts(model, params, TOKENS)
+  np.testing.assert_allclose(acts["layer_0/self_attn_norm"],
+                             _ln(alpha * acts["embed"] + acts["layer_0/self_attn"]), atol=1e-5)
+  assert "final_norm" not in params
+
+
+# ---- ResiDual. ----------------------------------------------------------------------------
+
+def test_resi_dual_output_is_post_stream_plus_normed_accumulator():
+  """x_{k+1} = LN(x_k + f_k), d_{k+1} = d_k + f_k, d_0 = x_0; output x_L + LN(d_L)."""
+  _, model, params = _lm(norm_position="resi_dual")
+  acts = _acts(model, params, TOKENS)
+  x0 = acts["embed"]
+  fs = [acts[f"layer_{i}/{s}"] for i in range(CFG.num_layers) for s in ("self_attn", "ffn")]
+  x_l, d_l = acts[f"layer_{CFG.num_layers - 1}"]
+  np.testing.assert_allclose(d_l, x0 + sum(fs), atol=1e-5)
+  np.testing.assert_allclose(acts["layer_0/self_attn_norm"], _ln(x0 + fs[0]), atol=1e-5)
+  np.testing.assert_allclose(x_l, acts[f"layer_{CFG.num_layers - 1}/ffn_norm"], atol=1e-6)
+  np.testing.assert_allclose(acts["final_norm"], _ln(d_l), atol=1e-5)
+  np.testing.assert_allclose(acts[""], _logits_from(x_l + _ln(d_l), params), atol=1e-4)
+
+
+# ---- Mix-LN. ------------------------------------------------------------------------------
+
+def test_mix_ln_split():
+  """Post-LN in the first ⌊αL⌋ layers, Pre-LN after, a final norm always."""
+  for layers_, alpha, post in ((12, 0.25, 3), (24, 0.25, 6), (4, 0.5, 2), (3, 0.25, 0),
+                               (5, 0.6, 3), (4, 1.0, 4)):
+    assert placement.mix_post_layers(_cfg(num_layers=layers_, mix_post_fraction=alpha)) == post
+  _, model, params = _lm(norm_position="mix", num_layers=4, mix_post_fraction=0.5)
+  assert "final_norm" in params
+  acts = _acts(model, params, TOKENS)
+  for i in range(4):
+    x_in = acts["embed"] if i == 0 else acts[f"layer_{i - 1}"]
+    attn, ffn = acts[f"layer_{i}/self_attn"], acts[f"layer_{i}/ffn"]
+    if i < 2:  # Post-LN: LN(LN(x + A) + F)
+      np.testing.assert_allclose(acts[f"layer_{i}"],
+                                 _ln(acts[f"layer_{i}/self_attn_norm"] + ffn), atol=1e-5)
+      np.testing.assert_allclose(acts[f"layer_{i}/self_attn_norm"], _ln(x_in + attn), atol=1e-5)
+    else:  # Pre-LN: x + A(LN(x)) + F(LN(·))
+      np.testing.assert_allclose(acts[f"layer_{i}/self_attn_norm"], _ln(x_in), atol=1e-5)
+      np.testing.assert_allclose(acts[f"layer_{i}"], x_in + attn + ffn, atol=1e-5)
+
+
+# ---- B2T. ---------------------------------------------------------------------------------
+
+def test_b2t_skip_spans_the_layer():
+  """h = LN(x + A(x)); y = LN(x + h + F(h)); in the decoder the skip spans self- and
+  cross-attention."""
+  _, model, params = _lm(norm_position="b2t")
+  acts = _acts(model, params, TOKENS)
+  x, h = acts["embed"], acts["layer_0/self_attn_norm"]
+  np.testing.assert_allclose(h, _ln(x + acts["layer_0/self_attn"]), atol=1e-5)
+  np.testing.assert_allclose(acts["layer_0"], _ln(x + h + acts["layer_0/ffn"]), atol=1e-5)
+  cfg = _cfg(norm_position="b2t", num_layers=1)
+  model = EncoderDecoder(cfg)
+  params = nn.unbox(init_params(model, jax.random.key(0), TOKENS, TOKENS))
+  acts = _acts(model, params, TOKENS, TOKENS[:, ::-1])
+  x = acts["embed"][1]  # The shared embedding's second call: the target side.
+  h1 = acts["decoder/layer_0/self_attn_norm"]
+  h2 = acts["decoder/layer_0/cross_attn_norm"]
+  np.testing.assert_allclose(h2, _ln(h1 + acts["decoder/layer_0/cross_attn"]), atol=1e-5)
+  np.testing.assert_allclose(acts["decoder/layer_0"],
+                             _ln(x + h2 + acts["decoder/layer_0/ffn"]), atol=1e-5)
+
+
+# ---- Admin. -------------------------------------------------------------------------------
+
+def _omega(params, path):
+  w = np.asarray(params[path]["omega"] if isinstance(path, str) else
+                 _at(params, path)["omega"])
+  assert np.all(w == w[0])
+  return float(w[0])
+
+
+def _at(tree, path):
+  for k in path:
+    tree = tree[k]
+  return tree
+
+
+def test_admin_omega_from_the_profiling_pass():
+  """ω_1 = 1, ω_{i+1} = √(Var[ω_i x_i] + Var[F_i(x_i)]) along the stack, by hand from the
+  sub-layers' inputs and outputs on the profiling batch."""
+  cfg = _cfg(norm_position="admin")
+  model = TransformerLM(cfg)
+  params = nn.unbox(model.init(jax.random.key(1), TOKENS)["params"])
+  np.testing.assert_array_equal(params["layer_1"]["ffn_shortcut"]["omega"], np.ones(16))
+  params = placement.admin_profile(model, params, TOKENS)
+  acts = _acts(model, params, TOKENS)
+  expected, stream = 1.0, acts["embed"]
+  for i in range(cfg.num_layers):
+    for sub in ("self_attn", "ffn"):
+      omega = _omega(params, (f"layer_{i}", f"{sub}_shortcut"))
+      assert omega == pytest.approx(expected, rel=1e-5)
+      f = acts[f"layer_{i}/{sub}"]
+      np.testing.assert_allclose(acts[f"layer_{i}/{sub}_norm"], _ln(omega * stream + f),
+                                 atol=1e-5)
+      expected = math.sqrt(np.var(omega * stream) + np.var(f))
+      stream = acts[f"layer_{i}/{sub}_norm"]
+  assert _omega(params, ("layer_1", "ffn_shortcut")) > 1.1
+
+
+def test_admin_encoder_and_decoder_chains_are_separate_and_stored():
+  """init_params runs the profiling pass: ω is a parameter (checkpointed with the run),
+  1 at the first sub-layer of each stack and above 1 after it (Var[F] > 0)."""
+  cfg = _cfg(norm_position="admin", num_layers=1)
+  model = EncoderDecoder(cfg)
+  params = nn.unbox(init_params(model, jax.random.key(0), TOKENS, TOKENS,
+                               random_inputs=tasks.TRANSLATION.random_inputs))
+  assert _omega(params, ("encoder", "layer_0", "self_attn_shortcut")) == 1.0
+  assert _omega(params, ("decoder", "layer_0", "self_attn_shortcut")) == 1.0
+  assert _omega(params, ("encoder", "layer_0", "ffn_shortcut")) > 1.0
+  assert _omega(params, ("decoder", "layer_0", "cross_attn_shortcut")) > 1.0
+  assert _omega(params, ("decoder", "layer_0", "ffn_shortcut")) > 1.0
+
+
+# ---- Every placement trains. --------------------------------------------------------------
+
+def _train(model, inputs, targets, steps=4, lr=2e-2):
+  """Losses of `steps` Adam steps on one batch, from init_params. Run eagerly: every
+  placement shares the same small primitives, so this costs far less than compiling ten
+  different train steps."""
+  params = nn.unbox(init_params(model, jax.random.key(0), *inputs))
+  tx = optax.adam(lr)
+  opt_state = tx.init(params)
+  loss_fn = lambda p: optax.softmax_cross_entropy_with_integer_labels(
+      model.apply({"params": p}, *inputs), targets).mean()
+  losses = []
+  for _ in range(steps):
+    loss, grads = jax.value_and_grad(loss_fn)(params)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    params = optax.apply_updates(params, updates)
+    losses.append(float(loss))
+  return np.array(losses)
+
+
+@pytest.mark.parametrize("pos", NORM_POSITIONS)
+def test_each_placement_trains(pos):
+  """A few Adam steps on one batch, no warm-up: the loss falls, for the LM and for the
+  encoder-decoder (RMSNorm for Mix-LN, as in its paper, and ScaleNorm for B2T)."""
+  kind = {"mix": "rmsnorm", "b2t": "scalenorm"}.get(pos, "layernorm")
+  cfg = _cfg(norm_position=pos, norm_kind=kind, num_layers=2 if pos == "mix" else 1,
+             mix_post_fraction=0.5, d_model=8, d_ff=16, vocab_size=12)
+  tokens = jax.random.randint(jax.random.key(5), (4, 9), 1, cfg.vocab_size)
+  src, tgt = tokens[:, 1:], tokens[:, ::-1]
+  for model, inputs, targets in (
+      (TransformerLM(cfg), (tokens[:, :-1],), tokens[:, 1:]),
+      (EncoderDecoder(dataclasses.replace(cfg, num_layers=1)), (src, tgt[:, :-1]), tgt[:, 1:])):
+    losses = _train(model, inputs, targets)
+    assert np.isfinite(losses).all() and losses[-1] < losses[0] - 0.2, (type(model), losses)
