@@ -50,6 +50,8 @@ def load(workdir: str, step: str):
 
 
 def analyze(workdir: str, step: str = "latest", num_batches: int = 4, lr: float | None = None):
+  import jax
+
   from lnjax.analysis import probes
 
   run, setup, params, label = load(workdir, step)
@@ -61,7 +63,7 @@ def analyze(workdir: str, step: str = "latest", num_batches: int = 4, lr: float 
   records = probes.norm_inputs(setup, params, batches[0])
   result = {
       "workdir": os.path.abspath(workdir), "step": label, "norm_position": run.model.norm_position,
-      "num_batches": len(batches), "loss": float(probes.mean_loss(params, setup, batches)),
+      "num_batches": len(batches), "loss": float(jax.jit(lambda p: probes.mean_loss(p, setup, batches))(params)),
       "loss_normalization": "mean per-token NLL (nats) over the batches' real target tokens",
       "gradient_norms": probes.gradient_norms(grads),
       "norms": {p: {"in_sq": r["in_sq"], "out_sq": r["out_sq"]} for p, r in records.items()},
