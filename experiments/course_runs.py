@@ -17,7 +17,6 @@ step 1000).
 """
 
 import os
-import sys
 
 from absl import app, flags, logging
 
@@ -107,10 +106,8 @@ def main(argv):
   root, fixed = _WORKDIR.value, {"train.num_steps": _STEPS.value}
   runs = sweep.expand(CONFIG, "course", fixed)
   if not _REPORT_ONLY.value:
-    slots = launcher.make_slots("auto", _PARALLEL.value, _DEVICES_PER_RUN.value)
-    code = launcher.Launcher(CONFIG, "course", runs, root, slots, fixed).run()
-    if code >= 128:  # Stopped by a signal: the runs saved; the same command resumes.
-      sys.exit(code)
+    launcher.run_to_the_end(CONFIG, "course", runs, root, fixed, parallel=_PARALLEL.value,
+                            devices_per_run=_DEVICES_PER_RUN.value)
   rows = report.gather(root, runs)
   result = report.write(
       root, runs, title="Course runs (REFERENCE §6): Post-LN vs Pre-LN, 8-layer LM",

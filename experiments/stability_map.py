@@ -18,7 +18,6 @@ higher rates; Pre-LN trains without it across the rates.
 """
 
 import os
-import sys
 
 from absl import app, flags, logging
 
@@ -61,10 +60,8 @@ def main(argv):
   root, fixed = _WORKDIR.value, {"train.num_steps": _STEPS.value}
   runs = sweep.expand(config, "stability", fixed)
   if not _REPORT_ONLY.value:
-    slots = launcher.make_slots("auto", _PARALLEL.value, _DEVICES_PER_RUN.value)
-    code = launcher.Launcher(config, "stability", runs, root, slots, fixed).run()
-    if code >= 128:  # Stopped by a signal: the runs saved; the same command resumes.
-      sys.exit(code)
+    launcher.run_to_the_end(config, "stability", runs, root, fixed, parallel=_PARALLEL.value,
+                            devices_per_run=_DEVICES_PER_RUN.value)
   maps = report.stability_maps(runs, report.gather(root, runs))
   result = report.write(
       root, runs, title=f"Stability map: Post-LN and Pre-LN, LM size={_SIZE.value}, "

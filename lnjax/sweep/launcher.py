@@ -127,6 +127,18 @@ def make_slots(platform: str, parallel: int, devices_per_run: int | None) -> lis
 # What a run folder says.
 
 
+def run_to_the_end(config: str, sweep_arg: str, runs: list[Run], root: str, fixed: dict, *,
+                   parallel: int, devices_per_run: int | None, platform: str = "auto") -> int:
+  """Launches `runs` (skipping finished ones) on this machine's device slots and waits for
+  them; the experiments' entry to the launcher. Exits with the launcher's code when a signal
+  stopped it (the runs saved; the same command resumes), else returns it."""
+  slots = make_slots(platform, parallel, devices_per_run)
+  code = Launcher(config, sweep_arg, runs, root, slots, fixed).run()
+  if code >= 128:
+    sys.exit(code)
+  return code
+
+
 def read_json(path: str) -> dict | None:
   try:
     with open(path) as f:
