@@ -79,7 +79,8 @@ def analyze(workdir: str, step: str = "latest", num_batches: int = 4, lr: float 
   return result, out
 
 
-_LAYER = re.compile(r"^(?:(encoder|decoder)/)?layer_(\d+)/(.+)$")
+# 'layer_3/...' (LM), 'encoder/layer_3/...', 'decoder/...', 'bert/stack/layer_3/...' (BERT).
+_LAYER = re.compile(r"^(?:(.+?)/)?layer_(\d+)/(.+)$")
 
 
 def per_layer(values: dict, suffix: str) -> dict:
@@ -119,14 +120,20 @@ def _plots(result: dict, out: str) -> None:
   ax.set_title("norm Jacobians at their inputs")
   ax.grid(alpha=0.3, which="both")
   ax.legend(fontsize=8)
-  fig.suptitle(f"{result['norm_position']}-LN, step {result['step']}")
+  fig.suptitle(f"{_placement(result)}, step {result['step']}")
   fig.tight_layout()
   fig.savefig(os.path.join(out, "gradients.png"), dpi=110)
 
 
+def _placement(result: dict) -> str:
+  """'Post-LN' / 'Pre-LN' for the paper's two, the placement's own name for the zoo's."""
+  name = result["norm_position"]
+  return {"post": "Post-LN", "pre": "Pre-LN"}.get(name, f"norm_position={name}")
+
+
 def _report(result: dict, out: str) -> None:
   lines = [f"# Analysis of {result['workdir']} at step {result['step']}", "",
-           f"{result['norm_position']}-LN; loss {result['loss']:.4f} ({result['loss_normalization']},"
+           f"{_placement(result)}; loss {result['loss']:.4f} ({result['loss_normalization']},"
            f" {result['num_batches']} held-out batches).", "",
            "| layer | ‖∂L/∂W¹‖ | ‖∂L/∂W²‖ | ‖Δw‖/‖w‖ of W² at lr "
            f"{result['update_lr']:g} |", "|---|---|---|---|"]

@@ -220,3 +220,20 @@ def test_glue_reader_bom_no_quotes_and_missing_file(tmp_path):
   assert glue.load_split("rte", "dev", str(tmp_path))[0] == ['"Open quote']
   with pytest.raises(paths.DataError, match=r"glue_rte/train.tsv.*download_glue_data"):
     glue.load_split("rte", "train", str(tmp_path))
+
+
+def test_analyze_reads_a_bert_checkpoint(pretrained):
+  """lnjax.analyze on a masked-LM run: its loss is the masked-LM NLL (task.loss), and
+  per-layer gradients and norm statistics come from the encoder's layers."""
+  from lnjax import analyze
+  wd, summary = pretrained
+  result, out = analyze.analyze(wd, "latest", num_batches=1, lr=1e-4)
+  assert os.path.exists(os.path.join(out, "gradients.png"))
+  assert 0 < result["loss"] < summary["eval_loss"] + 1.0
+  w2 = [v for points in analyze.per_layer(result["gradient_norms"], "ffn/wo/kernel").values()
+        for _, v in points]
+  assert len(w2) == c_layers(wd) and all(v > 0 for v in w2)
+
+
+def c_layers(workdir: str) -> int:
+  return json.load(open(os.path.join(workdir, "config.json")))["model"]["num_layers"]

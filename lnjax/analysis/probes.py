@@ -25,12 +25,13 @@ from lnjax.models import norms
 
 
 def mean_loss(params, setup, batches):
-  """Mean per-token NLL (nats) over `batches`, deterministic (no dropout)."""
+  """Mean per-token NLL (nats) over `batches`, deterministic (no dropout): the task's own
+  loss (token cross-entropy; for BERT the masked-LM NLL), without label smoothing."""
   total, count = 0.0, 0.0
   for batch in batches:
-    logits = setup.model.apply({"params": params}, *setup.task.model_inputs(batch),
-                               deterministic=True)
-    _, nll_sum, n = optim.cross_entropy(logits, batch["targets"], batch["weights"])
+    outputs = setup.model.apply({"params": params}, *setup.task.model_inputs(batch),
+                                deterministic=True)
+    _, nll_sum, n = setup.task.loss(outputs, batch, 0.0)
     total, count = total + nll_sum, count + n
   return total / count
 
