@@ -14,6 +14,7 @@ import ml_collections
 import numpy as np
 import optax
 from absl import logging
+from jax.experimental import multihost_utils
 
 from lnjax import checkpoint as ckpt_lib
 from lnjax import errors, metrics as metrics_lib, optim, run as run_lib, sharding
@@ -61,19 +62,31 @@ def eval_step(params, batch: dict, *, setup: state_lib.Setup):
 
 
 class _Preemption:
-  """Turns SIGTERM into a flag the loop checks between steps (then save and exit)."""
+  """SIGTERM, turned into a step at which the loop saves and exits.
+
+  One process: a Python handler sets a flag the loop checks between steps. Many
+  processes: they must stop at the same step, so JAX's preemption service (it catches
+  SIGTERM itself once jax.distributed is up) agrees on one: the step after the furthest
+  any process had reached when the first one was signalled.
+  """
 
   def __init__(self):
     self.requested = False
     self._previous = None
 
   def __enter__(self):
-    if threading.current_thread() is threading.main_thread():
+    if jax.process_count() == 1 and threading.current_thread() is threading.main_thread():
       self._previous = signal.signal(signal.SIGTERM, self._handle)
     return self
 
   def _handle(self, signum, frame):
     self.requested = True
+
+  def reached(self, step: int) -> bool:
+    """Whether to save and stop after `step`; every process calls it at every step."""
+    if jax.process_count() > 1:
+      self.requested = multihost_utils.reached_preemption_sync_point(step)
+    return self.requested
 
   def __exit__(self, *exc):
     if self._previous is not None:
@@ -260,16 +273,17 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         break
       pending = (step, step_metrics)
       at_end = step == run.train.num_steps
-      if at_end or step % run.train.eval_every_steps == 0 or step % run.train.checkpoint_every_steps == 0 or preemption.requested:
+      stop = preemption.reached(step)
+      if at_end or step % run.train.eval_every_steps == 0 or step % run.train.checkpoint_every_steps == 0 or stop:
         if not absorb(*pending):  # Never evaluate or save a diverged state.
           diverged_at = step
           break
         pending = None
         if at_end or step % run.train.eval_every_steps == 0:
           last_eval = evaluate(step)
-        checkpoints.save(step, state, train_iter.get_state(), force=at_end or preemption.requested)
+        checkpoints.save(step, state, train_iter.get_state(), force=at_end or stop)
         progress.restart_clock(step)
-        if preemption.requested and not at_end:
+        if stop and not at_end:
           status = PREEMPTED
           log(f"SIGTERM: saved step {step}; run the same command to resume.")
           break

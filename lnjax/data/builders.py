@@ -286,6 +286,9 @@ def prepare(
   builder = BUILDERS[name](source_dir=data_dir, cache_dir=cache_dir)
   tfds.disable_progress_bar()  # no tqdm bars in training logs
   with paths.file_lock(pathlib.Path(builder.data_dir).parent.parent / ".lock"):
+    # Reopened under the lock: a builder made while another process (a host of a
+    # multi-process run) was still preparing the data set knows none of its splits.
+    builder = BUILDERS[name](source_dir=data_dir, cache_dir=cache_dir)
     builder.download_and_prepare()
   return builder
 

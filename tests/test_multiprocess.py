@@ -1,0 +1,128 @@
+"""A real two-process run: two `python -m lnjax.main` processes joined by jax.distributed
+on loopback, 4 virtual CPU devices each, against the same run in one process on 8.
+
+The mesh is (data 1, fsdp 4, model 2): parameters and optimizer state are split over
+both processes (FSDP across hosts), heads and FFN within each (tensor parallel). The
+first launch gets SIGTERM and both processes stop at one agreed step (JAX's preemption
+service) and save; the second resumes: every process restores its shards.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+
+from lnjax import checkpoint, config_lib, metrics, run as run_lib, train
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STEPS = 6
+# The run's settings, as flags for the processes and as overrides for the one-process run.
+SETTINGS = {"opt.name": "sgd", "opt.learning_rate": 0.1,  # Adam: see test_sharding.py.
+            "train.num_steps": STEPS, "train.log_every_steps": 1,
+            "train.eval_every_steps": STEPS, "train.checkpoint_every_steps": 3,
+            "data.eval_batches": 1, "mesh.data": 1, "mesh.fsdp": 4, "mesh.model": 2}
+CONSOLE = ("Model:", "step ", "eval ", "Resuming", "SIGTERM", "==")
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def _launch(workdir: str) -> list[subprocess.Popen]:
+  """Both processes of one run, each with 4 of the 8 virtual devices."""
+  port = _free_port()
+  flags = [f"--config.{k}={v}" for k, v in SETTINGS.items()]
+  env = {**os.environ, "PYTHONUNBUFFERED": "1", "JAX_PLATFORMS": "cpu", "XLA_FLAGS": " ".join(
+      [f for f in os.environ.get("XLA_FLAGS", "").split()
+       if not f.startswith("--xla_force_host_platform_device_count")]
+      + ["--xla_force_host_platform_device_count=4"])}
+  return [subprocess.Popen(
+      [sys.executable, "-m", "lnjax.main", "--config=configs/lm.py:smoke", f"--workdir={workdir}",
+       *flags, f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2",
+       f"--process_id={i}"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT, text=True, start_new_session=True) for i in range(2)]
+
+
+def _wait(procs, timeout=300) -> list[str]:
+  try:
+    return [p.communicate(timeout=timeout)[0] for p in procs]
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        os.killpg(p.pid, signal.SIGKILL)
+
+
+def _console(output: str) -> list[str]:
+  return [l for l in output.splitlines() if l.startswith(CONSOLE)]
+
+
+def test_two_processes_train_like_one(tmp_path):
+  # The same run in this process, on its 8 devices: the reference.
+  c = config_lib.lm_config()
+  config_lib.apply_smoke(c)
+  c.model.norm_position = "pre"
+  for key, value in SETTINGS.items():
+    section, name = key.split(".")
+    c[section][name] = value
+  one = str(tmp_path / "one")
+  assert train.train_and_evaluate(c, one)["status"] == "completed"
+
+  # Every example of every global batch is read by exactly one process.
+  run = run_lib.resolve_config(c)
+  parts = [run.task.make_data(run.data, run.seed, i, 2, 4).train_iter() for i in range(2)]
+  whole = run.task.make_data(run.data, run.seed, 0, 1, 4).train_iter()
+  for _ in range(STEPS):
+    batch, halves = next(whole), [next(p) for p in parts]
+    assert all(len(h["inputs"]) == 4 for h in halves)
+    np.testing.assert_array_equal(np.concatenate([h["inputs"] for h in halves]),
+                                  batch["inputs"])
+
+  # Two processes: SIGTERM to both once training starts; they save at one step and stop.
+  two = str(tmp_path / "two")
+  procs = _launch(two)
+  try:
+    line = ""
+    deadline = time.time() + 240
+    while not line.startswith("Model:") and time.time() < deadline and procs[0].poll() is None:
+      line = procs[0].stdout.readline()
+    for p in procs:
+      p.send_signal(signal.SIGTERM)
+    outs = _wait(procs)
+    outs[0] = line + outs[0]
+  finally:
+    _wait(procs, 1)
+  assert [p.returncode for p in procs] == [143, 143], outs[0][-3000:] + outs[1][-3000:]
+  summary = json.load(open(os.path.join(two, "summary.json")))
+  stopped = summary["step"]
+  assert summary["status"] == "preempted" and 1 <= stopped < STEPS, summary
+  assert f"SIGTERM: saved step {stopped}" in outs[0]
+  # Process 1 wrote its own shards of the checkpoint; only process 0 printed.
+  assert os.path.isdir(os.path.join(two, "checkpoints", str(stopped), "state",
+                                    "ocdbt.process_1"))
+  assert _console(outs[0]) and not _console(outs[1]), outs[1][-3000:]
+
+  # The same command again: both processes restore and train to the end.
+  procs = _launch(two)
+  outs = _wait(procs)
+  assert [p.returncode for p in procs] == [0, 0], outs[0][-3000:] + outs[1][-3000:]
+  assert f"from step {stopped}" in outs[0] and not _console(outs[1])
+
+  # Losses of every step as in one process (each step logged once per launch: only
+  # process 0 writes metrics), and the final checkpoint holds the same parameters.
+  records = [r for r in metrics.read_metrics(two) if "train_loss" in r]
+  assert [r["step"] for r in records] == list(range(1, STEPS + 1))
+  expected = {r["step"]: r["train_loss"] for r in metrics.read_metrics(one) if "train_loss" in r}
+  np.testing.assert_allclose([r["train_loss"] for r in records],
+                             [expected[s] for s in range(1, STEPS + 1)], rtol=1e-5, atol=1e-5)
+  a, b = checkpoint.restore_run(one), checkpoint.restore_run(two)
+  assert a.step == b.step == STEPS
+  for x, y in zip(jax.tree.leaves(a.state), jax.tree.leaves(b.state)):
+    np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-5)
