@@ -133,6 +133,10 @@ def _common(task: str) -> ml_collections.ConfigDict:
   m.pos_emb = "learned"  # learned | sinusoidal
   m.use_bias = True
   m.dtype = "float32"  # Compute dtype (bfloat16 on GPU/TPU); parameters stay float32.
+  m.scan_layers = False  # nn.scan over the layers (params stacked on a 'layers' axis):
+  # compile time flat in depth. False: unrolled layer_0, layer_1, ...
+  m.remat_policy = "none"  # Per-layer rematerialization: none | nothing_saveable |
+  # dots_saveable | dots_with_no_batch_dims_saveable | everything_saveable.
   m.num_decoder_layers = 0  # Encoder-decoder: decoder depth; 0 = num_layers.
   m.encoder_norm_position = ""  # Encoder-decoder: per-stack placement; "" = norm_position.
   m.decoder_norm_position = ""

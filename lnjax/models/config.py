@@ -9,6 +9,10 @@ NORM_KINDS = norms.NORM_KINDS
 POS_EMBS = ("learned", "sinusoidal")
 ACTIVATIONS = ("relu", "gelu")
 DTYPES = ("float32", "bfloat16")
+# Rematerialization of each layer in the backward pass: "none", or the name of a
+# jax.checkpoint_policies policy (what the forward pass keeps; the rest is recomputed).
+REMAT_POLICIES = ("none", "nothing_saveable", "dots_saveable", "dots_with_no_batch_dims_saveable",
+                  "everything_saveable")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +39,9 @@ class ModelConfig:
   pos_emb: str = "learned"  # learned | sinusoidal
   use_bias: bool = True  # Biases in every dense layer (as in the paper's fairseq model).
   dtype: str = "float32"  # Compute dtype; parameters stay float32.
+  scan_layers: bool = False  # One nn.scan over the layers (parameters stacked on a leading
+  # 'layers' axis): compile time independent of depth. False: layer_0, layer_1, ...
+  remat_policy: str = "none"  # Recompute each layer in the backward pass: REMAT_POLICIES.
   # Encoder-decoder only:
   num_decoder_layers: int = 0  # Decoder depth; 0 = num_layers.
   encoder_norm_position: str = ""  # Per-stack override of norm_position; "" = same.
@@ -50,6 +57,8 @@ class ModelConfig:
     errors.check_choice("model.pos_emb", self.pos_emb, POS_EMBS)
     errors.check_choice("model.activation", self.activation, ACTIVATIONS)
     errors.check_choice("model.dtype", self.dtype, DTYPES)
+    errors.check_choice("model.scan_layers", self.scan_layers, (False, True))
+    errors.check_choice("model.remat_policy", self.remat_policy, REMAT_POLICIES)
     for key in ("num_layers", "d_model", "num_heads", "d_ff", "max_len"):
       errors.check_range(f"model.{key}", getattr(self, key), low=1)
     errors.check_range("model.vocab_size", self.vocab_size, low=0)

@@ -124,6 +124,19 @@ def end(cfg, stream, name: str = "final_norm") -> jax.Array:
   raise _unknown(cfg)
 
 
+def layer_runs(cfg) -> list[tuple[str, int, int]]:
+  """The stack's layers as runs that share one formula, [(name, first, end), ...]: what
+  `model.scan_layers` scans over, one nn.scan per run, its parameters under `name`.
+  Every placement is one run, 'layers' (DeepNorm's α and β depend on the depth only,
+  Admin's ω and ResiDual's two streams are per-layer values and carries), except Mix-LN:
+  its Post-LN and Pre-LN layers are two runs, 'post_layers' and 'pre_layers'."""
+  if cfg.norm_position == "mix":
+    k = mix_post_layers(cfg)
+    runs = [("post_layers", 0, k), ("pre_layers", k, cfg.num_layers)]
+    return [run for run in runs if run[2] > run[1]]
+  return [("layers", 0, cfg.num_layers)]
+
+
 # ---- Each placement's own constants and initialization. ---------------------------------
 
 def mix_post_layers(cfg) -> int:

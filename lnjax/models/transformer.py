@@ -3,6 +3,10 @@ encoder-decoder and masked LM reuse the same block (causal or not, with or witho
 cross-attention) and the same placement functions.
 """
 
+import dataclasses
+import re
+from collections.abc import Mapping
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -13,18 +17,20 @@ from lnjax.models.config import ModelConfig
 
 class Block(nn.Module):
   """One Transformer layer: self-attention, optional cross-attention, FFN, each a residual
-  sub-layer placed by `placement.layer`.
+  sub-layer placed by `placement.layer`. `deterministic` and `decode` are fields rather
+  than arguments, so that nn.remat and nn.scan see only arrays.
   """
 
   cfg: ModelConfig
   has_cross_attention: bool = False
   causal: bool = False  # Self-attention under a causal mask (LM, decoder).
   index: int = 0  # Position in the stack (Mix-LN places layers by it).
+  deterministic: bool = True  # No dropout.
+  decode: bool = False  # One position per call against the 'cache' collection.
 
   @nn.compact
-  def __call__(self, stream, self_bias, encoded_BxSxD=None, cross_bias=None, *,
-               deterministic: bool, decode: bool = False):
-    cfg = self.cfg
+  def __call__(self, stream, self_bias, encoded_BxSxD=None, cross_bias=None):
+    cfg, deterministic = self.cfg, self.deterministic
     drop = lambda y: nn.Dropout(cfg.dropout_rate)(y, deterministic=deterministic)
     attention_options, mlp_options = placement.sublayer_options(cfg)
     attention = lambda name, causal=False: layers.Attention(
@@ -32,13 +38,21 @@ class Block(nn.Module):
         **attention_options)
 
     sublayers = [("self_attn", lambda h: attention("self_attn", self.causal)(
-        h, h, self_bias, deterministic, decode))]
+        h, h, self_bias, deterministic, self.decode))]
     if self.has_cross_attention:
       sublayers.append(("cross_attn", lambda h: attention("cross_attn")(
           h, encoded_BxSxD, cross_bias, deterministic)))
     sublayers.append(("ffn", lambda h: layers.Mlp(
         cfg.d_ff, cfg.activation, cfg.use_bias, cfg.dtype, name="ffn", **mlp_options)(h)))
     return placement.layer(cfg, self.index, stream, sublayers, drop)
+
+
+class ScanStep(Block):
+  """`Block` as nn.scan's body: (stream, inputs shared by every layer) -> (stream, None)."""
+
+  @nn.compact
+  def __call__(self, stream, self_bias, encoded_BxSxD, cross_bias):
+    return super().__call__(stream, self_bias, encoded_BxSxD, cross_bias), None
 
 
 class Embed(nn.Module):
@@ -77,15 +91,86 @@ def stack(cfg: ModelConfig, x_BxTxD, self_bias, encoded_BxSxD=None, cross_bias=N
           deterministic: bool, decode: bool = False, causal: bool = False,
           final_norm: str = "final_norm"):
   """`cfg.num_layers` blocks between the placement's begin and end; call it inside a
-  module's compact method (the blocks become `layer_0`, `layer_1`, ... of that module).
-  With `encoded_BxSxD`, every block cross-attends to it (a decoder); `causal` says that
-  `self_bias` is a causal mask."""
+  module's compact method. With `encoded_BxSxD`, every block cross-attends to it (a
+  decoder); `causal` says that `self_bias` is a causal mask.
+
+  Unrolled (default), the blocks become `layer_0`, `layer_1`, ... of that module. With
+  `cfg.scan_layers`, each run of `placement.layer_runs` (one, 'layers', but for Mix-LN) is
+  one nn.scan over a block whose parameters (and decode cache) carry a leading axis of
+  the run's length, logical name 'layers': the step compiles one layer instead of L
+  (`scan_params` / `unscan_params` convert between the two layouts). `cfg.remat_policy`
+  rematerializes each block in the backward pass.
+  """
+  fields = dict(cfg=cfg, has_cross_attention=encoded_BxSxD is not None, causal=causal,
+                deterministic=deterministic, decode=decode)
+  inputs = (self_bias, encoded_BxSxD, cross_bias)
   stream = placement.begin(cfg, x_BxTxD)
-  for i in range(cfg.num_layers):
-    stream = Block(cfg, encoded_BxSxD is not None, causal, i, name=f"layer_{i}")(
-        stream, self_bias, encoded_BxSxD, cross_bias, deterministic=deterministic,
-        decode=decode)
+  if not cfg.scan_layers:
+    block = _remat(Block, cfg, prevent_cse=True)
+    for i in range(cfg.num_layers):
+      stream = block(index=i, name=f"layer_{i}", **fields)(stream, *inputs)
+    return placement.end(cfg, stream, name=final_norm)
+  for name, first, end in placement.layer_runs(cfg):
+    # Parameters, cache (and sown values) per layer; one dropout key per layer; the
+    # biases and encoder output shared. No CSE barrier needed inside a scan.
+    run = nn.scan(_remat(ScanStep, cfg, prevent_cse=False),
+                  variable_axes={"params": 0, "cache": 0, "intermediates": 0},
+                  split_rngs={"params": True, "dropout": True}, in_axes=nn.broadcast,
+                  length=end - first, metadata_params={nn.PARTITION_NAME: "layers"})
+    stream, _ = run(index=first, name=name, **fields)(stream, *inputs)
   return placement.end(cfg, stream, name=final_norm)
+
+
+def _remat(block_class, cfg: ModelConfig, prevent_cse: bool):
+  """`block_class` recomputed in the backward pass under `cfg.remat_policy` (a
+  jax.checkpoint_policies name), or unchanged for 'none'."""
+  if cfg.remat_policy == "none":
+    return block_class
+  return nn.remat(block_class, policy=getattr(jax.checkpoint_policies, cfg.remat_policy),
+                  prevent_cse=prevent_cse)
+
+
+def scan_params(params, cfg: ModelConfig):
+  """Unrolled parameters (unboxed) -> the `cfg.scan_layers` layout: in every stack, the
+  layers of each run of `placement.layer_runs` stacked on a new leading axis."""
+
+  def convert(tree, stack_cfg):
+    out = {k: v for k, v in tree.items() if not _LAYER_KEY.fullmatch(k)}
+    for name, first, end in placement.layer_runs(stack_cfg):
+      out[name] = jax.tree.map(lambda *xs: jnp.stack(xs),
+                               *[tree[f"layer_{i}"] for i in range(first, end)])
+    return out
+
+  return _map_stacks(params, cfg, convert)
+
+
+def unscan_params(params, cfg: ModelConfig):
+  """`scan_params` undone: scanned parameters (unboxed) -> layer_0, layer_1, ..."""
+
+  def convert(tree, stack_cfg):
+    runs = placement.layer_runs(stack_cfg)
+    out = {k: v for k, v in tree.items() if k not in {name for name, _, _ in runs}}
+    for name, first, end in runs:
+      for i in range(end - first):
+        out[f"layer_{first + i}"] = jax.tree.map(lambda x: x[i], tree[name])
+    return out
+
+  return _map_stacks(params, cfg, convert)
+
+
+_LAYER_KEY = re.compile(r"layer_\d+")
+
+
+def _map_stacks(tree, cfg: ModelConfig, convert):
+  """`convert(stack_params, stack_cfg)` on every stack of a parameter tree: a dict holding
+  layer_0 or a run of `placement.layer_runs`; under 'encoder' and 'decoder', the stack's
+  config is `cfg.stack(...)` (its own placement and depth)."""
+  if not isinstance(tree, Mapping):
+    return tree
+  if "layer_0" in tree or any(name in tree for name, _, _ in placement.layer_runs(cfg)):
+    return convert(tree, cfg)
+  return {k: _map_stacks(v, cfg.stack(k) if k in ("encoder", "decoder") else cfg, convert)
+          for k, v in tree.items()}
 
 
 def output_logits(cfg: ModelConfig, embed: Embed, x_BxTxD):
@@ -187,8 +272,23 @@ def init_params(model: nn.Module, key: jax.Array, *example_inputs, random_inputs
     inputs = example_inputs
     if random_inputs is not None:
       inputs = random_inputs(jax.random.fold_in(key, 1), cfg.vocab_size)
-    params = placement.admin_profile(model, params, *inputs)
+    params = _admin_profile(model, params, inputs)
   return params
+
+
+def _admin_profile(model: nn.Module, params, inputs):
+  """`placement.admin_profile` on a clone of `model` without scan or remat: its pass
+  follows the sub-layers one by one, in Python. Scanned parameters are unstacked for it
+  and stacked back, still boxed."""
+  cfg = model.cfg
+  plain = model.clone(cfg=dataclasses.replace(cfg, scan_layers=False, remat_policy="none"))
+  if not cfg.scan_layers:
+    return placement.admin_profile(plain, params, *inputs)
+  profiled = scan_params(
+      placement.admin_profile(plain, unscan_params(nn.unbox(params), cfg), *inputs), cfg)
+  is_box = lambda x: isinstance(x, nn.meta.AxisMetadata)
+  return jax.tree.map(lambda box, value: box.replace_boxed(value) if is_box(box) else value,
+                      params, profiled, is_leaf=is_box)
 
 
 def count_params(params) -> int:
