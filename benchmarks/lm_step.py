@@ -49,7 +49,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from lnjax import _malloc, optim, sharding, state as state_lib, train  # noqa: E402
+from lnjax import _malloc, optim, sharding, state as state_lib, tasks, train  # noqa: E402
 from lnjax.models import ModelConfig, count_params  # noqa: E402
 
 BATCH, SEQ = 32, 128
@@ -119,6 +119,19 @@ def maxrss_mib() -> float:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB.
 
 
+def vmhwm_mib() -> float:
+  """This process's own peak RSS (VmHWM): in a worker process, unlike ru_maxrss, which
+  Linux carries over fork + exec from the parent."""
+  try:
+    with open("/proc/self/status") as f:
+      for line in f:
+        if line.startswith("VmHWM:"):
+          return int(line.split()[1]) / 1024
+  except OSError:
+    pass
+  return maxrss_mib()
+
+
 def flatten(tree, prefix="") -> dict:
   if isinstance(tree, dict):
     out = {}
@@ -128,23 +141,23 @@ def flatten(tree, prefix="") -> dict:
   return {prefix[:-1]: np.asarray(tree)}
 
 
-class LnjaxStep:
-  """lnjax's train_step, jitted exactly as lnjax.train jits it, on one CPU device."""
+class TrainStep:
+  """lnjax's train_step for any model config and task, jitted exactly as lnjax.train jits
+  it, on one CPU device, on a fixed host batch (benchmarks/depth.py and suite.py use it
+  for other models and depths)."""
 
-  def __init__(self, norm: str):
-    self.cfg = ModelConfig(**MODEL, norm_position=norm, dropout_rate=0.0)
-    setup = state_lib.make_setup(self.cfg, optim.OptConfig(name="adam", learning_rate=1e-3),
-                                 num_steps=1000)
+  def __init__(self, cfg: ModelConfig, host_batch: dict, task=tasks.LANGUAGE_MODELING,
+               keep_initial_params: bool = True):
+    self.cfg = cfg
+    setup = state_lib.make_setup(cfg, optim.OptConfig(name="adam", learning_rate=1e-3),
+                                 num_steps=1000, task=task)
     mesh = sharding.make_mesh(sharding.MeshConfig(data=1), jax.devices()[:1])
     self.state = state_lib.init_state(setup, mesh, seed=0)
     self.num_params = count_params(self.state.params)
     shard = state_lib.state_shardings(setup, mesh)
     batch_shard = sharding.batch_sharding(mesh)
-    rng = np.random.default_rng(0)
-    tokens = rng.integers(0, MODEL["vocab_size"], (BATCH, SEQ + 1), dtype=np.int32)
-    self.host_batch = {"inputs": tokens[:, :-1], "targets": tokens[:, 1:],
-                       "weights": np.ones((BATCH, SEQ), np.float32)}
-    self.batch = sharding.global_batch(self.host_batch, batch_shard)
+    self.host_batch = host_batch
+    self.batch = sharding.global_batch(host_batch, batch_shard)
     step = jax.jit(
         functools.partial(train.train_step, setup=setup, label_smoothing=0.0, seed=0),
         in_shardings=(shard, batch_shard), out_shardings=(shard, sharding.replicated(mesh)),
@@ -162,7 +175,8 @@ class LnjaxStep:
     eval_fn = jax.jit(functools.partial(train.eval_step, setup=setup))
     nll, count = eval_fn(self.state.params, self.batch)
     self.initial_loss = float(nll) / float(count)
-    self.initial_params = flatten(jax.device_get(self.state.params))
+    self.initial_params = (flatten(jax.device_get(self.state.params)) if keep_initial_params
+                           else None)
     self.loss = None
 
   def run(self, n: int) -> list[float]:
@@ -174,6 +188,22 @@ class LnjaxStep:
       times.append(time.perf_counter() - t0)
     self.loss = float(metrics["train_loss"])
     return times
+
+
+def lm_batch(vocab_size: int = MODEL["vocab_size"], batch: int = BATCH, seq: int = SEQ) -> dict:
+  """Random tokens [B, T + 1] as the LM's inputs and targets (seed 0), every weight 1."""
+  rng = np.random.default_rng(0)
+  tokens = rng.integers(0, vocab_size, (batch, seq + 1), dtype=np.int32)
+  return {"inputs": tokens[:, :-1], "targets": tokens[:, 1:],
+          "weights": np.ones((batch, seq), np.float32)}
+
+
+class LnjaxStep(TrainStep):
+  """The benchmark's LM (MODEL) under `norm`, dropout 0."""
+
+  def __init__(self, norm: str, **model_overrides):
+    cfg = ModelConfig(**{**MODEL, **model_overrides}, norm_position=norm, dropout_rate=0.0)
+    super().__init__(cfg, lm_batch(cfg.vocab_size))
 
 
 class TorchWorker:
@@ -357,8 +387,14 @@ def section(res: dict, command: str) -> str:
 
 
 def update_file(path: str, text: str, norm: str) -> None:
-  begin = f"<!-- lm_step:{norm}:begin"
-  end = f"<!-- lm_step:{norm}:end -->"
+  update_section(path, text, f"lm_step:{norm}")
+
+
+def update_section(path: str, text: str, tag: str) -> None:
+  """Replaces the `<!-- {tag}:begin ... -->` ... `<!-- {tag}:end -->` section of `path` by
+  `text` (which carries the same markers), or appends it."""
+  begin = f"<!-- {tag}:begin"
+  end = f"<!-- {tag}:end -->"
   old = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
   i, j = old.find(begin), old.find(end)
   if i >= 0 and j > i:

@@ -1,0 +1,409 @@
+"""Train-step suite: lnjax's three CPU-size models against the same models in eager
+PyTorch, timed alternately in one run, in one table.
+
+  python benchmarks/suite.py --out BENCHMARKS.md      # the table below, ~5 min on 2 cores
+  python benchmarks/suite.py --quick                  # 1 round of 2 steps: a self-check
+  python benchmarks/suite.py --models mt --norm post --rounds 8
+
+Models (dropout 0 and no label smoothing in both frameworks, so both do the same work;
+Adam, lr 1e-3, β (0.9, 0.98), ε 1e-8 for all three):
+  lm   benchmarks/lm_step.py's decoder-only LM: 8 layers, D 128, 4 heads, F 512,
+       vocab 4096 (untied), learned positions; batch 32 × seq 128.
+  mt   configs/multi30k_de_en.py's encoder-decoder: 3+3 layers, D 256, 4 heads, F 1024,
+       vocab 8000 (one embedding for source, target and output), learned positions;
+       128 pairs × 32 source × 32 target tokens (the 4096-token batch of the length-32
+       bucket, without padding).
+  mlm  configs/bert.py:size=cpu's masked LM with next-sentence prediction: 4 layers,
+       D 256, 4 heads, F 1024, GELU, LN ε 1e-12, vocab 8003 (8000 + [CLS] [SEP] [MASK]),
+       tied MLM head; batch 32 × seq 128, 20 predicted positions per sequence.
+The pre-LN models by default (--norm post for Post-LN).
+
+For each model, lnjax's train step (benchmarks/lm_step.py's TrainStep: lnjax's own
+train_step, jitted as the trainer jits it, state donated) and its PyTorch peer
+(benchmarks/torch_peer.py) each run in a worker process of their own: lnjax with the
+malloc settings it applies at import, PyTorch with glibc's defaults, as each framework's
+users run it; each worker's peak RSS (VmHWM) is its model's peak memory. The PyTorch
+model starts from lnjax's initial parameters and the two initial losses must agree
+(else the run fails). Then R rounds alternate N lnjax steps and N PyTorch steps, after
+warm-up, with the float32 matmul peak (JAX jit, 2048²) sampled in this process between
+them. Figures: medians of the per-step times over all rounds.
+"""
+
+import os
+import sys
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_REPO = os.path.dirname(_HERE)
+for _p in (_REPO, _HERE):
+  if _p not in sys.path:
+    sys.path.insert(0, _p)
+
+import lnjax  # noqa: E402, F401  First: glibc malloc settings (lnjax/_malloc.py).
+
+import argparse  # noqa: E402
+import importlib.util  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import shlex  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import lm_step  # noqa: E402
+from lnjax import tasks  # noqa: E402
+from lnjax.models import ModelConfig  # noqa: E402
+
+MODELS = ("lm", "mt", "mlm")
+# The issue's bars: lnjax's step time over PyTorch eager's, and the LM's MFU.
+MAX_RATIO = {"lm": 0.5, "mt": 0.7, "mlm": 0.7}
+MIN_MFU = {"lm": 0.6}
+MT_BATCH, MT_LEN = 128, 32
+MLM_BATCH, MLM_LEN = 32, 128
+
+
+# ---------------------------------------------------------------------------------------
+# The models, their batches and their FLOPs.
+
+def _config_model(path: str, arg: str, **overrides) -> ModelConfig:
+  spec = importlib.util.spec_from_file_location("config", os.path.join(_REPO, path))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return ModelConfig(**{**dict(module.get_config(arg).model), **overrides})
+
+
+def model_config(name: str, norm: str) -> ModelConfig:
+  if name == "lm":
+    return ModelConfig(**lm_step.MODEL, norm_position=norm, dropout_rate=0.0)
+  if name == "mt":
+    return _config_model("configs/multi30k_de_en.py", f"norm={norm}", vocab_size=8000,
+                         dropout_rate=0.0)
+  if name == "mlm":
+    return _config_model("configs/bert.py", f"norm={norm},size=cpu", vocab_size=8003,
+                         dropout_rate=0.0)
+  raise ValueError(name)
+
+
+TASKS = {"lm": tasks.LANGUAGE_MODELING, "mt": tasks.TRANSLATION, "mlm": tasks.MASKED_LM_NSP}
+
+
+def make_batch(name: str, cfg: ModelConfig) -> dict:
+  """The fixed host batch (seed 0): random tokens in [1, V), every weight 1."""
+  rng = np.random.default_rng(0)
+  ints = lambda high, shape, low=1: rng.integers(low, high, shape, dtype=np.int32)
+  if name == "lm":
+    return lm_step.lm_batch(cfg.vocab_size)
+  if name == "mt":
+    tgt = ints(cfg.vocab_size, (MT_BATCH, MT_LEN + 1))
+    return {"inputs": ints(cfg.vocab_size, (MT_BATCH, MT_LEN)), "decoder_inputs": tgt[:, :-1],
+            "targets": tgt[:, 1:], "weights": np.ones((MT_BATCH, MT_LEN), np.float32)}
+  p = mlm_predictions()
+  positions = np.stack([np.sort(rng.choice(np.arange(1, MLM_LEN), p, replace=False))
+                        for _ in range(MLM_BATCH)]).astype(np.int32)
+  segments = (np.arange(MLM_LEN)[None, :] >= MLM_LEN // 2).astype(np.int32)
+  return {"inputs": ints(cfg.vocab_size, (MLM_BATCH, MLM_LEN)),
+          "segment_ids": np.repeat(segments, MLM_BATCH, 0), "mlm_positions": positions,
+          "targets": ints(cfg.vocab_size, (MLM_BATCH, p)),
+          "weights": np.ones((MLM_BATCH, p), np.float32),
+          "nsp_labels": ints(2, (MLM_BATCH,), low=0)}
+
+
+def mlm_predictions() -> int:
+  return math.ceil(0.15 * MLM_LEN)  # lnjax.data.mlm: ceil(mask_rate · seq_len).
+
+
+def flops(name: str, cfg: ModelConfig) -> dict:
+  """Training FLOPs per step (the convention of lm_step.flops_per_token: 6 per weight per
+  token through a matmul, 12·T·D per token per attention layer, embeddings' lookups,
+  biases and norms not counted) and the tokens a step processes."""
+  d, f, v = cfg.d_model, cfg.d_ff, cfg.vocab_size
+  if name == "lm":
+    per_token = lm_step.flops_per_token(**lm_step.MODEL, seq_len=lm_step.SEQ)["total"]
+    tokens = lm_step.BATCH * lm_step.SEQ
+    return {"total": per_token * tokens, "tokens": tokens}
+  if name == "mt":
+    le, ld = cfg.num_layers, cfg.num_decoder_layers or cfg.num_layers
+    s = t = MT_LEN
+    per_src = 6 * le * (4 * d * d + 2 * d * f) + 12 * le * s * d + 6 * ld * 2 * d * d
+    per_tgt = 6 * ld * (6 * d * d + 2 * d * f) + 12 * ld * (t + s) * d + 6 * d * v
+    return {"total": MT_BATCH * (s * per_src + t * per_tgt), "tokens": MT_BATCH * t}
+  n = cfg.num_layers
+  per_token = 6 * n * (4 * d * d + 2 * d * f) + 12 * n * MLM_LEN * d
+  per_prediction = 6 * (d * d + d * v)
+  per_sequence = 6 * (d * d + 2 * d)
+  return {"total": MLM_BATCH * (MLM_LEN * per_token + mlm_predictions() * per_prediction
+                                + per_sequence), "tokens": MLM_BATCH * MLM_LEN}
+
+
+FLOP_FORMULAS = """\
+lm:  FLOPs/step = B·T·(6·N_matmul + 12·L·T·D), N_matmul = L·(4D² + 2DF) + D·V
+     (benchmarks/lm_step.py; B 32, T 128, L 8, D 128, F 512, V 4096).
+mt:  FLOPs/step = B·S·[6·L_e·(4D² + 2DF) + 12·L_e·S·D + 6·L_d·2D²]
+                + B·T·[6·L_d·(6D² + 2DF) + 12·L_d·(T + S)·D + 6·D·V]
+     per source token the encoder's weights and self-attention, and the decoder's
+     cross-attention keys and values (2D² per layer); per target token the decoder's
+     self-attention Q, K, V, O and cross-attention Q, O (6D²), FFN, self- and
+     cross-attention products, and the tied output projection (B 128, S = T = 32,
+     L_e = L_d = 3, D 256, F 1024, V 8000). tokens/s counts target tokens (B·T).
+mlm: FLOPs/step = B·T·[6·L·(4D² + 2DF) + 12·L·T·D] + B·P·6·(D² + D·V) + B·6·(D² + 2D)
+     (stack; MLM head at the P gathered positions: transform and tied output; pooler and
+     next-sentence head; B 32, T 128, P 20, L 4, D 256, F 1024, V 8003). tokens/s counts
+     input tokens (B·T).
+6 = 2 (multiply-add) × 3 (forward, input gradient, weight gradient); attention's QKᵀ and
+AV count in full (no causal discount). MFU = FLOPs/step ÷ step time ÷ the float32 matmul
+peak measured in the same run (JAX jit, 2048 × 2048 @ 2048 × 2048, 2·2048³ FLOPs)."""
+
+
+# ---------------------------------------------------------------------------------------
+# Workers.
+
+def lnjax_worker(name: str, norm: str, workdir: str) -> None:
+  """Builds lnjax's step for `name`, writes its initial parameters, batch and the PyTorch
+  peer's spec to `workdir`, then serves run / rss / quit on stdin (JSON lines)."""
+  cfg = model_config(name, norm)
+  step = lm_step.TrainStep(cfg, make_batch(name, cfg), TASKS[name])
+  np.savez(os.path.join(workdir, "params.npz"), **step.initial_params)
+  np.savez(os.path.join(workdir, "batch.npz"), **step.host_batch)
+  sizes = {"vocab_size": cfg.vocab_size, "num_layers": cfg.num_layers, "d_model": cfg.d_model,
+           "num_heads": cfg.num_heads, "d_ff": cfg.d_ff, "max_len": cfg.max_len,
+           "norm_position": norm, "eps": cfg.norm_eps}
+  if name == "mt":
+    sizes["num_decoder_layers"] = cfg.num_decoder_layers or cfg.num_layers
+  with open(os.path.join(workdir, "spec.json"), "w") as f:
+    json.dump({"model": name, "sizes": sizes}, f)
+  reply = lambda obj: (sys.stdout.write(json.dumps(obj) + "\n"), sys.stdout.flush())
+  reply({"num_params": step.num_params, "initial_loss": step.initial_loss,
+         "lower_s": step.lower_s, "compile_s": step.compile_s,
+         "xla_temp_mib": step.xla_temp_mib, "xla_args_mib": step.xla_args_mib})
+  for line in sys.stdin:
+    cmd = line.split()
+    if cmd and cmd[0] == "run":
+      times = step.run(int(cmd[1]))
+      reply({"times": times, "loss": step.loss})
+    elif cmd and cmd[0] == "rss":
+      reply({"maxrss_kib": lm_step.vmhwm_mib() * 1024})
+    elif cmd and cmd[0] == "quit":
+      break
+
+
+class Worker(lm_step.TorchWorker):
+  """A JSON-lines worker process (lm_step.TorchWorker's protocol) on any command line."""
+
+  def __init__(self, argv: list[str], env: dict):
+    self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                 env=env, bufsize=1)
+    self.hello = self._read()
+    self.num_params = self.hello["num_params"]
+    self.loss = None
+
+
+def start_workers(name: str, norm: str, workdir: str) -> tuple[Worker, Worker]:
+  ln = Worker([sys.executable, os.path.abspath(__file__), "--worker", name, "--norm", norm,
+               "--dir", workdir], dict(os.environ))
+  peer = [sys.executable, os.path.join(_HERE, "torch_peer.py"), "--worker",
+          "--params", os.path.join(workdir, "params.npz"),
+          "--batch", os.path.join(workdir, "batch.npz")]
+  peer += ["--norm", norm] if name == "lm" else ["--spec", os.path.join(workdir, "spec.json")]
+  # PyTorch as its users run it: glibc's default malloc settings.
+  env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+  return ln, Worker(peer, env)
+
+
+# ---------------------------------------------------------------------------------------
+# Timing and report.
+
+def bench_model(name: str, norm: str, rounds: int, steps: int, warmup: int,
+                peaks: list[float]) -> dict:
+  cfg = model_config(name, norm)
+  with tempfile.TemporaryDirectory(prefix=f"suite_{name}_") as workdir:
+    ln, pt = start_workers(name, norm, workdir)
+    try:
+      pt_loss = pt.ask("loss")["loss"]
+      failures = []
+      if pt.num_params != ln.num_params:
+        failures.append(f"{name}: PyTorch has {pt.num_params:,} parameters, lnjax "
+                        f"{ln.num_params:,}")
+      if abs(pt_loss - ln.hello["initial_loss"]) > 1e-3 * abs(ln.hello["initial_loss"]):
+        failures.append(f"{name}: initial loss lnjax {ln.hello['initial_loss']:.6f}, PyTorch "
+                        f"{pt_loss:.6f}")
+      if failures:
+        return {"name": name, "failures": failures}
+      ln.run(warmup)
+      pt.run(warmup)
+      times = {"lnjax": [], "torch": []}
+      for r in range(rounds):
+        peaks += lm_step.matmul_peak_sample(reps=3)
+        times["lnjax"] += ln.run(steps)
+        times["torch"] += pt.run(steps)
+        print(f"{name} round {r + 1}/{rounds} (load {os.getloadavg()[0]:.1f}): lnjax "
+              f"{1e3 * np.median(times['lnjax'][-steps:]):.0f} ms, PyTorch "
+              f"{1e3 * np.median(times['torch'][-steps:]):.0f} ms", flush=True)
+      rss = {"lnjax": ln.ask("rss")["maxrss_kib"] / 1024,
+             "torch": pt.ask("rss")["maxrss_kib"] / 1024}
+      if name == "lm":
+        rss["torch_mm_gflops"] = pt.ask("matmul")["gflops"]
+    finally:
+      ln.close()
+      pt.close()
+  return {"name": name, "failures": [], "num_params": ln.num_params, "flops": flops(name, cfg),
+          "stats": {k: lm_step.stats(v) for k, v in times.items()},
+          "times_ms": {k: [round(1e3 * x, 2) for x in v] for k, v in times.items()},
+          "rss_mib": {k: rss[k] for k in ("lnjax", "torch")},
+          "torch_mm_gflops": rss.get("torch_mm_gflops"),
+          "compile": {k: ln.hello[k] for k in ("lower_s", "compile_s")},
+          "xla_mib": {k: ln.hello[k] for k in ("xla_temp_mib", "xla_args_mib")},
+          "initial_loss": {"lnjax": ln.hello["initial_loss"], "torch": pt_loss},
+          "final_loss": {"lnjax": ln.loss, "torch": pt.loss},
+          "total_steps": warmup + rounds * steps}
+
+
+LABELS = {"lm": "LM 2.6M (8L, D 128)", "mt": "Multi30k enc-dec (3+3L, D 256)",
+          "mlm": "masked LM (4L, D 256)"}
+
+
+def render(results: list[dict], peak: float) -> str:
+  lines = [
+      "| model | parameters | tokens/step | GFLOP/step | lnjax ms | PyTorch ms | lnjax / "
+      "PyTorch | lnjax tokens/s | PyTorch tokens/s | lnjax MFU | PyTorch MFU | peak RSS "
+      "lnjax / PyTorch MiB | XLA temp MiB |",
+      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+  for r in results:
+    ln, pt = r["stats"]["lnjax"]["median_ms"], r["stats"]["torch"]["median_ms"]
+    f = r["flops"]
+    mfu = lambda ms: f["total"] / (ms / 1e3) / (peak * 1e9)
+    lines.append(
+        f"| {LABELS[r['name']]} | {r['num_params']:,} | {f['tokens']:,} | "
+        f"{f['total'] / 1e9:.1f} | {ln:.0f} | {pt:.0f} | **{ln / pt:.2f}** | "
+        f"{f['tokens'] / (ln / 1e3):,.0f} | {f['tokens'] / (pt / 1e3):,.0f} | "
+        f"{100 * mfu(ln):.1f}% | {100 * mfu(pt):.1f}% | {r['rss_mib']['lnjax']:.0f} / "
+        f"{r['rss_mib']['torch']:.0f} | {r['xla_mib']['xla_temp_mib']:.0f} |")
+  return "\n".join(lines)
+
+
+def verdicts(results: list[dict], peak: float) -> list[str]:
+  out = []
+  for r in results:
+    ratio = r["stats"]["lnjax"]["median_ms"] / r["stats"]["torch"]["median_ms"]
+    line = (f"{r['name']}: lnjax / PyTorch {ratio:.2f} (bar ≤ {MAX_RATIO[r['name']]}: "
+            f"{'met' if ratio <= MAX_RATIO[r['name']] else 'not met'})")
+    if r["name"] in MIN_MFU:
+      mfu = r["flops"]["total"] / (r["stats"]["lnjax"]["median_ms"] / 1e3) / (peak * 1e9)
+      line += (f"; MFU {100 * mfu:.1f}% (bar ≥ {100 * MIN_MFU[r['name']]:.0f}%: "
+               f"{'met' if mfu >= MIN_MFU[r['name']] else 'not met'})")
+    out.append(line)
+  return out
+
+
+def notes(results, peak, n_peaks, args, loads) -> list[str]:
+  torch_mm = next((r["torch_mm_gflops"] for r in results if r.get("torch_mm_gflops")), None)
+  out = [
+      f"- {args.rounds} rounds × {args.steps} steps per framework and model, alternating, "
+      f"after {args.warmup} warm-up steps; medians. {args.norm}-LN models.",
+      f"- float32 matmul peak (JAX jit, 2048², median of {n_peaks} samples across the "
+      f"rounds): **{peak:.0f} GFLOP/s**"
+      + (f"; torch.mm 2048² for context: {torch_mm:.0f} GFLOP/s." if torch_mm else "."),
+      "- Peak RSS: each worker process's VmHWM (one model, one framework each; lnjax's "
+      "includes its compile). XLA temp: the lnjax step's scratch (XLA buffer assignment).",
+  ]
+  for r in results:
+    s, c = r["stats"], r["compile"]
+    out.append(
+        f"- {r['name']}: step ms min lnjax {s['lnjax']['min_ms']:.0f} / PyTorch "
+        f"{s['torch']['min_ms']:.0f}, IQR {s['lnjax']['p25_ms']:.0f}–{s['lnjax']['p75_ms']:.0f}"
+        f" / {s['torch']['p25_ms']:.0f}–{s['torch']['p75_ms']:.0f}; lnjax compile: lower "
+        f"{c['lower_s']:.2f} s + XLA {c['compile_s']:.2f} s; loss initial "
+        f"{r['initial_loss']['lnjax']:.4f} / {r['initial_loss']['torch']:.4f}, after "
+        f"{r['total_steps']} steps {r['final_loss']['lnjax']:.4f} / "
+        f"{r['final_loss']['torch']:.4f} (lnjax / PyTorch).")
+  out.append(f"- Load average (1 min) at start / end: {loads[0]:.2f} / {loads[1]:.2f}.")
+  return out
+
+
+def section(results, peak, n_peaks, args, loads, command) -> str:
+  mi = lm_step.machine_info()
+  v = mi["versions"]
+  return "\n".join([
+      "<!-- suite:begin (written by benchmarks/suite.py) -->",
+      f"### Suite: three models against PyTorch eager ({mi['date']})",
+      "",
+      f"Machine: {mi['cpu']}, {mi['cores']} cores, no GPU. Versions: Python {v['python']}, "
+      f"jax {v['jax']}, jaxlib {v['jaxlib']}, flax {v['flax']}, optax {v['optax']}, torch "
+      f"{v['torch']}, numpy {v['numpy']}.",
+      "",
+      f"Command: `{command}`",
+      "",
+      render(results, peak),
+      "",
+      *["- " + x for x in verdicts(results, peak)],
+      *notes(results, peak, n_peaks, args, loads),
+      "",
+      "FLOP formulas:",
+      "",
+      "```",
+      FLOP_FORMULAS,
+      "```",
+      "<!-- suite:end -->",
+  ])
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--models", default=",".join(MODELS), help="lm,mt,mlm (comma-separated)")
+  p.add_argument("--norm", choices=("pre", "post"), default="pre")
+  p.add_argument("--steps", type=int, default=5, help="steps per framework per round")
+  p.add_argument("--rounds", type=int, default=5, help="alternating rounds per model")
+  p.add_argument("--warmup", type=int, default=3, help="warm-up steps per framework")
+  p.add_argument("--quick", action="store_true", help="1 round of 2 steps: a self-check")
+  p.add_argument("--out", help="Markdown file whose suite section is added or replaced")
+  p.add_argument("--json", help="write the raw results here")
+  p.add_argument("--worker", choices=MODELS, help=argparse.SUPPRESS)
+  p.add_argument("--dir", help=argparse.SUPPRESS)
+  args = p.parse_args(argv)
+  if args.worker:
+    lnjax_worker(args.worker, args.norm, args.dir)
+    return 0
+  if args.quick:
+    args.rounds, args.steps, args.warmup = 1, 2, 1
+  models = args.models.split(",")
+  for m in models:
+    if m not in MODELS:
+      raise SystemExit(f"--models: {m!r} is not one of {', '.join(MODELS)}")
+  command = "python benchmarks/suite.py " + " ".join(shlex.quote(a) for a in (
+      argv if argv is not None else sys.argv[1:]))
+  loads = [os.getloadavg()[0]]
+  t0 = time.perf_counter()
+  peaks = lm_step.matmul_peak_sample()
+  results = [bench_model(m, args.norm, args.rounds, args.steps, args.warmup, peaks)
+             for m in models]
+  loads.append(os.getloadavg()[0])
+  failures = [f for r in results for f in r["failures"]]
+  if failures:
+    for f in failures:
+      print("FAIL:", f, file=sys.stderr)
+    return 1
+  peak = float(np.median(peaks))
+  print()
+  print(render(results, peak))
+  print()
+  print("\n".join(verdicts(results, peak) + notes(results, peak, len(peaks), args, loads)))
+  print("\nFLOP formulas:\n" + FLOP_FORMULAS)
+  print(f"\nwall time {time.perf_counter() - t0:.0f} s")
+  if args.out:
+    lm_step.update_section(args.out, section(results, peak, len(peaks), args, loads, command),
+                           "suite")
+    print(f"updated {args.out}")
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump({"results": results, "peak_gflops": peak, "peaks": peaks}, f, indent=1,
+                default=str)
+  for r in results:
+    for name in ("lnjax", "torch"):
+      if not np.isfinite(r["final_loss"][name]):
+        print(f"FAIL: {r['name']} {name}: non-finite loss", file=sys.stderr)
+        return 1
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
