@@ -174,6 +174,11 @@ def _common(task: str) -> ml_collections.ConfigDict:
   s.data = -1  # Devices on the data-parallel axis; -1 = all the others.
   s.fsdp = 1  # Devices sharding parameters and optimizer state (FSDP).
   s.model = 1  # Devices sharding heads and FFN (tensor parallel).
+  # Across TPU slices (or hosts, elsewhere): each axis is dcn_<axis> × <axis> devices
+  # long, the data/fsdp/model sizes above then counting devices within one slice.
+  s.dcn_data = 1  # Slices on the data axis (multislice data parallelism).
+  s.dcn_fsdp = 1
+  s.dcn_model = 1
   return c
 
 

@@ -4,6 +4,11 @@ Three mesh axes (MaxText's conventions): 'data' (batch only), 'fsdp' (batch and 
 parameters' and optimizer state's 'embed' axis), 'model' (heads, FFN and vocabulary:
 tensor parallelism). By default every device is on 'data'. Parameters name their axes
 logically (lnjax/models/layers.py); `LOGICAL_RULES` maps those names onto mesh axes.
+
+Across slices (TPU multislice) or hosts joined by a slower network, each axis is
+`dcn_<axis>` granules long times `<axis>` devices within a granule (the Flax lm1b
+example's dcn/ici split): data=-1 with dcn_data=2 is data parallelism over two slices,
+and within each over all its devices.
 """
 
 import dataclasses
@@ -12,6 +17,7 @@ import math
 import flax.linen as nn
 import jax
 import numpy as np
+from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 from lnjax import errors
@@ -30,9 +36,14 @@ LOGICAL_RULES = (
 
 @dataclasses.dataclass(frozen=True)
 class MeshConfig:
-  data: int = -1  # -1: all devices not used by the other axes.
+  """Devices per axis within a granule (ICI), and granules per axis (DCN)."""
+
+  data: int = -1  # -1: all devices of a granule not used by the other axes.
   fsdp: int = 1
   model: int = 1
+  dcn_data: int = 1  # Granules (TPU slices, else processes) along each axis.
+  dcn_fsdp: int = 1
+  dcn_model: int = 1
 
   def __post_init__(self):
     for key in MESH_AXES:
@@ -41,8 +52,17 @@ class MeshConfig:
         raise errors.ConfigError(f"mesh.{key}={value!r} must be a positive integer or -1")
     if [getattr(self, k) for k in MESH_AXES].count(-1) > 1:
       raise errors.ConfigError("mesh: at most one of data, fsdp, model may be -1")
+    for key in MESH_AXES:
+      value = getattr(self, f"dcn_{key}")
+      if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise errors.ConfigError(f"mesh.dcn_{key}={value!r} must be a positive integer")
+
+  @property
+  def dcn_shape(self) -> tuple[int, int, int]:
+    return tuple(getattr(self, f"dcn_{k}") for k in MESH_AXES)
 
   def shape(self, num_devices: int) -> tuple[int, int, int]:
+    """The axes' sizes within one granule of `num_devices` devices."""
     sizes = [getattr(self, k) for k in MESH_AXES]
     known = math.prod(s for s in sizes if s != -1)
     if -1 in sizes:
@@ -60,11 +80,35 @@ def make_mesh(cfg: MeshConfig, devices=None) -> Mesh:
   """A (data, fsdp, model) mesh over `devices` (default: all), with Auto axis types so
   that jit propagates the shardings we give it (classic logical-axis sharding).
 
-  With fewer devices asked for than present, the first ones are used.
+  One granule: the devices in jax's topology-aware order (mesh_utils), or the first
+  ones when fewer are asked for than present. Several: each axis is dcn × ici long,
+  granules outermost, so that only the dcn part of an axis crosses the slow network.
   """
   devices = list(jax.devices() if devices is None else devices)
-  shape = cfg.shape(len(devices))
-  grid = np.asarray(devices[: math.prod(shape)]).reshape(shape)
+  granules = math.prod(cfg.dcn_shape)
+  if granules == 1:
+    shape = cfg.shape(len(devices))
+    n = math.prod(shape)
+    if n < len(devices):
+      grid = np.asarray(devices[:n]).reshape(shape)
+    else:
+      try:
+        grid = mesh_utils.create_device_mesh(shape, devices)
+      except (ValueError, NotImplementedError) as e:
+        raise errors.ConfigError(f"mesh: {e}") from None
+  else:
+    if len(devices) % granules:
+      raise errors.ConfigError(f"mesh: {len(devices)} devices do not split into "
+                               f"dcn_data×dcn_fsdp×dcn_model={granules} granules")
+    shape = cfg.shape(len(devices) // granules)
+    # TPU slices know their slice_index; elsewhere (GPU hosts, CPU processes) a
+    # process is the unit of the slower network.
+    by_process = len({getattr(d, "slice_index", 0) for d in devices}) != granules
+    try:
+      grid = mesh_utils.create_hybrid_device_mesh(shape, cfg.dcn_shape, devices,
+                                                  process_is_granule=by_process)
+    except ValueError as e:
+      raise errors.ConfigError(f"mesh: {e}") from None
   return Mesh(grid, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES))
 
 

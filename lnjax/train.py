@@ -28,7 +28,8 @@ COMPLETED, DIVERGED, PREEMPTED = "completed", "diverged", "preempted"
 RESUMABLE_KEYS = ("train.num_steps", "train.log_every_steps", "train.eval_every_steps",
                   "train.checkpoint_every_steps", "train.keep_checkpoints", "train.tensorboard",
                   "train.log_grad_norms",
-                  "data.data_dir", "data.cache_dir", "mesh.data", "mesh.fsdp", "mesh.model")
+                  "data.data_dir", "data.cache_dir", "mesh.data", "mesh.fsdp", "mesh.model",
+                  "mesh.dcn_data", "mesh.dcn_fsdp", "mesh.dcn_model")
 
 
 def train_step(state: state_lib.TrainState, batch: dict, *, setup: state_lib.Setup,

@@ -2,7 +2,8 @@
 on loopback, 4 virtual CPU devices each, against the same run in one process on 8.
 
 The mesh is (data 1, fsdp 4, model 2): parameters and optimizer state are split over
-both processes (FSDP across hosts), heads and FFN within each (tensor parallel). The
+both processes (FSDP across hosts: fsdp 2 × dcn_fsdp 2, a process being the unit of the
+slower network), heads and FFN within each (tensor parallel). The
 first launch gets SIGTERM and both processes stop at one agreed step (JAX's preemption
 service) and save; the second resumes: every process restores its shards.
 """
@@ -27,6 +28,8 @@ SETTINGS = {"opt.name": "sgd", "opt.learning_rate": 0.1,  # Adam: see test_shard
             "train.num_steps": STEPS, "train.log_every_steps": 1,
             "train.eval_every_steps": STEPS, "train.checkpoint_every_steps": 3,
             "data.eval_batches": 1, "mesh.data": 1, "mesh.fsdp": 4, "mesh.model": 2}
+# The same mesh built from two granules (the processes) of 1×2×2 devices each.
+ACROSS_PROCESSES = {"mesh.fsdp": 2, "mesh.dcn_fsdp": 2}
 CONSOLE = ("Model:", "step ", "eval ", "Resuming", "SIGTERM", "==")
 
 
@@ -39,7 +42,7 @@ def _free_port() -> int:
 def _launch(workdir: str) -> list[subprocess.Popen]:
   """Both processes of one run, each with 4 of the 8 virtual devices."""
   port = _free_port()
-  flags = [f"--config.{k}={v}" for k, v in SETTINGS.items()]
+  flags = [f"--config.{k}={v}" for k, v in {**SETTINGS, **ACROSS_PROCESSES}.items()]
   env = {**os.environ, "PYTHONUNBUFFERED": "1", "JAX_PLATFORMS": "cpu", "XLA_FLAGS": " ".join(
       [f for f in os.environ.get("XLA_FLAGS", "").split()
        if not f.startswith("--xla_force_host_platform_device_count")]

@@ -1,4 +1,13 @@
-"""Sharded steps on 8 virtual CPU devices equal the single-device step."""
+"""Sharded steps on 8 virtual CPU devices equal the single-device step; FSDP holds 1/8 of
+the state per device; a checkpoint saved on one mesh restores onto another.
+
+Every model is stepped under FSDP and under data × FSDP × tensor parallelism (2×2×2), the
+LM also under pure data and pure tensor parallelism, and every norm placement under one
+of them. The full product (3 models × 10 placements × 4 modes) would compile ~120 train
+steps; the placements differ only inside the blocks all three models share
+(transformer.stack), so each is paired with one model and mode (the encoder-decoder
+carries two: one per stack). B2T, which adds no parameter, takes pure data parallelism.
+"""
 
 import functools
 
@@ -6,70 +15,162 @@ import jax
 import numpy as np
 import pytest
 
-from lnjax import optim, sharding, state as state_lib, train
-from lnjax.models import ModelConfig
+from lnjax import checkpoint, errors, optim, sharding, state as state_lib, tasks, train
+from lnjax.models import NORM_POSITIONS, ModelConfig
 
-SEQ = 16
+B, T, V = 8, 8, 64
+MODES = {"data": (8, 1, 1), "fsdp": (1, 8, 1), "model": (1, 1, 8), "all": (2, 2, 2)}
+# (task, mode, norm placement or (encoder's, decoder's)).
+CASES = [
+    ("lm", "data", "b2t"), ("lm", "fsdp", "admin"), ("lm", "model", "mix"),
+    ("lm", "all", "normformer"),
+    ("translation", "fsdp", ("deepnorm", "resi_dual")), ("translation", "all", ("pre", "sandwich")),
+    ("mlm_nsp", "fsdp", "post"), ("mlm_nsp", "all", "peri"),
+]
 
 
-def _setup(pos):
+def test_cases_cover_every_placement_and_mode():
+  placements = {p for _, _, pos in CASES for p in (pos if isinstance(pos, tuple) else (pos,))}
+  assert placements == set(NORM_POSITIONS)
+  assert {mode for task, mode, _ in CASES if task == "lm"} == set(MODES)
+  for task in ("translation", "mlm_nsp"):
+    assert {mode for t, mode, _ in CASES if t == task} == {"fsdp", "all"}
+
+
+def _setup(task: str, pos, dropout: float) -> state_lib.Setup:
   # SGD: Adam's m/√v turns rounding noise in exactly-zero gradients (the key bias's, say)
   # into full-size updates, which would compare noise rather than sharding.
-  cfg = ModelConfig(vocab_size=64, num_layers=2, d_model=32, num_heads=4, d_ff=64, max_len=SEQ,
-                    norm_position=pos, dropout_rate=0.1)
-  return state_lib.make_setup(cfg, optim.OptConfig(name="sgd", learning_rate=0.5), 100)
+  enc, dec = pos if isinstance(pos, tuple) else (pos, pos)
+  cfg = ModelConfig(vocab_size=V, num_layers=2 if "mix" in (enc, dec) else 1, d_model=32,
+                    num_heads=2, d_ff=64, max_len=T, norm_position=enc,
+                    decoder_norm_position=dec if task == "translation" else "",
+                    mix_post_fraction=0.5, dropout_rate=dropout)
+  return state_lib.make_setup(cfg, optim.OptConfig(name="sgd", learning_rate=0.5), 100,
+                              task=tasks.get(task))
 
 
-def _run(setup, mesh, batches, steps=2):
-  shardings = state_lib.state_shardings(setup, mesh)
-  step = jax.jit(functools.partial(train.train_step, setup=setup, label_smoothing=0.1, seed=0),
-                 in_shardings=(shardings, sharding.batch_sharding(mesh)),
-                 out_shardings=(shardings, sharding.replicated(mesh)), donate_argnums=0)
-  state = state_lib.init_state(setup, mesh, seed=0)
-  losses = []
-  for b in batches[:steps]:
-    state, m = step(state, sharding.global_batch(b, sharding.batch_sharding(mesh)))
-    losses.append(float(m["train_loss"]))
-  return jax.device_get(state.params), losses, state
-
-
-def _batches(n=2, b=8):
+def _batches(task: str, n=2) -> list[dict]:
   rng = np.random.default_rng(0)
+  tokens = lambda *shape: rng.integers(1, V, shape).astype(np.int32)
   out = []
   for _ in range(n):
-    tokens = rng.integers(0, 64, (b, SEQ + 1)).astype(np.int32)
-    out.append({"inputs": tokens[:, :-1], "targets": tokens[:, 1:],
-                "weights": np.ones((b, SEQ), np.float32)})
+    if task == "lm":
+      x = tokens(B, T + 1)
+      batch = {"inputs": x[:, :-1], "targets": x[:, 1:]}
+    elif task == "translation":
+      y = tokens(B, T + 1)
+      batch = {"inputs": tokens(B, T), "decoder_inputs": y[:, :-1], "targets": y[:, 1:]}
+    else:  # Masked LM with next-sentence prediction: 2 predictions per row.
+      batch = {"inputs": tokens(B, T), "segment_ids": (np.arange(T) >= T // 2)[None].repeat(
+                   B, 0).astype(np.int32), "mlm_positions": tokens(B, 2) % T,
+               "targets": tokens(B, 2), "nsp_labels": tokens(B) % 2}
+    batch["weights"] = np.ones(batch["targets"].shape, np.float32)
+    out.append(batch)
   return out
 
 
-def test_eight_virtual_devices():
-  assert jax.device_count() == 8, "tests/conftest.py sets 8 virtual CPU devices"
+def _run(setups, mesh, initials, batches):
+  """Losses [case, step] and final states of every case, all stepped by one program
+  jitted with the mesh's shardings (cheaper to compile than a program per case)."""
+  shardings = [state_lib.state_shardings(s, mesh) for s in setups]
+  batch_sharding = sharding.batch_sharding(mesh)
+
+  def steps(states, batch_per_case):
+    out = [train.train_step(state, batch, setup=setup, label_smoothing=0.1, seed=0)
+           for state, batch, setup in zip(states, batch_per_case, setups)]
+    return [state for state, _ in out], [m["train_loss"] for _, m in out]
+
+  step = jax.jit(steps, in_shardings=(shardings, batch_sharding),
+                 out_shardings=(shardings, sharding.replicated(mesh)))
+  states, losses = jax.device_put(initials, shardings), []
+  for i in range(len(batches[0])):
+    states, loss = step(states, [sharding.global_batch(b[i], batch_sharding) for b in batches])
+    losses.append(loss)
+  return np.asarray(jax.device_get(losses)).T, states
 
 
-@pytest.mark.parametrize("pos, shape", [("post", (4, 1, 2)), ("pre", (4, 1, 2)),
-                                        ("pre", (2, 2, 2)), ("post", (8, 1, 1))])
-def test_sharded_step_equals_single_device(pos, shape):
-  """(data, fsdp, model) meshes: data × model, all three axes, pure data parallel."""
-  setup, batches = _setup(pos), _batches()
-  single = sharding.make_mesh(sharding.MeshConfig(data=1), jax.devices()[:1])
-  p1, l1, _ = _run(setup, single, batches)
-  mesh = sharding.make_mesh(sharding.MeshConfig(*shape))
-  p8, l8, state8 = _run(setup, mesh, batches)
-  np.testing.assert_allclose(l8, l1, rtol=1e-5, atol=1e-5)
-  for a, b in zip(jax.tree.leaves(p8), jax.tree.leaves(p1)):
-    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
-  # Parameters really are split: FFN W¹ is [D, F] with F over 'model', D over 'fsdp'.
-  wi = state8.params["layer_0"]["ffn"]["wi"]["kernel"]
-  data, fsdp, model = shape
-  assert wi.addressable_shards[0].data.shape == (32 // fsdp, 64 // model)
+def _setups(cases):
+  # Dropout (its masks drawn over sharded shapes) in the LM's data and 2×2×2 cases.
+  return [_setup(task, pos, dropout=0.1 if task == "lm" and mode in ("data", "all") else 0.0)
+          for task, mode, pos in cases]
 
 
-def test_mesh_refusals():
-  from lnjax import errors
+@pytest.fixture(scope="module")
+def single_device():
+  """Every case's initial state and its two steps on one device."""
+  setups = _setups(CASES)
+  one = sharding.make_mesh(sharding.MeshConfig(data=1), jax.devices()[:1])
+  initials = jax.device_get(jax.jit(lambda: [state_lib.init_state(s, one, 0) for s in setups])())
+  losses, states = _run(setups, one, initials, [_batches(task) for task, _, _ in CASES])
+  return initials, losses, jax.device_get(states)
+
+
+def _bytes_on(state, device) -> int:
+  return sum(s.data.nbytes for leaf in jax.tree.leaves(state) for s in leaf.addressable_shards
+             if s.device == device)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_sharded_steps_equal_single_device(mode, single_device):
+  initials, losses, states = single_device
+  index = [i for i, case in enumerate(CASES) if case[1] == mode]
+  cases = [CASES[i] for i in index]
+  mesh = sharding.make_mesh(sharding.MeshConfig(*MODES[mode]))
+  l8, s8 = _run(_setups(cases), mesh, [initials[i] for i in index],
+                [_batches(task) for task, _, _ in cases])
+  data, fsdp, model = MODES[mode]
+  for case, i, loss, state in zip(cases, index, l8, s8):
+    np.testing.assert_allclose(loss, losses[i], rtol=1e-5, atol=1e-5, err_msg=str(case))
+    for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(states[i])):
+      np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5, err_msg=str(case))
+    # State per device: all of it (data); ~1/8 (FSDP: every matrix split over 'embed',
+    # only biases and norm gains whole); ~1/4 (FSDP 2 × tensor 2).
+    total = sum(x.nbytes for x in jax.tree.leaves(states[i]))
+    here = _bytes_on(state, jax.devices()[0])
+    low, high = {"data": (1, 1), "fsdp": (1 / 8, 1.3 / 8), "model": (1 / 8, 1 / 2),
+                 "all": (1 / 4, 1.3 / 4)}[mode]
+    assert low * total <= here <= high * total, (case, here / total)
+    wi = next(x for path, x in jax.tree_util.tree_leaves_with_path(state.params)
+              if jax.tree_util.keystr(path).endswith("['ffn']['wi']['kernel']"))
+    assert wi.addressable_shards[0].data.shape == (32 // fsdp, 64 // model), case
+
+
+def test_checkpoint_restores_onto_another_mesh(tmp_path):
+  """Saved from FSDP over 8 devices; restored onto tensor parallel over 8 and onto one."""
+  setup = _setup("lm", "pre", dropout=0.0)
+  one = sharding.make_mesh(sharding.MeshConfig(data=1), jax.devices()[:1])
+  initial = jax.device_get(state_lib.init_state(setup, one, seed=0))
+  fsdp = sharding.make_mesh(sharding.MeshConfig(*MODES["fsdp"]))
+  saved = jax.device_put(initial, state_lib.state_shardings(setup, fsdp))
+  ckpt = checkpoint.Checkpoints(str(tmp_path), 1, 1)
+  ckpt.save(1, saved, {"position": 7}, force=True)
+  ckpt.wait()
+  for mesh in (sharding.make_mesh(sharding.MeshConfig(*MODES["model"])), one):
+    state, data = ckpt.restore_latest(state_lib.abstract_state(setup, mesh))
+    assert data == {"position": 7}
+    for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(initial)):
+      np.testing.assert_array_equal(a, b)
+    wi = state.params["layer_0"]["ffn"]["wi"]["kernel"]
+    assert wi.addressable_shards[0].data.shape == (32, 64 // mesh.shape["model"])
+  ckpt.close()
+
+
+def test_mesh_shapes_and_refusals():
+  assert sharding.MeshConfig().shape(8) == (8, 1, 1)
+  assert sharding.MeshConfig(data=2, model=-1).shape(8) == (2, 1, 4)
+  assert sharding.MeshConfig(dcn_data=2).dcn_shape == (2, 1, 1)
   with pytest.raises(errors.ConfigError, match="mesh.model=0"):
     sharding.MeshConfig(model=0)
+  with pytest.raises(errors.ConfigError, match="mesh.dcn_fsdp=0"):
+    sharding.MeshConfig(dcn_fsdp=0)
   with pytest.raises(errors.ConfigError, match="exceeds"):
     sharding.MeshConfig(data=4, model=4).shape(8)
   with pytest.raises(errors.ConfigError, match="do not divide"):
     sharding.MeshConfig(data=-1, model=3).shape(8)
+  # Two granules (slices, or processes on CPU) asked for; this process is one.
+  with pytest.raises(errors.ConfigError, match="must equal the product of dcn_mesh_shape"):
+    sharding.make_mesh(sharding.MeshConfig(dcn_fsdp=2))
+
+
+def test_eight_virtual_devices():
+  assert jax.device_count() == 8, "tests/conftest.py sets 8 virtual CPU devices"
