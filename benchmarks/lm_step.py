@@ -1,6 +1,7 @@
 """Train-step benchmark: lnjax (JAX/Flax, jit) against the same model in eager PyTorch.
 
   python benchmarks/lm_step.py [--steps N] [--rounds R] [--norm pre|post]
+                               [--weight-grad autodiff|transposed]
                                [--torch-separate] [--out BENCHMARKS.md] [--json FILE]
 
 The model of the foundation issue: decoder-only LM, 8 layers, d_model 128, 4 heads, FFN 512,
@@ -366,8 +367,8 @@ def section(res: dict, command: str) -> str:
   mi = res["machine"]
   v = mi["versions"]
   return "\n".join([
-      f"<!-- lm_step:{res['norm']}:begin (written by benchmarks/lm_step.py) -->",
-      f"### Train step, {res['norm']}-LN ({mi['date']})",
+      f"<!-- {section_tag(res)}:begin (written by benchmarks/lm_step.py) -->",
+      f"### Train step, {res['norm']}-LN{_variant(res)} ({mi['date']})",
       "",
       f"Machine: {mi['cpu']}, {mi['cores']} cores, no GPU. "
       f"Versions: Python {v['python']}, jax {v['jax']}, jaxlib {v['jaxlib']}, flax "
@@ -382,12 +383,18 @@ def section(res: dict, command: str) -> str:
       "```",
       FLOP_FORMULA,
       "```",
-      f"<!-- lm_step:{res['norm']}:end -->",
+      f"<!-- {section_tag(res)}:end -->",
   ])
 
 
-def update_file(path: str, text: str, norm: str) -> None:
-  update_section(path, text, f"lm_step:{norm}")
+def section_tag(res: dict) -> str:
+  """lm_step:<norm>, with :<weight_grad> for a non-default weight gradient."""
+  return f"lm_step:{res['norm']}" + _variant(res).replace(", weight gradient ", ":")
+
+
+def _variant(res: dict) -> str:
+  wg = res.get("weight_grad", "autodiff")
+  return "" if wg == "autodiff" else f", weight gradient {wg}"
 
 
 def update_section(path: str, text: str, tag: str) -> None:
@@ -414,6 +421,9 @@ def main(argv=None) -> int:
   p.add_argument("--warmup", type=int, default=None,
                  help="warm-up steps per implementation (default 5; 2 with --steps <= 2)")
   p.add_argument("--norm", choices=("pre", "post"), default="pre")
+  p.add_argument("--weight-grad", choices=("autodiff", "transposed"), default="autodiff",
+                 help="lnjax's model.weight_grad (transposed: dW from a materialized xᵀ); "
+                 "a non-default value writes its own section")
   p.add_argument("--torch-separate", action="store_true",
                  help="also time PyTorch in a worker process without lnjax imported")
   p.add_argument("--out", help="Markdown file whose lm_step section is added or replaced")
@@ -427,7 +437,7 @@ def main(argv=None) -> int:
   t_start = time.perf_counter()
 
   # lnjax: build, compile, warm up; its memory figures before torch exists.
-  ln = LnjaxStep(args.norm)
+  ln = LnjaxStep(args.norm, weight_grad=args.weight_grad)
   rss_compiled = maxrss_mib()
   peaks = matmul_peak_sample()
   ln.run(warmup)
@@ -488,7 +498,7 @@ def main(argv=None) -> int:
     tmp.cleanup()
 
   res = {
-      "norm": args.norm, "steps": args.steps, "rounds": args.rounds, "warmup": warmup,
+      "norm": args.norm, "weight_grad": args.weight_grad, "steps": args.steps, "rounds": args.rounds, "warmup": warmup,
       "total_steps": warmup + args.rounds * args.steps,
       "num_params": ln.num_params, "flops": flops_per_token(**MODEL, seq_len=SEQ),
       "impls": {name: stats(t) for name, t in times.items()},
@@ -518,7 +528,7 @@ def main(argv=None) -> int:
   print("FLOP formula:\n" + FLOP_FORMULA)
   print(f"\nwall time {res['wall_s']:.1f} s")
   if args.out:
-    update_file(args.out, section(res, command), args.norm)
+    update_section(args.out, section(res, command), section_tag(res))
     print(f"updated {args.out}")
   if args.json:
     with open(args.json, "w") as f:

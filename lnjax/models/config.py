@@ -3,7 +3,7 @@
 import dataclasses
 
 from lnjax import errors
-from lnjax.models import norms, placement
+from lnjax.models import layers, norms, placement
 
 NORM_KINDS = norms.NORM_KINDS
 POS_EMBS = ("learned", "sinusoidal")
@@ -11,6 +11,9 @@ ACTIVATIONS = ("relu", "gelu")
 DTYPES = ("float32", "bfloat16")
 # Rematerialization of each layer in the backward pass: "none", or the name of a
 # jax.checkpoint_policies policy (what the forward pass keeps; the rest is recomputed).
+# How dense layers form their weight gradient: autodiff's, or from a materialized xᵀ
+# (layers.matmul_transposed_grad; faster matmuls on some CPUs, slower on others).
+WEIGHT_GRADS = tuple(layers.MATMULS)
 REMAT_POLICIES = ("none", "nothing_saveable", "dots_saveable", "dots_with_no_batch_dims_saveable",
                   "everything_saveable")
 
@@ -42,6 +45,7 @@ class ModelConfig:
   scan_layers: bool = False  # One nn.scan over the layers (parameters stacked on a leading
   # 'layers' axis): compile time independent of depth. False: layer_0, layer_1, ...
   remat_policy: str = "none"  # Recompute each layer in the backward pass: REMAT_POLICIES.
+  weight_grad: str = "autodiff"  # Dense layers' weight gradient: WEIGHT_GRADS.
   # Encoder-decoder only:
   num_decoder_layers: int = 0  # Decoder depth; 0 = num_layers.
   encoder_norm_position: str = ""  # Per-stack override of norm_position; "" = same.
@@ -59,6 +63,7 @@ class ModelConfig:
     errors.check_choice("model.dtype", self.dtype, DTYPES)
     errors.check_choice("model.scan_layers", self.scan_layers, (False, True))
     errors.check_choice("model.remat_policy", self.remat_policy, REMAT_POLICIES)
+    errors.check_choice("model.weight_grad", self.weight_grad, WEIGHT_GRADS)
     for key in ("num_layers", "d_model", "num_heads", "d_ff", "max_len"):
       errors.check_range(f"model.{key}", getattr(self, key), low=1)
     errors.check_range("model.vocab_size", self.vocab_size, low=0)

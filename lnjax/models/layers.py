@@ -27,6 +27,36 @@ def param(module: nn.Module, name: str, init: Callable, shape: Sequence[int],
                       jnp.float32)
 
 
+@jax.custom_vjp
+def matmul_transposed_grad(x_MxI, w_IxO):
+  """x W, whose backward pass forms both gradients as plain row-major matmuls of
+  materialized transposes: dx = dY (Wᵀ), dW = (xᵀ) dY. Autodiff's dW contracts x and dY
+  over their leading (token) axis, which XLA:CPU ran at 160-316 GFLOP/s against 279-389
+  for the materialized form on a 2-core AMD EPYC (../shared/PERF_NOTES.md, lead 5); on
+  an Intel Xeon the whole LM step was 7% slower (BENCHMARKS.md). Hence an option
+  (`model.weight_grad`), not the default.
+  """
+  return x_MxI @ w_IxO
+
+
+def _matmul_transposed_grad_fwd(x_MxI, w_IxO):
+  return x_MxI @ w_IxO, (x_MxI, w_IxO)
+
+
+def _matmul_transposed_grad_bwd(residuals, dy_MxO):
+  x_MxI, w_IxO = residuals
+  # The barrier keeps XLA from folding each transpose back into its dot's dimension
+  # numbers, which would give autodiff's contraction again.
+  xt_IxM, wt_OxI = jax.lax.optimization_barrier((x_MxI.T, w_IxO.T))
+  return dy_MxO @ wt_OxI, xt_IxM @ dy_MxO
+
+
+matmul_transposed_grad.defvjp(_matmul_transposed_grad_fwd, _matmul_transposed_grad_bwd)
+
+# How a dense layer's x W is differentiated (`model.weight_grad`).
+MATMULS = {"autodiff": jnp.matmul, "transposed": matmul_transposed_grad}
+
+
 class Dense(nn.Module):
   """y = x W + b on the last axis, as one 2-D matmul."""
 
@@ -35,12 +65,14 @@ class Dense(nn.Module):
   use_bias: bool = True
   kernel_init: Callable = xavier_uniform
   dtype: jnp.dtype = jnp.float32
+  weight_grad: str = "autodiff"  # A key of MATMULS.
 
   @nn.compact
   def __call__(self, x_NxDin):
     d_in = x_NxDin.shape[-1]
     w = param(self, "kernel", self.kernel_init, (d_in, self.features), self.axes)
-    y_MxDout = x_NxDin.reshape(-1, d_in).astype(self.dtype) @ w.astype(self.dtype)
+    y_MxDout = MATMULS[self.weight_grad](x_NxDin.reshape(-1, d_in).astype(self.dtype),
+                                         w.astype(self.dtype))
     if self.use_bias:
       y_MxDout = y_MxDout + param(self, "bias", nn.initializers.zeros, (self.features,),
                                   self.axes[1:]).astype(self.dtype)
@@ -122,6 +154,7 @@ class Attention(nn.Module):
   head_scale: bool = False
   qk_init: Callable = xavier_uniform
   vo_init: Callable = xavier_uniform
+  weight_grad: str = "autodiff"  # The projections' Dense.weight_grad.
 
   @nn.compact
   def __call__(self, x_BxTxD, kv_BxSxD, bias_BxHxTxS, deterministic: bool, decode: bool = False):
@@ -131,7 +164,8 @@ class Attention(nn.Module):
     b, t, d = x_BxTxD.shape
     s = kv_BxSxD.shape[1]
     h = self.num_heads
-    dense = lambda name, axes, init: Dense(d, axes, self.use_bias, init, self.dtype, name=name)
+    dense = lambda name, axes, init: Dense(d, axes, self.use_bias, init, self.dtype,
+                                           self.weight_grad, name=name)
 
     def heads(y_BxSxD, length):  # -> [B, H, S, d_h]
       return y_BxSxD.reshape(b, length, h, d // h).transpose(0, 2, 1, 3)
@@ -187,16 +221,17 @@ class Mlp(nn.Module):
   dtype: jnp.dtype = jnp.float32
   mid_norm: Callable | None = None
   kernel_init: Callable = xavier_uniform
+  weight_grad: str = "autodiff"  # W¹'s and W²'s Dense.weight_grad.
 
   @nn.compact
   def __call__(self, x_BxTxD):
     act = {"relu": nn.relu, "gelu": nn.gelu}[self.activation]
     h_BxTxF = act(Dense(self.d_ff, ("embed", "mlp"), self.use_bias, self.kernel_init,
-                        self.dtype, name="wi")(x_BxTxD))
+                        self.dtype, self.weight_grad, name="wi")(x_BxTxD))
     if self.mid_norm is not None:
       h_BxTxF = self.mid_norm(name="mid_norm")(h_BxTxF)
     return Dense(x_BxTxD.shape[-1], ("mlp", "embed"), self.use_bias, self.kernel_init,
-                 self.dtype, name="wo")(h_BxTxF)
+                 self.dtype, self.weight_grad, name="wo")(h_BxTxF)
 
 
 def causal_bias(t: int) -> jax.Array:

@@ -35,7 +35,7 @@ class Block(nn.Module):
     attention_options, mlp_options = placement.sublayer_options(cfg)
     attention = lambda name, causal=False: layers.Attention(
         cfg.num_heads, cfg.use_bias, cfg.attention_dropout_rate, cfg.dtype, causal, name=name,
-        **attention_options)
+        weight_grad=cfg.weight_grad, **attention_options)
 
     sublayers = [("self_attn", lambda h: attention("self_attn", self.causal)(
         h, h, self_bias, deterministic, self.decode))]
@@ -43,7 +43,8 @@ class Block(nn.Module):
       sublayers.append(("cross_attn", lambda h: attention("cross_attn")(
           h, encoded_BxSxD, cross_bias, deterministic)))
     sublayers.append(("ffn", lambda h: layers.Mlp(
-        cfg.d_ff, cfg.activation, cfg.use_bias, cfg.dtype, name="ffn", **mlp_options)(h)))
+        cfg.d_ff, cfg.activation, cfg.use_bias, cfg.dtype, name="ffn",
+        weight_grad=cfg.weight_grad, **mlp_options)(h)))
     return placement.layer(cfg, self.index, stream, sublayers, drop)
 
 
@@ -178,7 +179,7 @@ def output_logits(cfg: ModelConfig, embed: Embed, x_BxTxD):
   if cfg.tie_embeddings:
     return embed.attend(x_BxTxD).astype(jnp.float32)
   return layers.Dense(cfg.vocab_size, ("embed", "vocab"), use_bias=False, dtype=cfg.dtype,
-                      name="logits")(x_BxTxD).astype(jnp.float32)
+                      weight_grad=cfg.weight_grad, name="logits")(x_BxTxD).astype(jnp.float32)
 
 
 class TransformerLM(nn.Module):
