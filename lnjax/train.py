@@ -1,5 +1,6 @@
 """train_and_evaluate: the training loop of the decoder-only LM, with a pure jitted step."""
 
+import dataclasses
 import functools
 import json
 import math
@@ -18,7 +19,7 @@ from jax.experimental import multihost_utils
 
 from lnjax import checkpoint as ckpt_lib
 from lnjax import errors, metrics as metrics_lib, optim, run as run_lib, sharding
-from lnjax import state as state_lib
+from lnjax import state as state_lib, tasks
 from lnjax.models import count_params
 
 # Exit statuses of a run (lnjax.main turns them into exit codes).
@@ -112,7 +113,8 @@ def prepare_workdir(workdir: str, config: ml_collections.ConfigDict) -> bool:
   if saved is None:
     return False
   differing = [k for k in _diff_keys(saved.to_dict(), config.to_dict())
-               if k not in RESUMABLE_KEYS and k != "model.vocab_size" and k != "opt.decay_steps"]
+               if k not in RESUMABLE_KEYS and k != "model.vocab_size" and k != "opt.decay_steps"
+               and not _added_at_default(k, saved, config)]
   if differing:
     raise errors.WorkdirError(
         f"workdir {workdir} holds a run with a different config ({', '.join(differing[:5])}); "
@@ -130,6 +132,23 @@ def log(*args) -> None:
   """A console line from process 0 only."""
   if jax.process_index() == 0:
     print(*args, flush=True)
+
+
+def _added_at_default(key: str, saved: ml_collections.ConfigDict,
+                      config: ml_collections.ConfigDict) -> bool:
+  """True for a `section.field` the saved config lacks (a field lnjax gained after that run
+  started) whose value now is the field's default: the run is the same run."""
+  section, _, name = key.partition(".")
+  if not name or section not in saved or name in saved[section] or section not in config:
+    return False
+  task = tasks.get(config.get("task", "lm"))
+  cls = run_lib.SECTIONS.get(section) or task.sections.get(section) or task.data_config
+  field = {f.name: f for f in dataclasses.fields(cls)}.get(name)
+  if field is None:
+    return False
+  default = (field.default_factory() if field.default is dataclasses.MISSING
+             and field.default_factory is not dataclasses.MISSING else field.default)
+  return default == config[section][name]
 
 
 def _diff_keys(a: dict, b: dict, prefix: str = "") -> list[str]:

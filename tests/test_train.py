@@ -13,7 +13,7 @@ import jax
 import numpy as np
 import pytest
 
-from lnjax import checkpoint, config_lib, metrics, sharding, train
+from lnjax import checkpoint, config_lib, errors, metrics, sharding, train
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -251,3 +251,19 @@ def test_per_weight_gradient_norms_are_logged(tmp_path):
     assert all(v > 0 for v in per_weight.values())
     assert np.sqrt(sum(v**2 for v in per_weight.values())) == pytest.approx(r["grad_norm"],
                                                                             rel=1e-4)
+
+
+def test_resume_accepts_fields_added_since_at_their_defaults(tmp_path):
+  """A run started before lnjax gained a config field resumes when the field is at its
+  default; set otherwise, or with any saved value changed, the workdir is refused."""
+  config = smoke_config()
+  saved = config.to_dict()
+  del saved["model"]["scan_layers"]  # As written by an lnjax without scan_layers.
+  with open(tmp_path / checkpoint.CONFIG_FILE, "w") as f:
+    json.dump(saved, f)
+  assert train.prepare_workdir(str(tmp_path), config) is True
+  for key, value in [("scan_layers", True), ("norm_position", "post")]:
+    changed = smoke_config()
+    changed.model[key] = value
+    with pytest.raises(errors.WorkdirError, match=f"model.{key}"):
+      train.prepare_workdir(str(tmp_path), changed)
