@@ -17,7 +17,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from lnjax.models import EncoderDecoder
+from lnjax.models import EncoderDecoder, placement
 
 NEG = -1e9
 
@@ -29,6 +29,21 @@ def _empty_cache(model: EncoderDecoder, params, encoded_NxSxD, src_NxS, max_len:
       {"params": params}, encoded_NxSxD, src_NxS, tgt_NxT, decode=True,
       method=EncoderDecoder.decode, mutable=["cache"])[1]["cache"])
   return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+
+def _reorder_rows(model: EncoderDecoder, cache, rows_N):
+  """The cache's hypothesis rows in the order `rows_N`: axis 0 of each key/value leaf
+  ([N, H, S, d_h]), axis 1 under a scanned run of layers (model.scan_layers:
+  [L, N, H, S, d_h]); positions and indices (no N axis) as they are."""
+  runs = set()
+  if model.cfg.scan_layers:
+    runs = {name for name, _, _ in placement.layer_runs(model.cfg.stack("decoder"))}
+
+  def take(path, x):
+    axis = 1 if any(getattr(key, "key", None) in runs for key in path) else 0
+    return jnp.take(x, rows_N, axis=axis) if x.ndim > axis and x.shape[axis] == len(rows_N) else x
+
+  return jax.tree_util.tree_map_with_path(take, cache)
 
 
 def _step_logprobs(model, params, cache, encoded, src, tokens_Nx1):
@@ -115,7 +130,7 @@ def beam_search(model: EncoderDecoder, params, src_BxS, *, beam_size: int, max_l
     # Reorder the cache rows to follow their hypotheses.
     src_beam_BxK = jnp.take_along_axis(beam_Bx2K, pick_BxK, axis=1)
     rows_N = (jnp.arange(b)[:, None] * k + src_beam_BxK).reshape(-1)
-    cache = jax.tree.map(lambda x: x[rows_N] if x.ndim and x.shape[0] == b * k else x, cache)
+    cache = _reorder_rows(model, cache, rows_N)
     last_N = jnp.take_along_axis(token_Bx2K, pick_BxK, axis=1).reshape(-1)
     return i + 1, cache, alive_seqs, alive_logp, fin_seqs, fin_score, fin_count, last_N
 

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from lnjax import decode as decode_lib
 from lnjax import errors, optim, sharding, state, tasks
 from lnjax.models import (NORM_POSITIONS, EncoderDecoder, ModelConfig, TransformerLM,
                           init_params, placement)
@@ -78,8 +79,8 @@ def test_scanned_gradients_equal_unrolled_with_remat():
 
 def test_scanned_encoder_decoder():
   """Encoder-decoder (Post-LN encoder, DeepNorm decoder: per-stack constants, 2+3
-  layers): the unrolled model's logits; cached decoding (the scanned cache stacked per
-  layer) reproduces them step by step."""
+  layers): the unrolled model's logits, and its beam search (the scanned decode cache
+  stacked per layer)."""
   cfg = dataclasses.replace(CFG, encoder_norm_position="post", decoder_norm_position="deepnorm",
                             num_decoder_layers=3, remat_policy="dots_saveable")
   model = EncoderDecoder(cfg)
@@ -94,20 +95,13 @@ def test_scanned_encoder_decoder():
     np.testing.assert_allclose(
         logits, _unrolled(model).apply({"params": plain_params}, src, tgt), atol=1e-5, rtol=0)
 
-  @jax.jit
-  def decode(p):
-    encoded = model.apply({"params": p}, src, method=model.encode)
-    cache = model.apply({"params": p}, encoded, src, jnp.zeros((2, 2), jnp.int32),
-                        decode=True, method=model.decode, mutable=["cache"])[1]["cache"]
-    steps = []
-    for t in range(2):
-      out, new = model.apply({"params": p, "cache": cache}, encoded, src, tgt[:, t:t + 1],
-                             decode=True, method=model.decode, mutable=["cache"])
-      cache = new["cache"]
-      steps.append(out)
-    return jnp.concatenate(steps, 1)
-
-  np.testing.assert_allclose(decode(params), logits[:, :2], atol=1e-5, rtol=0)
+  # Beam search (cache rows reordered along the scanned cache's hypothesis axis, 1).
+  search = lambda m, p: decode_lib.beam_search(m, p, src[:, :4], beam_size=2, max_len=4,
+                                               bos_id=1, eos_id=2)
+  (tokens_s, score_s), (tokens_u, score_u) = search(model, params), search(_unrolled(model),
+                                                                         plain_params)
+  np.testing.assert_array_equal(tokens_s, tokens_u)
+  np.testing.assert_allclose(score_s, score_u, atol=1e-5, rtol=0)
 
 
 def test_scanned_bert_equals_unrolled():
