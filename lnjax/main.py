@@ -6,6 +6,8 @@ config, workdir, data set or checkpoint (one line on stderr), 3 diverged (NaN/In
 143 stopped by SIGTERM after saving a checkpoint.
 """
 
+import os
+import re
 import sys
 
 import lnjax  # noqa: F401  (tunes the allocator before JAX starts)
@@ -109,7 +111,20 @@ def _initialize_distributed() -> None:
   if jax.config.jax_platforms in (None, "", "cpu") and not _on_accelerator():
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
   jax.distributed.initialize(coordinator_address=_COORDINATOR.value,
-                             num_processes=_NUM_PROCESSES.value, process_id=_PROCESS_ID.value)
+                             num_processes=_NUM_PROCESSES.value, process_id=_PROCESS_ID.value,
+                             local_device_ids=_node_gpus_under_slurm())
+
+
+def _node_gpus_under_slurm() -> list[int] | None:
+  """Under SLURM, jax.distributed gives each process the one GPU of its local rank: right
+  for a task per GPU. A lone task on its node (--ntasks-per-node=1) drives all the GPUs
+  SLURM gave the node instead. None: jax's own choice (or JAX_LOCAL_DEVICE_IDS)."""
+  tasks_here = os.environ.get("SLURM_STEP_TASKS_PER_NODE", "")
+  gpus = [g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
+  if (re.fullmatch(r"1(\(x\d+\))?", tasks_here) and len(gpus) > 1
+      and "JAX_LOCAL_DEVICE_IDS" not in os.environ):
+    return list(range(len(gpus)))
+  return None
 
 
 def _on_accelerator() -> bool:
