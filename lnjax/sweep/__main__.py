@@ -5,6 +5,8 @@ r"""Launches a sweep of a config file's `get_sweep(arg)`, or gathers its report.
       [--config.train.num_steps=300]          # fixed overrides: every run, not in names
   python -m lnjax.sweep --config=configs/lm.py:size=course --sweep=course --workdir=/tmp/course --report
   python -m lnjax.sweep ... --dry_run         # the runs and their commands; launches nothing
+  python -m lnjax.sweep ... --backend=slurm [--nodes_per_run=2] [--sbatch_args="--gpus-per-node=8"]
+                                              # a SLURM job array (lnjax/sweep/slurm.py)
 
 Each run trains in WORKDIR/<name> (lnjax.main, its output in WORKDIR/<name>/log.txt);
 the same command again skips finished runs and resumes the others. Exit codes: 0 every run
@@ -27,12 +29,20 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file[:presets]
                                           "get_sweep(arg) gives the runs.", lock_config=True)
 _SWEEP = flags.DEFINE_string("sweep", None, "The argument of get_sweep: which sweep.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Root folder: one folder per run, the report.")
-_PARALLEL = flags.DEFINE_integer("parallel", 1, "Runs at once, each on its own devices.")
+_BACKEND = flags.DEFINE_enum("backend", "local", ["local", "slurm"],
+                             "local: runs on this machine's devices; slurm: a job array.")
+_PARALLEL = flags.DEFINE_integer("parallel", 1, "Runs at once, each on its own devices "
+                                 "(slurm: array tasks at once; default as many as fit).")
 _DEVICES_PER_RUN = flags.DEFINE_integer(
     "devices_per_run", None, "Devices (CPU cores, GPUs, TPU chips) per run; default: all "
     "devices / --parallel.")
 _PLATFORM = flags.DEFINE_enum("platform", "auto", ["auto", "cpu", "gpu", "tpu"],
                               "What the devices are; auto: TPU chips, else GPUs, else cores.")
+_NODES_PER_RUN = flags.DEFINE_integer("nodes_per_run", 1, "slurm: nodes per run, one "
+                                      "process each (jax.distributed).")
+_SBATCH_ARGS = flags.DEFINE_string("sbatch_args", "", "slurm: sbatch options, e.g. "
+                                   "'--partition=gpu --gpus-per-node=8 --time=04:00:00'.")
+_WAIT = flags.DEFINE_bool("wait", True, "slurm: wait for the job array and report.")
 _REPORT = flags.DEFINE_bool("report", False, "Gather the runs' results (report.md, "
                             "results.csv/json, PNG plots in --workdir); launch nothing.")
 _DRY_RUN = flags.DEFINE_bool("dry_run", False, "Print the runs and their commands only.")
@@ -60,14 +70,23 @@ def main(argv):
       print(f"\nReport: {result['paths']['report.md']} (with results.csv, results.json, "
             "loss_curves.png, stability_map.png)")
       return
-    slots = [] if _DRY_RUN.value else launcher_lib.make_slots(
-        _PLATFORM.value, _PARALLEL.value, _DEVICES_PER_RUN.value)
-    launcher = launcher_lib.Launcher(
-        config_arg, _SWEEP.value, runs, root, slots, fixed, refresh_seconds=_REFRESH.value,
-        table_every_seconds=_TABLE_EVERY.value, grace_seconds=_GRACE.value)
+    view = {"refresh_seconds": _REFRESH.value, "table_every_seconds": _TABLE_EVERY.value}
+    if _BACKEND.value == "slurm":
+      from lnjax.sweep import slurm
+      launcher = slurm.SlurmLauncher(
+          config_arg, _SWEEP.value, runs, root, fixed, nodes_per_run=_NODES_PER_RUN.value,
+          sbatch_args=_SBATCH_ARGS.value, wait=_WAIT.value,
+          parallel=_PARALLEL.value if flags.FLAGS["parallel"].present else 0, **view)
+    else:
+      slots = [] if _DRY_RUN.value else launcher_lib.make_slots(
+          _PLATFORM.value, _PARALLEL.value, _DEVICES_PER_RUN.value)
+      launcher = launcher_lib.Launcher(config_arg, _SWEEP.value, runs, root, slots, fixed,
+                                       grace_seconds=_GRACE.value, **view)
     if _DRY_RUN.value:
       for run in runs:
         print(f"{run.name}\n  {shlex.join(launcher.command(run))}")
+      if _BACKEND.value == "slurm":
+        print(f"\nThe job array's script:\n{launcher.script(runs)}")
       return
     code = launcher.run()
   except errors.LnjaxError as e:
