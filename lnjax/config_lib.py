@@ -179,8 +179,8 @@ def _common(task: str) -> ml_collections.ConfigDict:
   # Across TPU slices (or hosts, elsewhere): each axis is dcn_<axis> × <axis> devices
   # long, the data/fsdp/model sizes above then counting devices within one slice.
   s.dcn_data = 1  # Slices on the data axis (multislice data parallelism).
-  s.dcn_fsdp = 1
-  s.dcn_model = 1
+  s.dcn_fsdp = 1  # Slices on the fsdp axis (parameters sharded across slices too).
+  s.dcn_model = 1  # Slices on the model axis (seldom: tensor parallelism is chatty).
   return c
 
 
