@@ -112,7 +112,7 @@ def bench(name: str, num_batches: int, steps: int) -> dict:
 
 
 def render(results: list[dict]) -> str:
-  lines = ["| pipeline | setup s | batches/s | tokens/s (iterator) | tokens/s (+ transfer) | "
+  lines = ["| pipeline | setup s | batches/s (+ transfer) | tokens/s (iterator) | tokens/s (+ transfer) | "
            "step ms | step's demand tokens/s | pipeline / demand |",
            "|---|---:|---:|---:|---:|---:|---:|---:|"]
   for r in results:
