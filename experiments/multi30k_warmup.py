@@ -77,7 +77,7 @@ def write_report(root: str) -> None:
 
   from lnjax import metrics
 
-  fig, (ax_loss, ax_bleu) = plt.subplots(1, 2, figsize=(11, 4))
+  fig, (ax_train, ax_loss, ax_bleu) = plt.subplots(1, 3, figsize=(16, 4))
   rows = []
   for name, preset, overrides in runs():
     workdir = os.path.join(root, name)
@@ -89,6 +89,10 @@ def write_report(root: str) -> None:
     records = metrics.read_metrics(workdir)
     loss = sorted((r["step"], r["eval_loss"]) for r in records if r.get("eval_loss") is not None)
     bleu = sorted((r["step"], r["eval_bleu"]) for r in records if r.get("eval_bleu") is not None)
+    train = sorted((r["step"], r["train_loss"]) for r in records
+                   if r.get("train_loss") is not None)
+    if train:
+      ax_train.plot(*zip(*train), label=name)
     if loss:
       ax_loss.plot(*zip(*loss), marker="o", label=name)
     if bleu:
@@ -99,7 +103,9 @@ def write_report(root: str) -> None:
         f"| {name} | {summary['status']} | {summary['step']} | {fmt(summary['eval_loss'])} | "
         f"{fmt(summary.get('best_eval_bleu'))} | {fmt(test['bleu'] if test else None)} | "
         f"{summary['wall_seconds'] / 60:.0f} |")
-  for ax, title in ((ax_loss, "validation loss (nats per token)"),
+  ax_train.set_yscale("log")
+  for ax, title in ((ax_train, "training loss (label-smoothed, dropout; log scale)"),
+                    (ax_loss, "validation loss (nats per token)"),
                     (ax_bleu, "validation BLEU (beam 4, sacreBLEU)")):
     ax.set_xlabel("step")
     ax.set_title(title)
