@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import jax
@@ -39,26 +40,51 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def _launch(workdir: str) -> list[subprocess.Popen]:
-  """Both processes of one run, each with 4 of the 8 virtual devices."""
-  port = _free_port()
-  flags = [f"--config.{k}={v}" for k, v in {**SETTINGS, **ACROSS_PROCESSES}.items()]
-  env = {**os.environ, "PYTHONUNBUFFERED": "1", "JAX_PLATFORMS": "cpu", "XLA_FLAGS": " ".join(
-      [f for f in os.environ.get("XLA_FLAGS", "").split()
-       if not f.startswith("--xla_force_host_platform_device_count")]
-      + ["--xla_force_host_platform_device_count=4"])}
-  return [subprocess.Popen(
-      [sys.executable, "-m", "lnjax.main", "--config=configs/lm.py:smoke", f"--workdir={workdir}",
-       *flags, f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2",
-       f"--process_id={i}"], cwd=REPO, env=env, stdout=subprocess.PIPE,
-      stderr=subprocess.STDOUT, text=True, start_new_session=True) for i in range(2)]
+class _Run:
+  """Both processes of one run (4 of the 8 virtual devices each), their output read as
+  it comes by a thread per process."""
 
+  def __init__(self, workdir: str):
+    port = _free_port()
+    flags = [f"--config.{k}={v}" for k, v in {**SETTINGS, **ACROSS_PROCESSES}.items()]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "JAX_PLATFORMS": "cpu", "XLA_FLAGS": " ".join(
+        [f for f in os.environ.get("XLA_FLAGS", "").split()
+         if not f.startswith("--xla_force_host_platform_device_count")]
+        + ["--xla_force_host_platform_device_count=4"])}
+    self.procs = [subprocess.Popen(
+        [sys.executable, "-m", "lnjax.main", "--config=configs/lm.py:smoke",
+         f"--workdir={workdir}", *flags, f"--coordinator_address=127.0.0.1:{port}",
+         "--num_processes=2", f"--process_id={i}"], cwd=REPO, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        for i in range(2)]
+    self.lines = [[], []]
+    self.readers = [threading.Thread(target=lambda p=p, out=out: out.extend(p.stdout), daemon=True)
+                    for p, out in zip(self.procs, self.lines)]
+    for r in self.readers:
+      r.start()
 
-def _wait(procs, timeout=300) -> list[str]:
-  try:
-    return [p.communicate(timeout=timeout)[0] for p in procs]
-  finally:
-    for p in procs:
+  def wait_for(self, prefix: str, timeout: float) -> None:
+    """Until process 0 prints a line starting with `prefix` (or ends, or time is up)."""
+    deadline = time.time() + timeout
+    while (time.time() < deadline and self.procs[0].poll() is None
+           and not any(l.startswith(prefix) for l in self.lines[0])):
+      time.sleep(0.05)
+
+  def wait(self, timeout: float = 300) -> list[str]:
+    """Both outputs once the processes end; killed if they outlast `timeout`."""
+    deadline = time.time() + timeout
+    for p in self.procs:
+      try:
+        p.wait(max(deadline - time.time(), 1))
+      except subprocess.TimeoutExpired:
+        pass
+    self.kill()
+    for r in self.readers:
+      r.join(10)
+    return ["".join(out) for out in self.lines]
+
+  def kill(self) -> None:
+    for p in self.procs:
       if p.poll() is None:
         os.killpg(p.pid, signal.SIGKILL)
 
@@ -90,19 +116,15 @@ def test_two_processes_train_like_one(tmp_path):
 
   # Two processes: SIGTERM to both once training starts; they save at one step and stop.
   two = str(tmp_path / "two")
-  procs = _launch(two)
+  run = _Run(two)
   try:
-    line = ""
-    deadline = time.time() + 240
-    while not line.startswith("Model:") and time.time() < deadline and procs[0].poll() is None:
-      line = procs[0].stdout.readline()
-    for p in procs:
+    run.wait_for("Model:", timeout=240)
+    for p in run.procs:
       p.send_signal(signal.SIGTERM)
-    outs = _wait(procs)
-    outs[0] = line + outs[0]
+    outs = run.wait()
   finally:
-    _wait(procs, 1)
-  assert [p.returncode for p in procs] == [143, 143], outs[0][-3000:] + outs[1][-3000:]
+    run.kill()
+  assert [p.returncode for p in run.procs] == [143, 143], outs[0][-3000:] + outs[1][-3000:]
   summary = json.load(open(os.path.join(two, "summary.json")))
   stopped = summary["step"]
   assert summary["status"] == "preempted" and 1 <= stopped < STEPS, summary
@@ -113,9 +135,12 @@ def test_two_processes_train_like_one(tmp_path):
   assert _console(outs[0]) and not _console(outs[1]), outs[1][-3000:]
 
   # The same command again: both processes restore and train to the end.
-  procs = _launch(two)
-  outs = _wait(procs)
-  assert [p.returncode for p in procs] == [0, 0], outs[0][-3000:] + outs[1][-3000:]
+  run = _Run(two)
+  try:
+    outs = run.wait()
+  finally:
+    run.kill()
+  assert [p.returncode for p in run.procs] == [0, 0], outs[0][-3000:] + outs[1][-3000:]
   assert f"from step {stopped}" in outs[0] and not _console(outs[1])
 
   # Losses of every step as in one process (each step logged once per launch: only
