@@ -27,7 +27,6 @@ for _p in (_REPO, _HERE):
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import shlex  # noqa: E402
 import subprocess  # noqa: E402
 import time  # noqa: E402
 
@@ -174,8 +173,8 @@ def main(argv=None) -> int:
   variants = args.variants.split(",")
   for v in variants:
     parse_variant(v)
-  command = "python benchmarks/depth.py " + " ".join(shlex.quote(a) for a in (
-      argv if argv is not None else sys.argv[1:]))
+  import lm_step  # noqa: PLC0415  (the parent only times its workers)
+  command = lm_step.command_line("depth.py", argv)
   loads = [os.getloadavg()[0]]
   t0 = time.perf_counter()
   runs = []
@@ -195,7 +194,6 @@ def main(argv=None) -> int:
   failures = [f"{r['layers']} {r['variant']}: bad step time or loss" for r in rows
               if not (np.isfinite(r["step_ms"]) and r["step_ms"] > 0 and np.isfinite(r["loss"]))]
   if args.out:
-    import lm_step  # noqa: PLC0415
     lm_step.update_section(args.out, section(rows, command, lm_step.machine_info(), steps,
                                              args.rounds, loads), "depth")
     print(f"updated {args.out}")

@@ -38,7 +38,6 @@ import argparse  # noqa: E402
 import dataclasses  # noqa: E402
 import importlib.util  # noqa: E402
 import json  # noqa: E402
-import shlex  # noqa: E402
 import time  # noqa: E402
 
 import jax  # noqa: E402
@@ -159,12 +158,8 @@ def main(argv=None) -> int:
   args = p.parse_args(argv)
   if args.quick:
     args.batches, args.steps = 50, 1
-  names = args.pipelines.split(",")
-  for n in names:
-    if n not in PIPELINES:
-      raise SystemExit(f"--pipelines: {n!r} is not one of {', '.join(PIPELINES)}")
-  command = "python benchmarks/input_pipeline.py " + " ".join(shlex.quote(a) for a in (
-      argv if argv is not None else sys.argv[1:]))
+  names = lm_step.choices("--pipelines", args.pipelines, PIPELINES)
+  command = lm_step.command_line("input_pipeline.py", argv)
   loads = [os.getloadavg()[0]]
   results = []
   for n in names:

@@ -397,6 +397,21 @@ def _variant(res: dict) -> str:
   return "" if wg == "autodiff" else f", weight gradient {wg}"
 
 
+def command_line(script: str, argv) -> str:
+  """The command that ran `benchmarks/{script}`, quoted, as the sections record it."""
+  args = argv if argv is not None else sys.argv[1:]
+  return f"python benchmarks/{script} " + " ".join(shlex.quote(a) for a in args)
+
+
+def choices(flag: str, value: str, allowed) -> list[str]:
+  """A comma-separated flag value, each item one of `allowed` (else exit naming them)."""
+  items = value.split(",")
+  for item in items:
+    if item not in allowed:
+      raise SystemExit(f"{flag}: {item!r} is not one of {', '.join(allowed)}")
+  return items
+
+
 def update_section(path: str, text: str, tag: str) -> None:
   """Replaces the `<!-- {tag}:begin ... -->` ... `<!-- {tag}:end -->` section of `path` by
   `text` (which carries the same markers), or appends it."""
@@ -431,8 +446,7 @@ def main(argv=None) -> int:
   args = p.parse_args(argv)
   quick = args.steps <= 2
   warmup = args.warmup if args.warmup is not None else (2 if quick else 5)
-  command = "python benchmarks/lm_step.py " + " ".join(shlex.quote(a) for a in (
-      argv if argv is not None else sys.argv[1:]))
+  command = command_line("lm_step.py", argv)
   load0 = os.getloadavg()[0]
   t_start = time.perf_counter()
 

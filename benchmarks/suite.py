@@ -44,7 +44,6 @@ import argparse  # noqa: E402
 import importlib.util  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
-import shlex  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -365,12 +364,8 @@ def main(argv=None) -> int:
     return 0
   if args.quick:
     args.rounds, args.steps, args.warmup = 1, 2, 1
-  models = args.models.split(",")
-  for m in models:
-    if m not in MODELS:
-      raise SystemExit(f"--models: {m!r} is not one of {', '.join(MODELS)}")
-  command = "python benchmarks/suite.py " + " ".join(shlex.quote(a) for a in (
-      argv if argv is not None else sys.argv[1:]))
+  models = lm_step.choices("--models", args.models, MODELS)
+  command = lm_step.command_line("suite.py", argv)
   loads = [os.getloadavg()[0]]
   t0 = time.perf_counter()
   peaks = lm_step.matmul_peak_sample()
