@@ -12,10 +12,10 @@ Presets (comma-separated after the colon):
   data=tiny_shakespeare|wikitext2_raw
   smoke                a few steps of a tiny model (tests use it).
 
-Sweeps of it (python -m lnjax.sweep, see get_sweep): course, stability, seeds, optimizers.
+Sweeps of it (python -m lnjax.sweep, see get_sweep): course, stability, seeds, optimizers, zoo.
 """
 
-from lnjax import config_lib, errors, sweep
+from lnjax import config_lib, errors, models, sweep
 
 SIZES = {
     # num_layers, d_model, num_heads, d_ff, tokenizer
@@ -53,8 +53,10 @@ def get_sweep(arg=None):
     stability   Post-LN and Pre-LN over peak lr 1e-4 .. 1e-2 × warm-up 0 .. 2000 steps.
     seeds       Post-LN and Pre-LN at the config's own lr and warm-up, seeds 0, 1, 2.
     optimizers  Post-LN and Pre-LN with Adam, RAdam and SGD (momentum 0.9).
+    zoo         every placement of lnjax.models.placement × peak lr 3e-4 .. 1e-2, no warm-up
+                (which placements train without warm-up, up to which rate).
   """
-  choices = ("course", "stability", "seeds", "optimizers")
+  choices = ("course", "stability", "seeds", "optimizers", "zoo")
   if arg not in choices:
     raise errors.ConfigError(f"--sweep={arg!r}: configs/lm.py offers {', '.join(choices)}")
   norms = sweep.axis("model.norm_position", ["pre", "post"])
@@ -67,6 +69,10 @@ def get_sweep(arg=None):
     return sweep.product(sweep.axis("model.norm_position", ["post", "pre"]),
                          sweep.axis("opt.learning_rate", [1e-4, 3e-4, 1e-3, 3e-3, 1e-2]),
                          sweep.axis("opt.warmup_steps", [0, 100, 500, 2000]))
+  if arg == "zoo":
+    return sweep.product(sweep.axis("model.norm_position", list(models.NORM_POSITIONS)),
+                         sweep.axis("opt.learning_rate", [3e-4, 1e-3, 3e-3, 1e-2]),
+                         sweep.axis("opt.warmup_steps", [0]))
   if arg == "seeds":
     return sweep.product(norms, sweep.axis("seed", [0, 1, 2]))
   return sweep.product(norms, sweep.axis("opt.name", ["adam", "radam", "sgd"]))

@@ -15,10 +15,10 @@ Presets (comma-separated after the colon):
   dir=de-en|en-de   translation direction
   smoke        a few steps of a tiny model (tests use it)
 
-Sweeps of it (python -m lnjax.sweep, see get_sweep): fig2, fig4.
+Sweeps of it (python -m lnjax.sweep, see get_sweep): fig2, fig4, zoo.
 """
 
-from lnjax import config_lib, errors, sweep
+from lnjax import config_lib, errors, models, sweep
 
 
 def get_config(arg=None):
@@ -56,6 +56,9 @@ def get_sweep(arg=None):
            gives no SGD rate).
     fig4   Fig. 4: Pre-LN without warm-up (×0.1 at epoch 10) against Post-LN with 1000
            warm-up steps then inverse square root, each with Adam and with RAdam.
+    zoo    every placement of lnjax.models.placement × peak lr 5e-4 .. 4e-3, Adam, no
+           warm-up and a constant rate (which placements train without warm-up, up to which
+           rate).
   """
   rates = sweep.axis("opt.learning_rate", [5e-4, 1e-3])
   if arg == "fig2":
@@ -72,4 +75,9 @@ def get_sweep(arg=None):
         {"model.norm_position": "post", "opt.schedule": "inverse_sqrt", "opt.warmup_steps": 1000,
          "opt.decay_epochs": ()}]
     return sweep.product(placements, sweep.axis("opt.name", ["adam", "radam"]))
-  raise errors.ConfigError(f"--sweep={arg!r}: configs/multi30k_de_en.py offers fig2, fig4")
+  if arg == "zoo":
+    return sweep.product(sweep.axis("model.norm_position", list(models.NORM_POSITIONS)),
+                         sweep.axis("opt.learning_rate", [5e-4, 1e-3, 2e-3, 4e-3]),
+                         [{"opt.schedule": "constant", "opt.warmup_steps": 0,
+                           "opt.decay_epochs": ()}])
+  raise errors.ConfigError(f"--sweep={arg!r}: configs/multi30k_de_en.py offers fig2, fig4, zoo")

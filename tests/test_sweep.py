@@ -277,3 +277,30 @@ def test_killed_sweep_finishes_on_relaunch_without_redoing_finished_runs(tmp_pat
   assert "seed=0" in table and "completed" in table and "20/20" in table
   assert "norm=middle" in table and "failed" in table
   assert re.search(r"seed=1,steps=1500 +completed +1500/1500", table), table
+
+
+def test_zoo_maps_draw_one_table_with_a_row_per_placement(tmp_path):
+  """The zoo sweeps have one warm-up: one map, placements as rows, rates as columns."""
+  config = _config_file(tmp_path, "sweep.product(sweep.axis('model.norm_position', "
+                        "['post', 'deepnorm']), sweep.axis('opt.learning_rate', [1e-3, 1e-2]), "
+                        "sweep.axis('opt.warmup_steps', [0]))")
+  runs = sweep.expand(config, None)
+  root = tmp_path / "zoo"
+  losses = {"post": (3.48, None), "deepnorm": (1.9, 2.1)}
+  for run in runs:
+    loss = losses[run.setting("model.norm_position")][[1e-3, 1e-2].index(
+        run.setting("opt.learning_rate"))]
+    _write_run(root, run.name, {"status": "completed" if loss else "diverged", "step": 20,
+                                "num_steps": 20, "eval_loss": loss, "unigram_baseline": 3.5})
+  rows = report.gather(str(root), runs)
+  maps = report.stability_maps(runs, rows)
+  assert len(maps) == 2
+  (only,), rows_label = report.by_rows(maps)
+  assert rows_label == "placement" and only.warmups == ["norm=post", "norm=deepnorm"]
+  assert only.cells[("norm=post", 1e-2)].state == "diverged"
+  md = report.markdown(rows, maps, title="zoo")
+  assert "| placement \\ lr | 0.001 | 0.01 |" in md
+  assert "| norm=post | 3.480 stuck | diverged |" in md
+  assert "| norm=deepnorm | 1.900 | 2.100 |" in md
+  report.plot_stability_maps(str(tmp_path / "map.png"), maps, rows)
+  assert (tmp_path / "map.png").read_bytes()[:4] == b"\x89PNG"

@@ -8,8 +8,10 @@ The joint SentencePiece model uses a small vocabulary (500) for speed.
 
 from __future__ import annotations
 
+import collections
 import gzip
 import json
+import math
 import pathlib
 import subprocess
 import sys
@@ -515,6 +517,19 @@ def test_eval_batches(m30k_data):
   assert d.sacrebleu_tokenize == "13a"
   assert d.tokenized_references("test_2016_flickr")[0] == (
       "A man in an orange hat starring at something .")
+
+
+def test_unigram_baseline(m30k_data):
+  """The held-out loss of a decoder that knows only the train targets' token frequencies,
+  counted here from the sentences themselves (EOS once per sentence, add-one smoothing)."""
+  d = m30k_data
+  train = [d.tokenizer.encode(s).tolist() + [d.eos_id] for s in d.references("train")]
+  held = [d.tokenizer.encode(s).tolist() + [d.eos_id] for s in d.references("validation")]
+  counts = collections.Counter(t for s in train for t in s)
+  total = sum(counts.values()) + d.vocab_size
+  expected = -np.mean([math.log((counts[t] + 1) / total) for s in held for t in s])
+  assert d.unigram_entropy == pytest.approx(expected, rel=1e-9)
+  assert 3.0 < d.unigram_entropy < math.log(d.vocab_size)
 
 
 # ---------------------------------------------------------------------------

@@ -629,6 +629,22 @@ class MTData:
     return self._train
 
   @property
+  def unigram_entropy(self) -> float | None:
+    """Cross-entropy (nats/token) of the first eval split's targets, EOS included, under
+    the train targets' add-one-smoothed unigram distribution: the held-out loss of a
+    decoder that learned token frequencies and nothing else. None without a train split."""
+    if "train" not in self.splits or not self.cfg.eval_splits:
+      return None
+    V = self.vocab_size
+    train_T = self._split("train", with_text=False).tgt
+    counts_V = np.bincount(train_T.flat[:-1], minlength=V)[:V].astype(np.float64) + 1.0
+    counts_V[EOS_ID] += len(train_T.lengths)
+    logp_V = np.log(counts_V) - np.log(counts_V.sum())
+    held_T = self._split(self.cfg.eval_splits[0], with_text=False).tgt
+    nll = -logp_V[held_T.flat[:-1]].sum() - logp_V[EOS_ID] * len(held_T.lengths)
+    return float(nll / (len(held_T.flat) - 1 + len(held_T.lengths)))
+
+  @property
   def steps_per_epoch(self) -> int:
     """Global batches per epoch (the same every epoch)."""
     return self._train_setup()["plan"].num_batches

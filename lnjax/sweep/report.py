@@ -148,6 +148,19 @@ def stability_maps(runs: list[Run], rows: list[dict]) -> list[StabilityMap]:
   return maps
 
 
+def by_rows(maps: list[StabilityMap]) -> tuple[list[StabilityMap], str]:
+  """The maps to draw and their row label: when every panel has the one warm-up (the zoo
+  sweeps), a single map with a row per panel; else the maps as they are, rows = warm-up."""
+  warmups = {w for m in maps for w in m.warmups}
+  if len(maps) < 2 or len(warmups) != 1 or any(len(m.warmups) != 1 for m in maps):
+    return maps, "warm-up steps"
+  (w,) = warmups
+  cells = {(m.panel, lr): cell for m in maps for (_, lr), cell in m.cells.items()}
+  return [StabilityMap(f"warm-up {w} steps", sorted({lr for m in maps for lr in
+                                                     m.learning_rates}),
+                       [m.panel for m in maps], cells)], "placement"
+
+
 # ---------------------------------------------------------------------------------------
 # Files.
 
@@ -219,10 +232,11 @@ def markdown(rows: list[dict], maps: list[StabilityMap], *, title: str, command:
     lines += ["", f"Unigram baseline: {', '.join(map(str, sorted(baselines)))} nats. A run is "
               f"*stuck* when its final held-out loss is within {STUCK_NATS} nats of it, "
               f"*above* it when more than {STUCK_NATS} nats worse."]
-  lines += ["", f"## Stability maps: {label} over peak learning rate × warm-up steps", ""]
-  for m in maps:
+  drawn, rows_label = by_rows(maps)
+  lines += ["", f"## Stability maps: {label} over peak learning rate × {rows_label}", ""]
+  for m in drawn:
     lines += [f"**{m.panel}**", "",
-              "| warm-up \\ lr | " + " | ".join(f"{lr:g}" for lr in m.learning_rates) + " |",
+              f"| {rows_label} \\ lr | " + " | ".join(f"{lr:g}" for lr in m.learning_rates) + " |",
               "|---|" + "---|" * len(m.learning_rates)]
     for w in m.warmups:
       cells = [m.cells[(w, lr)].label() if (w, lr) in m.cells else "·" for lr in m.learning_rates]
@@ -252,6 +266,7 @@ def plot_stability_maps(path: str, maps: list[StabilityMap], rows: list[dict]) -
   import numpy as np
 
   key, label, lower_better = metric(rows)
+  maps, rows_label = by_rows(maps)
   values = [c.value for m in maps for c in m.cells.values()
             if c.state == OK and c.value is not None]
   vmin, vmax = (min(values), max(values)) if values else (0.0, 1.0)
@@ -281,7 +296,7 @@ def plot_stability_maps(path: str, maps: list[StabilityMap], rows: list[dict]) -
     ax.set_xticks(range(len(m.learning_rates)), [f"{lr:g}" for lr in m.learning_rates])
     ax.set_yticks(range(len(m.warmups)), [str(w) for w in m.warmups])
     ax.set_xlabel("peak learning rate")
-    ax.set_ylabel("warm-up steps")
+    ax.set_ylabel(rows_label)
     ax.set_title(m.panel)
   for ax in list(axes.flat)[len(maps):]:
     ax.axis("off")
@@ -307,8 +322,10 @@ def plot_loss_curves(path: str, runs: list[Run], rows: list[dict]) -> None:
   """Train loss (lines) and held-out loss (dots) of every run, a panel per placement."""
   plt = _pyplot()
   placements = list(dict.fromkeys(r["norm_position"] for r in rows))
-  fig, axes = plt.subplots(1, len(placements), squeeze=False, sharey=True,
-                           figsize=(6.5 * len(placements), 4.5))
+  cols = min(len(placements), 5)
+  nrows = math.ceil(len(placements) / cols)
+  fig, axes = plt.subplots(nrows, cols, squeeze=False, sharey=True,
+                           figsize=(6.5 * cols, 4.5 * nrows))
   baselines = [r["unigram_baseline"] for r in rows if r["unigram_baseline"]]
   for ax, placement in zip(axes.flat, placements):
     for run, row in zip(runs, rows):
@@ -333,7 +350,10 @@ def plot_loss_curves(path: str, runs: list[Run], rows: list[dict]) -> None:
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
       ax.legend(fontsize=6)
-  axes.flat[0].set_ylabel("loss (nats per token): lines train, dots held-out")
+  for ax in list(axes.flat)[len(placements):]:
+    ax.axis("off")
+  for ax in axes[:, 0]:
+    ax.set_ylabel("loss (nats per token): lines train, dots held-out")
   fig.tight_layout()
   fig.savefig(path, dpi=120)
   plt.close(fig)
