@@ -221,7 +221,7 @@ def write_report(root: str, pre: dict, glue_results: dict, step_seconds) -> None
     loss = f"{s['eval_loss']:.4f}" if s["eval_loss"] is not None else "—"
     lines.append(f"| {name} | {s['status']} (step {s['step']}) | {loss} | "
                  f"{f'{reach:.0f}' if reach else 'not reached'} | {ratio} | "
-                 f"{r['seconds'] / 60:.1f} min |")
+                 f"{s.get('wall_seconds', r['seconds']) / 60:.1f} min |")
     results["pretrain"][name] = {"summary": s, "steps_to_post_final_loss": reach}
   lines += ["", f"Unigram baseline (token frequencies alone): {baseline:.4f} nats. The paper "
             "(BERT base): Pre-LN reaches Post-LN's validation loss 1.69 in about 40% fewer "

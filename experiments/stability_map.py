@@ -19,7 +19,9 @@ DeepNorm, NormFormer, ResiDual, Admin, Mix-LN, B2T) without warm-up over the rat
 config's `zoo` sweep: which placements train without warm-up, up to which rate. With
 --task=multi30k the runs are configs/multi30k_de_en.py's encoder-decoder (--size=cpu its
 own 3+3 d256; --size=map 3+3 d128 with FFN 512 and 2048-token batches) at a constant rate,
-scored by greedy-decoding BLEU on the validation split at the end.
+scored by the held-out loss on the validation split against its unigram baseline (no
+decoding: a stuck or diverged model decodes to the length limit; BLEU of full runs is
+experiments/multi30k_warmup.py's).
 
 The runs go through the sweep launcher (re-running skips finished runs and resumes
 interrupted ones). stability_map.png shows each cell's final result, diverged cells red,
@@ -29,6 +31,7 @@ Post-LN needs warm-up, more of it at higher rates; Pre-LN trains without it acro
 rates.
 """
 
+import math
 import os
 
 from absl import app, flags, logging
@@ -54,6 +57,8 @@ _BATCH = flags.DEFINE_integer("batch_size", None, "LM sequences per batch (defau
 _PARALLEL = flags.DEFINE_integer("parallel", 1, "Runs at once, each on its own devices.")
 _DEVICES_PER_RUN = flags.DEFINE_integer("devices_per_run", None,
                                         "Devices per run (default: all / --parallel).")
+_RATES = flags.DEFINE_list("learning_rates", None, "Only the sweep's cells at these peak "
+                          "rates (default: all of them).")
 _REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Gather the runs; train nothing.")
 
 
@@ -93,10 +98,11 @@ def setup(task: str, sweep_arg: str, size: str | None, steps: int,
   if size not in ("cpu", "map"):
     raise app.UsageError(f"--size={size}: --task=multi30k takes cpu or map")
   fixed.update(MT_MAP_SIZE if size == "map" else {})
-  # Held-out loss four times a run; greedy BLEU on the validation split once, at the end.
+  # Held-out loss four times a run against the unigram baseline; no decoding (a stuck or
+  # diverged model decodes to the length limit, the slowest part of a short run).
   fixed.update({"train.eval_every_steps": max(steps // 4, 1),
-                "train.checkpoint_every_steps": steps, "decode.beam_size": 1,
-                "decode.bleu_every_steps": steps})
+                "train.checkpoint_every_steps": max(steps // 4, 1),
+                "decode.bleu_in_training": False})
   return os.path.join(REPO, "configs", "multi30k_de_en.py") + ":norm=pre", fixed, size
 
 
@@ -107,6 +113,13 @@ def main(argv):
                               _BATCH.value)
   root = _WORKDIR.value
   runs = sweep.expand(config, _SWEEP.value, fixed)
+  if _RATES.value:
+    rates = [float(r) for r in _RATES.value]
+    runs = [r for r in runs if any(math.isclose(r.setting("opt.learning_rate"), x)
+                                   for x in rates)]
+    if not runs:
+      raise app.UsageError(f"--learning_rates={','.join(_RATES.value)}: no run of the "
+                           f"{_SWEEP.value} sweep has these rates")
   if not _REPORT_ONLY.value:
     launcher.run_to_the_end(config, _SWEEP.value, runs, root, fixed, parallel=_PARALLEL.value,
                             devices_per_run=_DEVICES_PER_RUN.value)
@@ -116,7 +129,8 @@ def main(argv):
       f"{_STEPS.value} steps" + (f", batch {_BATCH.value}" if _BATCH.value else ""),
       command=(f"python experiments/stability_map.py --workdir={root} --task={_TASK.value} "
                f"--sweep={_SWEEP.value} --steps={_STEPS.value} --size={size}"
-               + (f" --batch_size={_BATCH.value}" if _BATCH.value else "")),
+               + (f" --batch_size={_BATCH.value}" if _BATCH.value else "")
+               + (f" --learning_rates={','.join(_RATES.value)}" if _RATES.value else "")),
       notes=tuple(notes(maps, _STEPS.value)))
   print("\n".join(result["markdown"]))
   print(f"\nReport: {result['paths']['report.md']}")

@@ -122,6 +122,14 @@ def prepare_workdir(workdir: str, config: ml_collections.ConfigDict) -> bool:
   return True
 
 
+def _read_json(path: str) -> dict | None:
+  try:
+    with open(path) as f:
+      return json.load(f)
+  except (OSError, ValueError):
+    return None
+
+
 def _best_so_far(workdir: str, name: str | None):
   """The best value of metric `name` logged by earlier runs in this workdir (resume)."""
   values = [r[name] for r in metrics_lib.read_metrics(workdir) if name and r.get(name) is not None]
@@ -168,6 +176,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   run = run_lib.resolve_config(config)
   resuming = prepare_workdir(workdir, config)
   t_start = time.perf_counter()
+  # Wall time of the earlier segments of a resumed run (their last summary.json), so the
+  # summary's wall_seconds is the run's, not the last segment's.
+  earlier_seconds = ((_read_json(os.path.join(workdir, "summary.json")) or {}).get(
+      "wall_seconds") or 0.0) if resuming else 0.0
 
   # Devices, then data: this process's slice of every global batch, in batches that split
   # evenly over the mesh's batch axes.
@@ -334,7 +346,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       "unigram_baseline": unigram,
       **({run.task.best_metric: last_eval.get(run.task.best_metric),
           f"best_{run.task.best_metric}": best_value} if run.task.best_metric else {}),
-      "wall_seconds": round(time.perf_counter() - t_start, 1),
+      # A finished run asked again only re-evaluates: its wall time stays the training's.
+      "wall_seconds": round(earlier_seconds + (0.0 if first_step >= run.train.num_steps
+                                               and earlier_seconds else
+                                               time.perf_counter() - t_start), 1),
       "workdir": os.path.abspath(workdir),
   }
   if jax.process_index() == 0:

@@ -56,9 +56,14 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path):
   full = str(tmp_path / "full")
   train.train_and_evaluate(smoke_config(**overrides), full)
   parts = str(tmp_path / "parts")
-  train.train_and_evaluate(smoke_config(**overrides, **{"train.num_steps": 10}), parts)
+  first = train.train_and_evaluate(smoke_config(**overrides, **{"train.num_steps": 10}), parts)
   summary = train.train_and_evaluate(smoke_config(**overrides), parts)
   assert summary["status"] == "completed"
+  # Wall time adds up over the segments; asking a finished run again leaves it as it was.
+  assert summary["wall_seconds"] > first["wall_seconds"] > 0
+  again = train.train_and_evaluate(smoke_config(**overrides), parts)
+  assert again["wall_seconds"] == summary["wall_seconds"]
+  assert again["eval_loss"] == pytest.approx(summary["eval_loss"])
   a, b = train_losses(full), train_losses(parts)
   assert [a[s] for s in range(1, 21)] == [b[s] for s in range(1, 21)]
   ra, rb = checkpoint.restore_run(full), checkpoint.restore_run(parts)
