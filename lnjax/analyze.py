@@ -44,9 +44,27 @@ def load(workdir: str, step: str):
       raise errors.CheckpointError(f"{workdir} holds no config.json: not an lnjax workdir")
     run = run_lib.resolve_config(config)
     setup = state_lib.make_setup(run.model, run.opt, run.train.num_steps, task=run.task)
-    return run, setup, state_lib.init_state(setup, mesh, run.seed).params, "init"
+    return (*unrolled(run, setup, state_lib.init_state(setup, mesh, run.seed).params),
+            "init")
   restored = checkpoint.restore_run(workdir, None if step == "latest" else int(step), mesh)
-  return restored.run, restored.setup, restored.state.params, str(restored.step)
+  return (*unrolled(restored.run, restored.setup, restored.state.params),
+          str(restored.step))
+
+
+def unrolled(run, setup, params):
+  """A run trained with `model.scan_layers`: the unrolled model's (run, setup) and its
+  parameters unstacked into layer_0, layer_1, ..., so every probe names every layer.
+  Other runs as they are."""
+  if not run.model.scan_layers:
+    return run, setup, params
+  import dataclasses
+
+  from lnjax import state as state_lib
+  from lnjax.models.transformer import unscan_params
+
+  model = dataclasses.replace(run.model, scan_layers=False)
+  plain = state_lib.make_setup(model, run.opt, run.train.num_steps, task=run.task)
+  return dataclasses.replace(run, model=model), plain, unscan_params(params, run.model)
 
 
 def analyze(workdir: str, step: str = "latest", num_batches: int = 4, lr: float | None = None):

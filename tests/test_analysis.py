@@ -40,16 +40,21 @@ def test_main_path_norms_follow_lemmas_1_and_2():
   assert pre[-1] > 4 * pre[0]
 
 
-@pytest.fixture(scope="module")
-def smoke_workdir(tmp_path_factory):
+def _smoke_run(tmp_path_factory, name: str, **model) -> str:
   from lnjax import config_lib, train
   c = config_lib.lm_config()
   config_lib.apply_smoke(c)
   c.mesh.data = 1
   c.train.num_steps = 10
-  wd = str(tmp_path_factory.mktemp("analysis") / "run")
+  c.model.update(model)
+  wd = str(tmp_path_factory.mktemp("analysis") / name)
   train.train_and_evaluate(c, wd)
   return wd
+
+
+@pytest.fixture(scope="module")
+def smoke_workdir(tmp_path_factory):
+  return _smoke_run(tmp_path_factory, "run")
 
 
 @pytest.mark.parametrize("step", ["init", "latest"])
@@ -78,3 +83,28 @@ def test_analyze_cli_refuses_a_non_workdir(tmp_path):
                       "--step=init"], capture_output=True, text=True, timeout=120)
   assert r.returncode == 2 and "not an lnjax workdir" in r.stderr
   assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_analyze_reads_a_scanned_checkpoint_per_layer(tmp_path_factory):
+  """A run trained with model.scan_layers is analysed layer by layer: its gradients taken
+  through the scanned model, unstacked, are what the analysis reports per layer."""
+  from lnjax import analyze, checkpoint, sharding
+  from lnjax.analysis import probes
+  from lnjax.models.transformer import unscan_params
+  wd = _smoke_run(tmp_path_factory, "scanned", scan_layers=True)
+  result, _ = analyze.analyze(wd, "latest", num_batches=2, lr=1e-3)
+  w2 = analyze.per_layer(result["gradient_norms"], "ffn/wo/kernel")["lm"]
+  assert [layer for layer, _ in w2] == [0, 1] and all(v > 0 for _, v in w2)
+  assert "layer_1/self_attn_norm" in result["norms"]
+
+  mesh = sharding.make_mesh(sharding.MeshConfig(data=1), jax.local_devices()[:1])
+  restored = checkpoint.restore_run(wd, None, mesh)
+  data = restored.run.task.make_data(restored.run.data, restored.run.seed, 0, 1, 1)
+  batches = [{k: v for k, v in b.items() if k != "index"} for b in data.eval_batches()[:2]]
+  grads = probes.gradients(restored.setup, restored.state.params, batches)
+  want = probes.gradient_norms(unscan_params(grads, restored.run.model))
+  assert set(result["gradient_norms"]) == set(want)
+  for name, value in want.items():
+    assert result["gradient_norms"][name] == pytest.approx(value, rel=1e-4, abs=1e-7), name
+  loss = probes.mean_loss(restored.state.params, restored.setup, batches)
+  assert result["loss"] == pytest.approx(float(loss), abs=1e-5)
