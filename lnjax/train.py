@@ -20,7 +20,7 @@ from jax.experimental import multihost_utils
 from lnjax import checkpoint as ckpt_lib
 from lnjax import errors, metrics as metrics_lib, optim, run as run_lib, sharding
 from lnjax import state as state_lib, tasks
-from lnjax.models import count_params
+from lnjax.models import count_params, transformer
 
 # Exit statuses of a run (lnjax.main turns them into exit codes).
 COMPLETED, DIVERGED, PREEMPTED = "completed", "diverged", "preempted"
@@ -51,7 +51,9 @@ def train_step(state: state_lib.TrainState, batch: dict, *, setup: state_lib.Set
   metrics = {"train_loss": nll, "learning_rate": setup.schedule(state.step),
              "grad_norm": optax.tree.norm(grads), "param_norm": optax.tree.norm(params)}
   if log_grad_norms:  # ‖∂L/∂W‖_F of every weight, per layer and sub-layer.
-    metrics.update(metrics_lib.per_weight_norms(grads, "grad_norm"))
+    cfg = setup.model.cfg  # Scanned layers: unstacked into layer_0, layer_1, ... first.
+    per_layer = transformer.unscan_params(grads, cfg) if cfg.scan_layers else grads
+    metrics.update(metrics_lib.per_weight_norms(per_layer, "grad_norm"))
   return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
 

@@ -241,12 +241,14 @@ def test_cli_sigterm_saves_and_the_same_command_resumes(tmp_path):
   assert f"from step {saved['step']}" in r.stdout
 
 
-def test_per_weight_gradient_norms_are_logged(tmp_path):
-  """train.log_grad_norms: ‖∂L/∂W‖ of every weight per layer and sub-layer; together they
-  make up the global gradient norm."""
+@pytest.mark.parametrize("scan_layers", [False, True])
+def test_per_weight_gradient_norms_are_logged(tmp_path, scan_layers):
+  """train.log_grad_norms: ‖∂L/∂W‖ of every weight per layer and sub-layer (scanned layers
+  too); together they make up the global gradient norm."""
   wd = str(tmp_path / "run")
   train.train_and_evaluate(smoke_config(**{
-      "train.num_steps": 3, "train.log_every_steps": 1, "train.log_grad_norms": True}), wd)
+      "train.num_steps": 3, "train.log_every_steps": 1, "train.log_grad_norms": True,
+      "model.scan_layers": scan_layers}), wd)
   rows = [r for r in metrics.read_metrics(wd) if "train_loss" in r]
   assert [r["step"] for r in rows] == [1, 2, 3]
   for r in rows:
