@@ -19,7 +19,8 @@ DeepNorm, NormFormer, ResiDual, Admin, Mix-LN, B2T) without warm-up over the rat
 config's `zoo` sweep: which placements train without warm-up, up to which rate. With
 --task=multi30k the runs are configs/multi30k_de_en.py's encoder-decoder (--size=cpu its
 own 3+3 d256; --size=map 3+3 d128 with FFN 512 and 2048-token batches) at a constant rate,
-scored by the held-out loss on the validation split against its unigram baseline (no
+Mix-LN with α = 1/3 (one Post-LN layer of three; the paper's 0.25 gives none at this
+depth), scored by the held-out loss on the validation split against its unigram baseline (no
 decoding: a stuck or diverged model decodes to the length limit; BLEU of full runs is
 experiments/multi30k_warmup.py's).
 
@@ -80,6 +81,8 @@ def notes(maps: list[report.StabilityMap], steps: int) -> list[str]:
 # Multi30k at map size: the config's 3+3 layers at half its width, half its batch.
 MT_MAP_SIZE = {"model.d_model": 128, "model.num_heads": 4, "model.d_ff": 512,
                "data.max_tokens": 2048}
+# Mix-LN's α for 3 layers a stack: ⌊αL⌋ = 1 Post-LN layer (the paper's 0.25 gives none).
+MT_MIX_POST_FRACTION = 1 / 3
 
 
 def setup(task: str, sweep_arg: str, size: str | None, steps: int,
@@ -98,6 +101,7 @@ def setup(task: str, sweep_arg: str, size: str | None, steps: int,
   if size not in ("cpu", "map"):
     raise app.UsageError(f"--size={size}: --task=multi30k takes cpu or map")
   fixed.update(MT_MAP_SIZE if size == "map" else {})
+  fixed["model.mix_post_fraction"] = MT_MIX_POST_FRACTION
   # Held-out loss four times a run against the unigram baseline; no decoding (a stuck or
   # diverged model decodes to the length limit, the slowest part of a short run).
   fixed.update({"train.eval_every_steps": max(steps // 4, 1),
