@@ -124,12 +124,13 @@ def prepare_workdir(workdir: str, config: ml_collections.ConfigDict) -> bool:
   return True
 
 
-def _read_json(path: str) -> dict | None:
+def _earlier_wall_seconds(workdir: str) -> float:
+  """Wall time of a resumed run's earlier segments: its last summary.json's."""
   try:
-    with open(path) as f:
-      return json.load(f)
+    with open(os.path.join(workdir, "summary.json")) as f:
+      return float(json.load(f).get("wall_seconds") or 0.0)
   except (OSError, ValueError):
-    return None
+    return 0.0
 
 
 def _best_so_far(workdir: str, name: str | None):
@@ -178,10 +179,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   run = run_lib.resolve_config(config)
   resuming = prepare_workdir(workdir, config)
   t_start = time.perf_counter()
-  # Wall time of the earlier segments of a resumed run (their last summary.json), so the
-  # summary's wall_seconds is the run's, not the last segment's.
-  earlier_seconds = ((_read_json(os.path.join(workdir, "summary.json")) or {}).get(
-      "wall_seconds") or 0.0) if resuming else 0.0
+  # The summary's wall_seconds is the run's, over every segment, not the last segment's.
+  earlier_seconds = _earlier_wall_seconds(workdir) if resuming else 0.0
 
   # Devices, then data: this process's slice of every global batch, in batches that split
   # evenly over the mesh's batch axes.
