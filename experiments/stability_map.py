@@ -64,15 +64,19 @@ _REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Gather the runs; train n
 
 
 def notes(maps: list[report.StabilityMap], steps: int) -> list[str]:
-  """Per placement: how many cells trained, were stuck, diverged, are unfinished."""
+  """Per placement: how many cells trained, were stuck, diverged, are unfinished, and the
+  highest peak rate at which it trained without warm-up."""
   kinds = (report.OK, report.STUCK, report.ABOVE, "diverged")
   lines = ["| placement | trained | stuck at the unigram baseline | above it | diverged | "
-           "failed or unfinished |", "|---|---|---|---|---|---|"]
+           "failed or unfinished | highest lr trained without warm-up |",
+           "|---|---|---|---|---|---|---|"]
   for m in maps:
     states = [c.state for c in m.cells.values()]
     counts = [states.count(k) for k in kinds]
+    trained = [lr for (w, lr), c in m.cells.items() if w == 0 and c.state == report.OK]
     lines.append(f"| {m.panel} | " + " | ".join(map(str, counts))
-                 + f" | {len(states) - sum(counts)} |")
+                 + f" | {len(states) - sum(counts)} | "
+                 + (f"{max(trained):g} |" if trained else "none |"))
   if steps < max(w for m in maps for w in m.warmups):
     lines += ["", f"At {steps} steps a run, the longer warm-ups never reach their peak rate."]
   return lines
