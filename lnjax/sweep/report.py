@@ -16,6 +16,7 @@ import dataclasses
 import json
 import math
 import os
+import textwrap
 
 from lnjax.sweep import Run, run_name
 from lnjax.sweep.launcher import (COMPLETED, DIVERGED, FAILED, INTERRUPTED, MANIFEST, PENDING,
@@ -273,7 +274,7 @@ def plot_stability_maps(path: str, maps: list[StabilityMap], rows: list[dict]) -
   cmap = plt.get_cmap("viridis_r" if lower_better else "viridis")
   cols = min(len(maps), 3)
   nrows = math.ceil(len(maps) / cols)
-  width = max(4.5, 1.3 * max(len(m.learning_rates) for m in maps) + 2)
+  width = max(6.5, 1.3 * max(len(m.learning_rates) for m in maps) + 2)
   height = 0.7 * max(len(m.warmups) for m in maps) + 2
   fig, axes = plt.subplots(nrows, cols, squeeze=False, layout="constrained",
                            figsize=(width * cols, height * nrows))
@@ -283,8 +284,9 @@ def plot_stability_maps(path: str, maps: list[StabilityMap], rows: list[dict]) -
     for (w, lr), cell in m.cells.items():
       if cell.state == OK and cell.value is not None:
         grid[m.warmups.index(w), m.learning_rates.index(lr)] = cell.value
+    # Warm-up grows upwards; placements read top-down in the sweep's order.
     image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=vmin, vmax=vmax,
-                      origin="lower", aspect="auto")
+                      origin="upper" if rows_label == "placement" else "lower", aspect="auto")
     for (w, lr), cell in m.cells.items():
       x, y = m.learning_rates.index(lr), m.warmups.index(w)
       if cell.state != OK:
@@ -302,8 +304,9 @@ def plot_stability_maps(path: str, maps: list[StabilityMap], rows: list[dict]) -
     ax.axis("off")
   if image is not None and values:
     fig.colorbar(image, ax=axes.ravel().tolist(), label=label, shrink=0.8)
-  fig.suptitle(f"{label}: red diverged, black failed, white unfinished; grey // stuck within "
-               f"{STUCK_NATS} nats of the unigram baseline, grey xx above it", fontsize=9)
+  fig.suptitle(textwrap.fill(f"{label}: red diverged, black failed, white unfinished; grey // "
+                             f"stuck within {STUCK_NATS} nats of the unigram baseline, grey xx "
+                             "above it", 8 * width), fontsize=9)
   fig.savefig(path, dpi=120)
   plt.close(fig)
 
