@@ -15,7 +15,7 @@ Presets (comma-separated after the colon):
   dir=de-en|en-de   translation direction
   smoke        a few steps of a tiny model (tests use it)
 
-Sweeps of it (python -m lnjax.sweep, see get_sweep): fig2, fig4, zoo.
+Sweeps of it (python -m lnjax.sweep, see get_sweep): fig2, fig4, fig2_cpu, fig4_cpu, zoo.
 """
 
 from lnjax import config_lib, errors, models, sweep
@@ -59,25 +59,32 @@ def get_sweep(arg=None):
     zoo    every placement of lnjax.models.placement × peak lr 5e-4 .. 4e-3, Adam, no
            warm-up and a constant rate (which placements train without warm-up, up to which
            rate).
+    fig2_cpu, fig4_cpu   the same grids with warm-ups short enough for runs of a few hundred
+           steps (experiments/multi30k_figs.py): Fig. 2 with Adam only and warm-up 0, 50, 200
+           steps; Fig. 4 with Post-LN's warm-up 200 steps.
   """
   rates = sweep.axis("opt.learning_rate", [5e-4, 1e-3])
+  post = sweep.axis("model.norm_position", ["post"])
   if arg == "fig2":
-    post = sweep.axis("model.norm_position", ["post"])
     return sweep.chain(
         sweep.product(post, sweep.axis("opt.name", ["adam"]), rates,
                       sweep.axis("opt.warmup_steps", [0, 500, 4000])),
         sweep.product(post, sweep.axis("opt.name", ["sgd"]), rates,
                       sweep.axis("opt.warmup_steps", [0, 4000])))
-  if arg == "fig4":
+  if arg == "fig2_cpu":
+    return sweep.product(post, sweep.axis("opt.name", ["adam"]), rates,
+                         sweep.axis("opt.warmup_steps", [0, 50, 200]))
+  if arg in ("fig4", "fig4_cpu"):
     placements = [
         {"model.norm_position": "pre", "opt.schedule": "step", "opt.warmup_steps": 0,
          "opt.decay_epochs": (10,)},
-        {"model.norm_position": "post", "opt.schedule": "inverse_sqrt", "opt.warmup_steps": 1000,
-         "opt.decay_epochs": ()}]
+        {"model.norm_position": "post", "opt.schedule": "inverse_sqrt",
+         "opt.warmup_steps": 1000 if arg == "fig4" else 200, "opt.decay_epochs": ()}]
     return sweep.product(placements, sweep.axis("opt.name", ["adam", "radam"]))
   if arg == "zoo":
     return sweep.product(sweep.axis("model.norm_position", list(models.NORM_POSITIONS)),
                          sweep.axis("opt.learning_rate", [5e-4, 1e-3, 2e-3, 4e-3]),
                          [{"opt.schedule": "constant", "opt.warmup_steps": 0,
                            "opt.decay_epochs": ()}])
-  raise errors.ConfigError(f"--sweep={arg!r}: configs/multi30k_de_en.py offers fig2, fig4, zoo")
+  raise errors.ConfigError(f"--sweep={arg!r}: configs/multi30k_de_en.py offers fig2, fig4, "
+                           "fig2_cpu, fig4_cpu, zoo")

@@ -345,6 +345,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       "eval_loss": last_eval.get("eval_loss"),
       "eval_perplexity": last_eval.get("eval_perplexity"),
       "unigram_baseline": unigram,
+      "steps_per_epoch": steps_per_epoch,  # None for streams without epochs.
       **({run.task.best_metric: last_eval.get(run.task.best_metric),
           f"best_{run.task.best_metric}": best_value} if run.task.best_metric else {}),
       # A finished run asked again only re-evaluates: its wall time stays the training's.

@@ -88,6 +88,31 @@ def test_expand_names_runs_and_refuses_bad_sweeps(tmp_path):
     sweep.expand(LM, "nope")
 
 
+def test_paper_figure_sweeps_at_cpu_scale():
+  """fig2_cpu: Post-LN, Adam, the paper's two rates × three warm-ups (shortened);
+  fig4_cpu: Pre-LN without warm-up against Post-LN with it, each with Adam and RAdam."""
+  mt = f"{REPO}/configs/multi30k_de_en.py:norm=post"
+  fig2 = sweep.expand(mt, "fig2_cpu")
+  assert {(r.setting("model.norm_position"), r.setting("opt.name"),
+           r.setting("opt.schedule")) for r in fig2} == {("post", "adam", "inverse_sqrt")}
+  assert sorted((r.setting("opt.learning_rate"), r.setting("opt.warmup_steps"))
+                for r in fig2) == [(5e-4, 0), (5e-4, 50), (5e-4, 200),
+                                   (1e-3, 0), (1e-3, 50), (1e-3, 200)]
+  fig4 = {(r.setting("model.norm_position"), r.setting("opt.name")): r
+          for r in sweep.expand(mt, "fig4_cpu")}
+  assert sorted(fig4) == [("post", "adam"), ("post", "radam"), ("pre", "adam"),
+                          ("pre", "radam")]
+  for opt in ("adam", "radam"):
+    pre, post = fig4[("pre", opt)], fig4[("post", opt)]
+    assert (pre.setting("opt.warmup_steps"), pre.setting("opt.schedule")) == (0, "step")
+    assert pre.setting("opt.decay_epochs") == (10,)
+    assert (post.setting("opt.warmup_steps"), post.setting("opt.schedule")) == (
+        200, "inverse_sqrt")
+  paper = {r.setting("model.norm_position"): r.setting("opt.warmup_steps")
+           for r in sweep.expand(mt, "fig4")}
+  assert paper == {"pre": 0, "post": 1000}
+
+
 def test_device_slots_are_disjoint(monkeypatch):
   cores = sorted(os.sched_getaffinity(0))
   slots = launcher.make_slots("cpu", len(cores), None)

@@ -1,0 +1,209 @@
+r"""The paper's Fig. 2 and Fig. 4 on real translation data (Multi30k De→En), at CPU scale.
+
+  python experiments/multi30k_figs.py --fig=2 --workdir=/tmp/fig2 [--steps=300] [--parallel=1]
+  python experiments/multi30k_figs.py --fig=4 --workdir=/tmp/fig4 [--steps=390]
+  python experiments/multi30k_figs.py --fig=4 --workdir=/tmp/fig4 --report_only
+
+The model is configs/multi30k_de_en.py at the paper's depth and a quarter of its width:
+6+6 layers, d_model 128, 4 heads, FFN 512 (3.8 M parameters), batches of 2048 tokens,
+dropout 0.1, label smoothing 0.1, Adam β₂ 0.98. BLEU is sacreBLEU on the validation split
+with greedy decoding (hypotheses up to the source length + 20): beam 4 would triple the
+decoding time of these short runs, and a stuck model decodes to the length limit.
+
+--fig=2  the `fig2_cpu` sweep: Post-LN with Adam at peak lr 5e-4 and 1e-3 × linear warm-up
+         of 0, 50 and 200 steps, then inverse square root (the paper: IWSLT14, 6+6 × 512,
+         warm-up 0 / 500 / 4000 over ~15 epochs). Held-out loss four times a run, BLEU at
+         the end. The report has the stability map (BLEU over lr × warm-up; runs stuck at
+         the unigram baseline marked) and the paper's BLEU beside each cell.
+--fig=4  the `fig4_cpu` sweep: Pre-LN without warm-up (constant 1e-3; its ×0.1 at epoch 10
+         lies beyond these runs) against Post-LN with 200 warm-up steps then inverse square
+         root, each with Adam and with RAdam. Held-out loss and BLEU every half epoch; the
+         report gives them per epoch, draws them, and says at which epoch each Pre-LN run
+         reaches its Post-LN partner's final loss and BLEU (the paper: Pre-LN at epoch 9
+         ≈ Post-LN at epoch 15; Adam against RAdam makes little difference for Pre-LN).
+
+Runs go through the sweep launcher (a folder each under --workdir; re-running skips
+finished runs and resumes interrupted ones). The report (report.md, results.csv/json,
+loss_curves.png, stability_map.png, and for Fig. 4 fig4_curves.png) goes into --workdir.
+"""
+
+import math
+import os
+
+from absl import app, flags, logging
+
+import lnjax  # noqa: F401  (allocator settings before JAX starts)
+from lnjax import sweep
+from lnjax.sweep import launcher, report
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = os.path.join(REPO, "configs", "multi30k_de_en.py") + ":norm=post"
+
+_FIG = flags.DEFINE_enum("fig", None, ["2", "4"], "Which figure of the paper.", required=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Root folder of the runs and the report.",
+                               required=True)
+_STEPS = flags.DEFINE_integer("steps", None, "Training steps per run (default: 300 for "
+                              "Fig. 2, 390 for Fig. 4, 1.5 epochs).")
+_PARALLEL = flags.DEFINE_integer("parallel", 1, "Runs at once, each on its own devices.")
+_REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Gather the runs; train nothing.")
+
+# The paper's depth at a quarter of its width, half this config's batch.
+CPU_SIZE = {"model.num_layers": 6, "model.d_model": 128, "model.num_heads": 4,
+            "model.d_ff": 512, "data.max_tokens": 2048,
+            "decode.beam_size": 1, "decode.max_extra_len": 20}
+DEFAULT_STEPS = {"2": 300, "4": 390}
+# Fig. 4 evaluates every half epoch: 2048-token batches make ≈260 steps an epoch.
+FIG4_EVAL_EVERY = 130
+
+# REFERENCE §4 (the paper's Fig. 2, IWSLT14 De-En, Post-LN, Adam): BLEU by (warm-up, lr),
+# with this experiment's warm-up in the paper's place.
+PAPER_FIG2 = {
+    (0, 5e-4): "8.45 (no warm-up; val loss stalls ≈7)",
+    (0, 1e-3): "8.45 (no warm-up; val loss stalls ≈7)",
+    (50, 5e-4): "31.16 (500 steps)",
+    (50, 1e-3): "2.77 (500 steps)",
+    (200, 5e-4): "≈34 (4000 steps)",
+    (200, 1e-3): "≈34 (4000 steps)",
+}
+
+
+def fixed_overrides(fig: str, steps: int) -> dict:
+  fixed = {**CPU_SIZE, "train.num_steps": steps}
+  if fig == "2":
+    every = max(steps // 4, 1)
+    fixed.update({"train.eval_every_steps": every, "train.checkpoint_every_steps": every,
+                  "decode.bleu_every_steps": steps})
+  else:
+    fixed.update({"train.eval_every_steps": FIG4_EVAL_EVERY,
+                  "train.checkpoint_every_steps": FIG4_EVAL_EVERY})
+  return fixed
+
+
+def evaluations(workdir: str) -> list[dict]:
+  """{step, eval_loss, eval_bleu} per evaluation of a run, by step."""
+  by_step: dict[int, dict] = {}
+  for record in launcher.read_metrics(workdir):
+    for key in ("eval_loss", "eval_bleu"):
+      if record.get(key) is not None:
+        by_step.setdefault(record["step"], {"step": record["step"]})[key] = record[key]
+  return [by_step[s] for s in sorted(by_step)]
+
+
+def first_reaching(evals: list[dict], key: str, target: float, lower_better: bool,
+                   steps_per_epoch: float) -> str:
+  """The epoch of the first evaluation at or past `target` ('not within the run' if none)."""
+  for e in evals:
+    value = e.get(key)
+    if value is not None and (value <= target if lower_better else value >= target):
+      return f"{e['step'] / steps_per_epoch:.2f}"
+  return "not within the run"
+
+
+def fig2_notes(rows: list[dict]) -> list[str]:
+  lines = ["Beside the paper's Fig. 2 (REFERENCE §4: IWSLT14 6+6 × 512, warm-up 0 / 500 / "
+           "4000 over ~15 epochs; here 0 / 50 / 200 over 1.2 epochs):", "",
+           "| lr | warm-up here (paper) | final val loss | val BLEU (greedy) | "
+           "state | paper BLEU |", "|---|---|---:|---:|---|---|"]
+  for r in sorted(rows, key=lambda r: (r["learning_rate"], r["warmup_steps"])):
+    paper = PAPER_FIG2.get((r["warmup_steps"], r["learning_rate"]), "—")
+    value = lambda v, spec: "—" if v is None else format(v, spec)
+    lines.append(f"| {r['learning_rate']:g} | {r['warmup_steps']} | "
+                 f"{value(r['eval_loss'], '.3f')} | {value(r['eval_bleu'], '.2f')} | "
+                 f"{report.cell_state(r)} | {paper} |")
+  return lines
+
+
+def fig4_section(root: str, runs: list[sweep.Run], rows: list[dict]) -> list[str]:
+  """Per-epoch table, epochs-to-reach, and fig4_curves.png."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  runs_by = {(r.setting("model.norm_position"), r.setting("opt.name")): (r, row)
+             for r, row in zip(runs, rows)}
+  spe = {k: (launcher.read_json(os.path.join(row["workdir"], "summary.json")) or {}).get(
+      "steps_per_epoch") for k, (_, row) in runs_by.items()}
+  lines = ["## Per epoch (held-out loss / greedy BLEU on the validation split)", "",
+           "| run | " + " | ".join(f"step {s}" for s in _eval_steps(runs_by)) + " |",
+           "|---|" + "---:|" * len(_eval_steps(runs_by))]
+  fig, (ax_loss, ax_bleu) = plt.subplots(1, 2, figsize=(12, 4))
+  for (norm, opt), (run, row) in runs_by.items():
+    evals = {e["step"]: e for e in evaluations(row["workdir"])}
+    cells = []
+    for s in _eval_steps(runs_by):
+      e = evals.get(s, {})
+      cells.append("—" if "eval_loss" not in e else
+                   f"{e['eval_loss']:.3f} / {e.get('eval_bleu', math.nan):.2f}")
+    lines.append(f"| {run.name} | " + " | ".join(cells) + " |")
+    per_epoch = spe[(norm, opt)] or math.nan
+    style = "-" if norm == "pre" else "--"
+    for ax, key in ((ax_loss, "eval_loss"), (ax_bleu, "eval_bleu")):
+      points = [(s / per_epoch, e[key]) for s, e in sorted(evals.items()) if key in e]
+      if points:
+        ax.plot(*zip(*points), style, marker="o", label=f"{norm}-LN, {opt}")
+  for ax, title in ((ax_loss, "validation loss (nats per token)"),
+                    (ax_bleu, "validation BLEU (greedy, sacreBLEU)")):
+    ax.set_xlabel("epoch")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+  ax_bleu.legend()
+  fig.suptitle("Fig. 4 at CPU scale: Pre-LN without warm-up against Post-LN with warm-up")
+  fig.tight_layout()
+  fig.savefig(os.path.join(root, "fig4_curves.png"), dpi=120)
+  plt.close(fig)
+
+  lines += ["", "## Epochs each needs to reach the other's final level", "",
+            "| optimizer | Pre-LN reaches Post-LN's final loss / BLEU at epoch | "
+            "Post-LN reaches Pre-LN's final loss / BLEU at epoch |", "|---|---|---|"]
+  for opt in ("adam", "radam"):
+    if ("pre", opt) not in runs_by or ("post", opt) not in runs_by:
+      continue
+    pre, post = (evaluations(runs_by[(n, opt)][1]["workdir"]) for n in ("pre", "post"))
+    if not pre or not post:
+      lines.append(f"| {opt} | not run yet | not run yet |")
+      continue
+    cols = []
+    for mine, other, norm in ((pre, post, "pre"), (post, pre, "post")):
+      per_epoch = spe[(norm, opt)] or math.nan
+      final = other[-1]
+      cols.append(" / ".join(
+          first_reaching(mine, key, final[key], lower, per_epoch) if key in final else "—"
+          for key, lower in (("eval_loss", True), ("eval_bleu", False))))
+    lines.append(f"| {opt} | {cols[0]} | {cols[1]} |")
+  lines += ["", "![Fig. 4 curves](fig4_curves.png)"]
+  return lines
+
+
+def _eval_steps(runs_by: dict) -> list[int]:
+  return sorted({e["step"] for _, row in runs_by.values() for e in evaluations(row["workdir"])})
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.WARNING)
+  fig = _FIG.value
+  steps = _STEPS.value or DEFAULT_STEPS[fig]
+  sweep_arg = f"fig{fig}_cpu"
+  fixed = fixed_overrides(fig, steps)
+  runs = sweep.expand(CONFIG, sweep_arg, fixed)
+  root = _WORKDIR.value
+  if not _REPORT_ONLY.value:
+    launcher.run_to_the_end(CONFIG, sweep_arg, runs, root, fixed, parallel=_PARALLEL.value,
+                            devices_per_run=None)
+  command = (f"python experiments/multi30k_figs.py --fig={fig} --workdir={root}"
+             + (f" --steps={steps}" if _STEPS.value else ""))
+  rows = report.gather(root, runs)
+  notes = fig2_notes(rows) if fig == "2" else []
+  result = report.write(root, runs, title=f"Fig. {fig} at CPU scale: Multi30k De→En, 6+6 × "
+                        f"128, {steps} steps", command=command, notes=tuple(notes))
+  lines = result["markdown"]
+  if fig == "4":
+    lines = lines + [""] + fig4_section(root, runs, result["rows"])
+    with open(result["paths"]["report.md"], "w") as f:
+      f.write("\n".join(lines) + "\n")
+  print("\n".join(lines))
+  print(f"\nReport: {result['paths']['report.md']}")
+
+
+if __name__ == "__main__":
+  app.run(main)
