@@ -82,15 +82,24 @@ def shape_checks(rows: list[dict]) -> list[str]:
           *[f"| {claim} | {verdict} |" for (claim, _, _), verdict in zip(checks, verdicts)]]
 
 
+def lowest_eval(workdir: str) -> tuple[int, float] | None:
+  """(step, loss) of the run's lowest held-out loss: after it, the model overfits."""
+  evals = [(rec["step"], rec["eval_loss"]) for rec in launcher.read_metrics(workdir)
+           if rec.get("eval_loss") is not None]
+  return min(evals, key=lambda e: e[1]) if evals else None
+
+
 def notes(rows: list[dict], steps: int) -> list[str]:
   baselines = sorted({round(r["unigram_baseline"], 3) for r in rows if r["unigram_baseline"]})
   lines = ["## Beside REFERENCE §6", "",
-           "| run | REFERENCE held-out loss | here | here, below the unigram baseline |",
-           "|---|---|---|---|"]
+           "| run | REFERENCE held-out loss | here | here, below the unigram baseline | "
+           "here, lowest held-out loss (step) |", "|---|---|---|---|---|"]
   for r in rows:
     here = f"{r['eval_loss']:.3f}" if r["eval_loss"] is not None else r["state"]
     gap = f"{r['below_baseline']:+.3f}" if r["below_baseline"] is not None else "—"
-    lines.append(f"| {r['name']} | {REFERENCE[r['name']]} | {here} | {gap} |")
+    lowest = lowest_eval(r["workdir"])
+    best = f"{lowest[1]:.3f} ({lowest[0]})" if lowest else "—"
+    lines.append(f"| {r['name']} | {REFERENCE[r['name']]} | {here} | {gap} | {best} |")
   lines += ["", f"Unigram baseline: REFERENCE {REFERENCE_BASELINE:.2f} nats (its tokenizer); "
             f"here {', '.join(map(str, baselines)) or '—'} nats (SentencePiece 4096 on "
             "tiny_shakespeare), so absolute losses differ; the shape is what compares.", ""]
