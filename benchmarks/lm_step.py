@@ -92,10 +92,10 @@ FLOP_FORMULA = (
 # ---------------------------------------------------------------------------------------
 # Measurements.
 
-def matmul_peak_sample(reps: int = 5, n: int = 2048) -> list[float]:
-  """GFLOP/s of `reps` float32 n×n @ n×n matmuls under jax.jit."""
+def matmul_peak_sample(reps: int = 5, n: int = 2048, dtype: str = "float32") -> list[float]:
+  """GFLOP/s of `reps` n×n @ n×n matmuls (float32, or bfloat16 on a GPU) under jax.jit."""
   f = _matmul_fn()
-  a, b = _matmul_operands(n)
+  a, b = _matmul_operands(n, dtype)
   jax.block_until_ready(f(a, b))
   out = []
   for _ in range(reps):
@@ -111,9 +111,9 @@ def _matmul_fn():
 
 
 @functools.cache
-def _matmul_operands(n):
+def _matmul_operands(n, dtype="float32"):
   ka, kb = jax.random.split(jax.random.key(1))
-  return (jax.random.normal(ka, (n, n), jnp.float32), jax.random.normal(kb, (n, n), jnp.float32))
+  return (jax.random.normal(ka, (n, n), dtype), jax.random.normal(kb, (n, n), dtype))
 
 
 def maxrss_mib() -> float:

@@ -4,6 +4,8 @@ PyTorch, timed alternately in one run, in one table.
   python benchmarks/suite.py --out BENCHMARKS.md      # the table below, ~5 min on 2 cores
   python benchmarks/suite.py --quick                  # 1 round of 2 steps: a self-check
   python benchmarks/suite.py --models mt --norm post --rounds 8
+  # On a GPU (jax[cuda] and a CUDA torch): bf16 compute, float32 parameters, its own section
+  python benchmarks/suite.py --dtype bfloat16 --models lm,mt_iwslt --out BENCHMARKS.md
 
 Models (dropout 0 and no label smoothing in both frameworks, so both do the same work;
 Adam, lr 1e-3, β (0.9, 0.98), ε 1e-8 for all three):
@@ -16,6 +18,8 @@ Adam, lr 1e-3, β (0.9, 0.98), ε 1e-8 for all three):
   mlm  configs/bert.py:size=cpu's masked LM with next-sentence prediction: 4 layers,
        D 256, 4 heads, F 1024, GELU, LN ε 1e-12, vocab 8003 (8000 + [CLS] [SEP] [MASK]),
        tied MLM head; batch 32 × seq 128, 20 predicted positions per sequence.
+  mt_iwslt  configs/iwslt14_de_en.py's encoder-decoder (the paper's IWSLT model, for the
+       GPU table): 6+6 layers, D 512, 4 heads, F 1024, vocab 10000; the mt batch.
 The pre-LN models by default (--norm post for Post-LN).
 
 For each model, lnjax's train step (benchmarks/lm_step.py's TrainStep: lnjax's own
@@ -27,6 +31,11 @@ model starts from lnjax's initial parameters and the two initial losses must agr
 (else the run fails). Then R rounds alternate N lnjax steps and N PyTorch steps, after
 warm-up, with the float32 matmul peak (JAX jit, 2048²) sampled in this process between
 them. Figures: medians of the per-step times over all rounds.
+
+With --dtype bfloat16 both frameworks compute in bf16 with float32 parameters and Adam
+(lnjax: model.dtype; PyTorch: torch.autocast), each worker on the first GPU when JAX sees
+one (PyTorch on cuda), MFU is against the bf16 matmul rate measured in the same run (JAX
+jit, --peak_n², 8192 on a GPU), and the table goes into its own `suite_gpu` section.
 """
 
 import os
@@ -48,13 +57,15 @@ import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
+import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 import lm_step  # noqa: E402
 from lnjax import tasks  # noqa: E402
 from lnjax.models import ModelConfig  # noqa: E402
 
-MODELS = ("lm", "mt", "mlm")
+MODELS = ("lm", "mt", "mlm", "mt_iwslt")
+DEFAULT_MODELS = ("lm", "mt", "mlm")
 # The issue's bars: lnjax's step time over PyTorch eager's, and the LM's MFU.
 MAX_RATIO = {"lm": 0.5, "mt": 0.7, "mlm": 0.7}
 MIN_MFU = {"lm": 0.6}
@@ -72,19 +83,23 @@ def _config_model(path: str, arg: str, **overrides) -> ModelConfig:
   return ModelConfig(**{**dict(module.get_config(arg).model), **overrides})
 
 
-def model_config(name: str, norm: str) -> ModelConfig:
+def model_config(name: str, norm: str, dtype: str = "float32") -> ModelConfig:
   if name == "lm":
-    return ModelConfig(**lm_step.MODEL, norm_position=norm, dropout_rate=0.0)
+    return ModelConfig(**lm_step.MODEL, norm_position=norm, dropout_rate=0.0, dtype=dtype)
   if name == "mt":
     return _config_model("configs/multi30k_de_en.py", f"norm={norm}", vocab_size=8000,
-                         dropout_rate=0.0)
+                         dropout_rate=0.0, dtype=dtype)
+  if name == "mt_iwslt":
+    return _config_model("configs/iwslt14_de_en.py", f"norm={norm}", vocab_size=10000,
+                         dropout_rate=0.0, dtype=dtype)
   if name == "mlm":
     return _config_model("configs/bert.py", f"norm={norm},size=cpu", vocab_size=8003,
-                         dropout_rate=0.0)
+                         dropout_rate=0.0, dtype=dtype)
   raise ValueError(name)
 
 
-TASKS = {"lm": tasks.LANGUAGE_MODELING, "mt": tasks.TRANSLATION, "mlm": tasks.MASKED_LM_NSP}
+TASKS = {"lm": tasks.LANGUAGE_MODELING, "mt": tasks.TRANSLATION, "mlm": tasks.MASKED_LM_NSP,
+         "mt_iwslt": tasks.TRANSLATION}
 
 
 def make_batch(name: str, cfg: ModelConfig) -> dict:
@@ -93,7 +108,7 @@ def make_batch(name: str, cfg: ModelConfig) -> dict:
   ints = lambda high, shape, low=1: rng.integers(low, high, shape, dtype=np.int32)
   if name == "lm":
     return lm_step.lm_batch(cfg.vocab_size)
-  if name == "mt":
+  if name in ("mt", "mt_iwslt"):
     tgt = ints(cfg.vocab_size, (MT_BATCH, MT_LEN + 1))
     return {"inputs": ints(cfg.vocab_size, (MT_BATCH, MT_LEN)), "decoder_inputs": tgt[:, :-1],
             "targets": tgt[:, 1:], "weights": np.ones((MT_BATCH, MT_LEN), np.float32)}
@@ -121,7 +136,7 @@ def flops(name: str, cfg: ModelConfig) -> dict:
     per_token = lm_step.flops_per_token(**lm_step.MODEL, seq_len=lm_step.SEQ)["total"]
     tokens = lm_step.BATCH * lm_step.SEQ
     return {"total": per_token * tokens, "tokens": tokens}
-  if name == "mt":
+  if name in ("mt", "mt_iwslt"):
     le, ld = cfg.num_layers, cfg.num_decoder_layers or cfg.num_layers
     s = t = MT_LEN
     per_src = 6 * le * (4 * d * d + 2 * d * f) + 12 * le * s * d + 6 * ld * 2 * d * d
@@ -145,32 +160,34 @@ mt:  FLOPs/step = B·S·[6·L_e·(4D² + 2DF) + 12·L_e·S·D + 6·L_d·2D²]
      self-attention Q, K, V, O and cross-attention Q, O (6D²), FFN, self- and
      cross-attention products, and the tied output projection (B 128, S = T = 32,
      L_e = L_d = 3, D 256, F 1024, V 8000). tokens/s counts target tokens (B·T).
+     mt_iwslt: the same formula with L_e = L_d = 6, D 512, F 1024, V 10000.
 mlm: FLOPs/step = B·T·[6·L·(4D² + 2DF) + 12·L·T·D] + B·P·6·(D² + D·V) + B·6·(D² + 2D)
      (stack; MLM head at the P gathered positions: transform and tied output; pooler and
      next-sentence head; B 32, T 128, P 20, L 4, D 256, F 1024, V 8003). tokens/s counts
      input tokens (B·T).
 6 = 2 (multiply-add) × 3 (forward, input gradient, weight gradient); attention's QKᵀ and
-AV count in full (no causal discount). MFU = FLOPs/step ÷ step time ÷ the float32 matmul
-peak measured in the same run (JAX jit, 2048 × 2048 @ 2048 × 2048, 2·2048³ FLOPs)."""
+AV count in full (no causal discount). MFU = FLOPs/step ÷ step time ÷ the matmul peak of
+the run's compute dtype measured in the same run (JAX jit, n × n @ n × n, 2·n³ FLOPs; n
+2048 on the CPU, 8192 on a GPU)."""
 
 
 # ---------------------------------------------------------------------------------------
 # Workers.
 
-def lnjax_worker(name: str, norm: str, workdir: str) -> None:
+def lnjax_worker(name: str, norm: str, workdir: str, dtype: str = "float32") -> None:
   """Builds lnjax's step for `name`, writes its initial parameters, batch and the PyTorch
   peer's spec to `workdir`, then serves run / rss / quit on stdin (JSON lines)."""
-  cfg = model_config(name, norm)
+  cfg = model_config(name, norm, dtype)
   step = lm_step.TrainStep(cfg, make_batch(name, cfg), TASKS[name])
   np.savez(os.path.join(workdir, "params.npz"), **step.initial_params)
   np.savez(os.path.join(workdir, "batch.npz"), **step.host_batch)
   sizes = {"vocab_size": cfg.vocab_size, "num_layers": cfg.num_layers, "d_model": cfg.d_model,
            "num_heads": cfg.num_heads, "d_ff": cfg.d_ff, "max_len": cfg.max_len,
            "norm_position": norm, "eps": cfg.norm_eps}
-  if name == "mt":
+  if name in ("mt", "mt_iwslt"):
     sizes["num_decoder_layers"] = cfg.num_decoder_layers or cfg.num_layers
   with open(os.path.join(workdir, "spec.json"), "w") as f:
-    json.dump({"model": name, "sizes": sizes}, f)
+    json.dump({"model": "mt" if name == "mt_iwslt" else name, "sizes": sizes}, f)
   reply = lambda obj: (sys.stdout.write(json.dumps(obj) + "\n"), sys.stdout.flush())
   reply({"num_params": step.num_params, "initial_loss": step.initial_loss,
          "lower_s": step.lower_s, "compile_s": step.compile_s,
@@ -181,7 +198,10 @@ def lnjax_worker(name: str, norm: str, workdir: str) -> None:
       times = step.run(int(cmd[1]))
       reply({"times": times, "loss": step.loss})
     elif cmd and cmd[0] == "rss":
-      reply({"maxrss_kib": lm_step.vmhwm_mib() * 1024})
+      stats = jax.devices()[0].memory_stats() or {}  # None on the CPU.
+      peak = stats.get("peak_bytes_in_use")
+      reply({"maxrss_kib": lm_step.vmhwm_mib() * 1024,
+             "device_peak_mib": None if peak is None else peak / 2**20})
     elif cmd and cmd[0] == "quit":
       break
 
@@ -197,12 +217,16 @@ class Worker(lm_step.TorchWorker):
     self.loss = None
 
 
-def start_workers(name: str, norm: str, workdir: str) -> tuple[Worker, Worker]:
+def start_workers(name: str, norm: str, workdir: str, dtype: str = "float32",
+                  device: str = "cpu") -> tuple[Worker, Worker]:
+  env = dict(os.environ)
+  if device != "cpu":  # Both workers share the GPU: JAX takes less than its default 75%.
+    env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.45")
   ln = Worker([sys.executable, os.path.abspath(__file__), "--worker", name, "--norm", norm,
-               "--dir", workdir], dict(os.environ))
+               "--dir", workdir, "--dtype", dtype], env)
   peer = [sys.executable, os.path.join(_HERE, "torch_peer.py"), "--worker",
           "--params", os.path.join(workdir, "params.npz"),
-          "--batch", os.path.join(workdir, "batch.npz")]
+          "--batch", os.path.join(workdir, "batch.npz"), "--device", device, "--dtype", dtype]
   peer += ["--norm", norm] if name == "lm" else ["--spec", os.path.join(workdir, "spec.json")]
   # PyTorch as its users run it: glibc's default malloc settings.
   env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
@@ -213,17 +237,20 @@ def start_workers(name: str, norm: str, workdir: str) -> tuple[Worker, Worker]:
 # Timing and report.
 
 def bench_model(name: str, norm: str, rounds: int, steps: int, warmup: int,
-                peaks: list[float]) -> dict:
-  cfg = model_config(name, norm)
+                peaks: list[float], dtype: str = "float32", device: str = "cpu",
+                peak_n: int = 2048) -> dict:
+  cfg = model_config(name, norm, dtype)
+  # The two initial losses agree to float32 rounding, or to bf16's 8-bit mantissa.
+  tolerance = 1e-3 if dtype == "float32" else 2e-2
   with tempfile.TemporaryDirectory(prefix=f"suite_{name}_") as workdir:
-    ln, pt = start_workers(name, norm, workdir)
+    ln, pt = start_workers(name, norm, workdir, dtype, device)
     try:
       pt_loss = pt.ask("loss")["loss"]
       failures = []
       if pt.num_params != ln.num_params:
         failures.append(f"{name}: PyTorch has {pt.num_params:,} parameters, lnjax "
                         f"{ln.num_params:,}")
-      if abs(pt_loss - ln.hello["initial_loss"]) > 1e-3 * abs(ln.hello["initial_loss"]):
+      if abs(pt_loss - ln.hello["initial_loss"]) > tolerance * abs(ln.hello["initial_loss"]):
         failures.append(f"{name}: initial loss lnjax {ln.hello['initial_loss']:.6f}, PyTorch "
                         f"{pt_loss:.6f}")
       if failures:
@@ -232,14 +259,15 @@ def bench_model(name: str, norm: str, rounds: int, steps: int, warmup: int,
       pt.run(warmup)
       times = {"lnjax": [], "torch": []}
       for r in range(rounds):
-        peaks += lm_step.matmul_peak_sample(reps=3)
+        peaks += lm_step.matmul_peak_sample(reps=3, n=peak_n, dtype=dtype)
         times["lnjax"] += ln.run(steps)
         times["torch"] += pt.run(steps)
         print(f"{name} round {r + 1}/{rounds} (load {os.getloadavg()[0]:.1f}): lnjax "
               f"{1e3 * np.median(times['lnjax'][-steps:]):.0f} ms, PyTorch "
               f"{1e3 * np.median(times['torch'][-steps:]):.0f} ms", flush=True)
-      rss = {"lnjax": ln.ask("rss")["maxrss_kib"] / 1024,
-             "torch": pt.ask("rss")["maxrss_kib"] / 1024}
+      replies = {"lnjax": ln.ask("rss"), "torch": pt.ask("rss")}
+      rss = {k: r["maxrss_kib"] / 1024 for k, r in replies.items()}
+      device_peak = {k: r.get("device_peak_mib") for k, r in replies.items()}
       if name == "lm":
         rss["torch_mm_gflops"] = pt.ask("matmul")["gflops"]
     finally:
@@ -248,7 +276,7 @@ def bench_model(name: str, norm: str, rounds: int, steps: int, warmup: int,
   return {"name": name, "failures": [], "num_params": ln.num_params, "flops": flops(name, cfg),
           "stats": {k: lm_step.stats(v) for k, v in times.items()},
           "times_ms": {k: [round(1e3 * x, 2) for x in v] for k, v in times.items()},
-          "rss_mib": {k: rss[k] for k in ("lnjax", "torch")},
+          "rss_mib": {k: rss[k] for k in ("lnjax", "torch")}, "device_peak_mib": device_peak,
           "torch_mm_gflops": rss.get("torch_mm_gflops"),
           "compile": {k: ln.hello[k] for k in ("lower_s", "compile_s")},
           "xla_mib": {k: ln.hello[k] for k in ("xla_temp_mib", "xla_args_mib")},
@@ -258,7 +286,7 @@ def bench_model(name: str, norm: str, rounds: int, steps: int, warmup: int,
 
 
 LABELS = {"lm": "LM 2.6M (8L, D 128)", "mt": "Multi30k enc-dec (3+3L, D 256)",
-          "mlm": "masked LM (4L, D 256)"}
+          "mlm": "masked LM (4L, D 256)", "mt_iwslt": "IWSLT enc-dec (6+6L, D 512)"}
 
 
 def render(results: list[dict], peak: float) -> str:
@@ -281,8 +309,11 @@ def render(results: list[dict], peak: float) -> str:
 
 
 def verdicts(results: list[dict], peak: float) -> list[str]:
+  """The issue's CPU bars (float32 models only; the GPU table has none)."""
   out = []
   for r in results:
+    if r["name"] not in MAX_RATIO:
+      continue
     ratio = r["stats"]["lnjax"]["median_ms"] / r["stats"]["torch"]["median_ms"]
     line = (f"{r['name']}: lnjax / PyTorch {ratio:.2f} (bar ≤ {MAX_RATIO[r['name']]}: "
             f"{'met' if ratio <= MAX_RATIO[r['name']] else 'not met'})")
@@ -298,13 +329,22 @@ def notes(results, peak, n_peaks, args, loads) -> list[str]:
   torch_mm = next((r["torch_mm_gflops"] for r in results if r.get("torch_mm_gflops")), None)
   out = [
       f"- {args.rounds} rounds × {args.steps} steps per framework and model, alternating, "
-      f"after {args.warmup} warm-up steps; medians. {args.norm}-LN models.",
-      f"- float32 matmul peak (JAX jit, 2048², median of {n_peaks} samples across the "
-      f"rounds): **{peak:.0f} GFLOP/s**"
+      f"after {args.warmup} warm-up steps; medians. {args.norm}-LN models"
+      + (", bf16 compute with float32 parameters and Adam (lnjax model.dtype, PyTorch "
+         "autocast)." if args.dtype == "bfloat16" else "."),
+      f"- {args.dtype} matmul peak (JAX jit, {args.peak_n}², median of {n_peaks} samples "
+      f"across the rounds): **{peak:.0f} GFLOP/s**"
       + (f"; torch.mm 2048² for context: {torch_mm:.0f} GFLOP/s." if torch_mm else "."),
       "- Peak RSS: each worker process's VmHWM (one model, one framework each; lnjax's "
       "includes its compile). XLA temp: the lnjax step's scratch (XLA buffer assignment).",
   ]
+  for r in results:
+    dev = r.get("device_peak_mib") or {}
+    if dev.get("lnjax") is not None or dev.get("torch") is not None:
+      fmt = lambda v: "—" if v is None else f"{v:.0f}"
+      out.append(f"- {r['name']}: peak device memory lnjax {fmt(dev.get('lnjax'))} MiB "
+                 f"(JAX peak_bytes_in_use) / PyTorch {fmt(dev.get('torch'))} MiB "
+                 "(torch.cuda.max_memory_allocated).")
   for r in results:
     s, c = r["stats"], r["compile"]
     out.append(
@@ -319,14 +359,23 @@ def notes(results, peak, n_peaks, args, loads) -> list[str]:
   return out
 
 
+def section_tag(args) -> str:
+  """BENCHMARKS.md's section: the CPU float32 table, or the GPU/bf16 one beside it."""
+  return "suite" if args.device == "cpu" and args.dtype == "float32" else "suite_gpu"
+
+
 def section(results, peak, n_peaks, args, loads, command) -> str:
   mi = lm_step.machine_info()
   v = mi["versions"]
+  tag = section_tag(args)
+  accelerator = ("no GPU" if args.device == "cpu" else
+                 f"{jax.device_count()} × {jax.devices()[0].device_kind} (runs on the first)")
   return "\n".join([
-      "<!-- suite:begin (written by benchmarks/suite.py) -->",
-      f"### Suite: three models against PyTorch eager ({mi['date']})",
+      f"<!-- {tag}:begin (written by benchmarks/suite.py) -->",
+      f"### Suite: {len(results)} models against PyTorch eager, {args.dtype}, "
+      f"{args.device} ({mi['date']})",
       "",
-      f"Machine: {mi['cpu']}, {mi['cores']} cores, no GPU. Versions: Python {v['python']}, "
+      f"Machine: {mi['cpu']}, {mi['cores']} cores, {accelerator}. Versions: Python {v['python']}, "
       f"jax {v['jax']}, jaxlib {v['jaxlib']}, flax {v['flax']}, optax {v['optax']}, torch "
       f"{v['torch']}, numpy {v['numpy']}.",
       "",
@@ -342,13 +391,18 @@ def section(results, peak, n_peaks, args, loads, command) -> str:
       "```",
       FLOP_FORMULAS,
       "```",
-      "<!-- suite:end -->",
+      f"<!-- {tag}:end -->",
   ])
 
 
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--models", default=",".join(MODELS), help="lm,mt,mlm (comma-separated)")
+  p.add_argument("--models", default=",".join(DEFAULT_MODELS),
+                 help="lm,mt,mlm (default) and mt_iwslt (comma-separated)")
+  p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                 help="compute dtype of both frameworks (parameters stay float32)")
+  p.add_argument("--peak_n", type=int, default=None,
+                 help="matmul size of the peak measurement (default 2048; 8192 on a GPU)")
   p.add_argument("--norm", choices=("pre", "post"), default="pre")
   p.add_argument("--steps", type=int, default=5, help="steps per framework per round")
   p.add_argument("--rounds", type=int, default=5, help="alternating rounds per model")
@@ -360,17 +414,19 @@ def main(argv=None) -> int:
   p.add_argument("--dir", help=argparse.SUPPRESS)
   args = p.parse_args(argv)
   if args.worker:
-    lnjax_worker(args.worker, args.norm, args.dir)
+    lnjax_worker(args.worker, args.norm, args.dir, args.dtype)
     return 0
+  args.device = "cuda" if jax.default_backend() == "gpu" else "cpu"
+  args.peak_n = args.peak_n or (8192 if args.device == "cuda" else 2048)
   if args.quick:
     args.rounds, args.steps, args.warmup = 1, 2, 1
   models = lm_step.choices("--models", args.models, MODELS)
   command = lm_step.command_line("suite.py", argv)
   loads = [os.getloadavg()[0]]
   t0 = time.perf_counter()
-  peaks = lm_step.matmul_peak_sample()
-  results = [bench_model(m, args.norm, args.rounds, args.steps, args.warmup, peaks)
-             for m in models]
+  peaks = lm_step.matmul_peak_sample(n=args.peak_n, dtype=args.dtype)
+  results = [bench_model(m, args.norm, args.rounds, args.steps, args.warmup, peaks,
+                         args.dtype, args.device, args.peak_n) for m in models]
   loads.append(os.getloadavg()[0])
   failures = [f for r in results for f in r["failures"]]
   if failures:
@@ -386,7 +442,7 @@ def main(argv=None) -> int:
   print(f"\nwall time {time.perf_counter() - t0:.0f} s")
   if args.out:
     lm_step.update_section(args.out, section(results, peak, len(peaks), args, loads, command),
-                           "suite")
+                           section_tag(args))
     print(f"updated {args.out}")
   if args.json:
     with open(args.json, "w") as f:

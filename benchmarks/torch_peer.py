@@ -21,12 +21,17 @@ lnjax/_malloc.py). The worker reads commands on stdin, one per line, and answers
 line each:
   run N     -> {"times": [seconds per step ...], "loss": float}
   loss      -> {"loss": float}                (forward only, no update)
-  rss       -> {"maxrss_kib": int}        (peak RSS of the worker alone: VmHWM)
-  matmul    -> {"gflops": float}           (torch.mm 2048², for context)
+  rss       -> {"maxrss_kib": int, "device_peak_mib": float | None}
+               (peak RSS of the worker alone: VmHWM; on CUDA also the allocator's peak)
+  matmul    -> {"gflops": float}           (torch.mm 2048² in the worker's dtype, for context)
   quit
+`--device cuda --dtype bfloat16` (benchmarks/suite.py on a GPU) runs the model on the GPU
+under torch.autocast(bfloat16): parameters and Adam stay float32, matmuls in bf16, as
+lnjax's model.dtype='bfloat16' does.
 """
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -141,31 +146,57 @@ def load_lnjax_params(model: TorchLM, flat: dict) -> None:
     raise ValueError(f"lnjax parameters not mapped: {sorted(set(flat) - used)}")
 
 
+class Precision:
+  """Where the model runs and in which compute dtype: autocast to bfloat16 when asked
+  (parameters, gradients and Adam stay float32); `sync` waits for the device's queue."""
+
+  def __init__(self, device: str = "cpu", dtype: str = "float32"):
+    self.device = torch.device(device)
+    self.bf16 = dtype == "bfloat16"
+
+  def autocast(self):
+    if not self.bf16:
+      return contextlib.nullcontext()
+    return torch.autocast(self.device.type, dtype=torch.bfloat16)
+
+  def sync(self):
+    if self.device.type == "cuda":
+      torch.cuda.synchronize(self.device)
+
+
+FLOAT32 = Precision()
+
+
 class Trainer:
   """One step = forward + cross-entropy (mean over tokens) + backward + Adam."""
 
-  def __init__(self, model: TorchLM, lr=1e-3, betas=(0.9, 0.98), eps=1e-8):
-    self.model = model
+  def __init__(self, model: TorchLM, lr=1e-3, betas=(0.9, 0.98), eps=1e-8,
+               precision: Precision = FLOAT32):
+    self.model, self.precision = model.to(precision.device), precision
     self.opt = torch.optim.Adam(model.parameters(), lr=lr, betas=betas, eps=eps)
+
+  def _nll(self, inputs, targets):
+    with self.precision.autocast():
+      logits = self.model(inputs)
+    return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
 
   def step(self, inputs, targets) -> torch.Tensor:
     self.opt.zero_grad(set_to_none=True)
-    logits = self.model(inputs)
-    loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+    loss = self._nll(inputs, targets)
     loss.backward()
     self.opt.step()
     return loss.detach()
 
   @torch.no_grad()
   def loss(self, inputs, targets) -> float:
-    logits = self.model(inputs)
-    return float(F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1)))
+    return float(self._nll(inputs, targets))
 
   def run(self, inputs, targets, n: int):
     times, loss = [], None
     for _ in range(n):
       t0 = time.perf_counter()
       loss = self.step(inputs, targets)
+      self.precision.sync()
       times.append(time.perf_counter() - t0)
     return times, float(loss)
 
@@ -387,8 +418,10 @@ class BatchTrainer:
   """Trainer's step for any model: `objective(model, batch)` -> (the loss minimized, the
   NLL reported); the batch (a dict of tensors) fixed."""
 
-  def __init__(self, model, objective, batch: dict, lr=1e-3, betas=(0.9, 0.98), eps=1e-8):
-    self.model, self.objective, self.batch = model, objective, batch
+  def __init__(self, model, objective, batch: dict, lr=1e-3, betas=(0.9, 0.98), eps=1e-8,
+               precision: Precision = FLOAT32):
+    self.model, self.objective, self.precision = model.to(precision.device), objective, precision
+    self.batch = {k: v.to(precision.device) for k, v in batch.items()}
     self.opt = torch.optim.Adam(model.parameters(), lr=lr, betas=betas, eps=eps)
 
   def run(self, n: int):
@@ -396,18 +429,22 @@ class BatchTrainer:
     for _ in range(n):
       t0 = time.perf_counter()
       self.opt.zero_grad(set_to_none=True)
-      loss, nll = self.objective(self.model, self.batch)
+      with self.precision.autocast():
+        loss, nll = self.objective(self.model, self.batch)
       loss.backward()
       self.opt.step()
+      self.precision.sync()
       times.append(time.perf_counter() - t0)
     return times, float(nll)
 
   @torch.no_grad()
   def loss(self) -> float:
-    return float(self.objective(self.model, self.batch)[1])
+    with self.precision.autocast():
+      return float(self.objective(self.model, self.batch)[1])
 
 
 def _weighted_nll(logits, targets, weights):
+  logits = logits.float()  # The loss in float32 under bf16 autocast too, as lnjax's.
   nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
                         reduction="none")
   return (nll * weights.reshape(-1)).sum() / weights.sum()
@@ -433,7 +470,8 @@ PEERS = {  # model name -> (class, lnjax parameter loader, objective)
 }
 
 
-def build_peer(spec: dict, params: dict | None, batch: dict) -> BatchTrainer:
+def build_peer(spec: dict, params: dict | None, batch: dict,
+               precision: Precision = FLOAT32) -> BatchTrainer:
   """spec = {'model': 'mt' | 'mlm', 'sizes': constructor keywords (norm_position too)};
   params: flat lnjax parameters or None; batch: numpy arrays (ints become int64)."""
   cls, load, objective = PEERS[spec["model"]]
@@ -444,7 +482,7 @@ def build_peer(spec: dict, params: dict | None, batch: dict) -> BatchTrainer:
     load(model, params)
   tensors = {k: torch.from_numpy(v.astype(np.int64) if v.dtype.kind in "iu" else v)
              for k, v in batch.items()}
-  return BatchTrainer(model, objective, tensors)
+  return BatchTrainer(model, objective, tensors, precision=precision)
 
 
 def peak_rss_kib() -> int:
@@ -460,29 +498,40 @@ def peak_rss_kib() -> int:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
-def matmul_gflops(n: int = 2048, reps: int = 7) -> float:
-  """Median float32 n×n @ n×n rate of torch.mm, GFLOP/s (for context only)."""
-  a, b = torch.randn(n, n), torch.randn(n, n)
+def matmul_gflops(n: int = 2048, reps: int = 7, precision: Precision = FLOAT32) -> float:
+  """Median n×n @ n×n rate of torch.mm in the worker's dtype, GFLOP/s (for context only)."""
+  dtype = torch.bfloat16 if precision.bf16 else torch.float32
+  a, b = (torch.randn(n, n, dtype=dtype, device=precision.device) for _ in range(2))
   torch.mm(a, b)
+  precision.sync()
   ts = []
   for _ in range(reps):
     t0 = time.perf_counter()
     torch.mm(a, b)
+    precision.sync()
     ts.append(time.perf_counter() - t0)
   return 2 * n**3 / float(np.median(ts)) / 1e9
 
 
-def build(norm_position: str, params_npz: str | None = None, **sizes):
+def device_peak_mib(precision: Precision) -> float | None:
+  if precision.device.type != "cuda":
+    return None
+  return torch.cuda.max_memory_allocated(precision.device) / 2**20
+
+
+def build(norm_position: str, params_npz: str | None = None, precision: Precision = FLOAT32,
+          **sizes):
   torch.set_num_threads(os.cpu_count())
   torch.manual_seed(0)
   model = TorchLM(norm_position=norm_position, **sizes)
   if params_npz:
     with np.load(params_npz) as f:
       load_lnjax_params(model, {k: f[k] for k in f.files})
-  return Trainer(model)
+  return Trainer(model, precision=precision)
 
 
 def worker(args) -> None:
+  precision = Precision(args.device, args.dtype)
   if args.spec:  # benchmarks/suite.py's encoder-decoder or masked LM.
     with open(args.spec) as f:
       spec = json.load(f)
@@ -490,13 +539,13 @@ def worker(args) -> None:
       params = {k: f[k] for k in f.files}
     with np.load(args.batch) as f:
       batch = {k: f[k] for k in f.files}
-    trainer = build_peer(spec, params, batch)
+    trainer = build_peer(spec, params, batch, precision)
     run, loss = trainer.run, trainer.loss
   else:
-    trainer = build(args.norm, args.params)
+    trainer = build(args.norm, args.params, precision)
     with np.load(args.batch) as f:
-      inputs = torch.from_numpy(f["inputs"].astype(np.int64))
-      targets = torch.from_numpy(f["targets"].astype(np.int64))
+      inputs = torch.from_numpy(f["inputs"].astype(np.int64)).to(precision.device)
+      targets = torch.from_numpy(f["targets"].astype(np.int64)).to(precision.device)
     run = lambda n: trainer.run(inputs, targets, n)
     loss = lambda: trainer.loss(inputs, targets)
   reply = lambda obj: (sys.stdout.write(json.dumps(obj) + "\n"), sys.stdout.flush())
@@ -512,9 +561,9 @@ def worker(args) -> None:
     elif cmd[0] == "loss":
       reply({"loss": loss()})
     elif cmd[0] == "rss":
-      reply({"maxrss_kib": peak_rss_kib()})
+      reply({"maxrss_kib": peak_rss_kib(), "device_peak_mib": device_peak_mib(precision)})
     elif cmd[0] == "matmul":
-      reply({"gflops": matmul_gflops()})
+      reply({"gflops": matmul_gflops(precision=precision)})
     elif cmd[0] == "quit":
       break
     else:
@@ -530,6 +579,9 @@ def main(argv=None) -> None:
   p.add_argument("--spec", help="worker mode, suite models: JSON {'model': 'mt' | 'mlm', "
                  "'sizes': {...}}; the batch npz then holds the whole lnjax batch")
   p.add_argument("--steps", type=int, default=10, help="standalone mode: steps to time")
+  p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (worker mode)")
+  p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                 help="compute dtype (worker mode): bfloat16 = autocast, float32 parameters")
   args = p.parse_args(argv)
   if args.worker:
     worker(args)
