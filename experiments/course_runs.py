@@ -33,6 +33,8 @@ _STEPS = flags.DEFINE_integer("steps", 3000, "Training steps per run.")
 _PARALLEL = flags.DEFINE_integer("parallel", 1, "Runs at once, each on its own devices.")
 _DEVICES_PER_RUN = flags.DEFINE_integer("devices_per_run", None,
                                         "Devices per run (default: all / --parallel).")
+_EVAL_EVERY = flags.DEFINE_integer("eval_every", None, "Held-out evaluation every N steps "
+                                   "(default: the config's 500).")
 _REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Gather the runs; train nothing.")
 
 # REFERENCE §6: held-out loss in nats after 3000 steps; its unigram baseline is 7.60.
@@ -47,14 +49,25 @@ REFERENCE = {
 
 
 def shape_checks(rows: list[dict]) -> list[str]:
-  """REFERENCE §6's three claims, each answered from the runs (or 'not yet')."""
+  """REFERENCE §6's three claims, each answered from the runs (or 'not yet'). Losses are
+  each run's lowest held-out loss (early stopping): without dropout the 2.6 M model
+  memorizes tiny_shakespeare within a few hundred steps, and its final held-out loss then
+  measures overfitting, not training."""
   by_name = {r["name"]: r for r in rows}
   pre_1, pre_6 = by_name["norm=pre,lr=0.001,warmup=30"], by_name["norm=pre,lr=0.006,warmup=30"]
   post_short = [by_name["norm=post,lr=0.001,warmup=30"], by_name["norm=post,lr=0.006,warmup=30"]]
   post_long = by_name["norm=post,lr=0.001,warmup=1000"]
 
+  def lowest(r) -> float | None:
+    found = lowest_eval(r["workdir"])
+    return found[1] if found else None
+
   def loss(r):
-    return f"{r['eval_loss']:.3f}" if r["eval_loss"] is not None else r["state"]
+    found = lowest_eval(r["workdir"])
+    return f"{found[1]:.3f} at step {found[0]}" if found else r["state"]
+
+  def trains(r) -> bool:
+    return lowest(r) is not None and lowest(r) < r["unigram_baseline"] - report.STUCK_NATS
 
   def stuck_throughout(r) -> bool:
     """Every held-out evaluation within STUCK_NATS of the unigram baseline."""
@@ -68,13 +81,12 @@ def shape_checks(rows: list[dict]) -> list[str]:
        f"(lr 1e-3: {loss(post_short[0])}, 6e-3: {loss(post_short[1])})",
        post_short, lambda: all(stuck_throughout(r) for r in post_short)),
       (f"Pre-LN trains at both rates (1e-3: {loss(pre_1)}, 6e-3: {loss(pre_6)}) ...",
-       [pre_1, pre_6], lambda: all(report.cell_state(r) == report.OK for r in (pre_1, pre_6))),
-      ("... and better at 6e-3", [pre_1, pre_6],
-       lambda: pre_6["eval_loss"] < pre_1["eval_loss"]),
+       [pre_1, pre_6], lambda: trains(pre_1) and trains(pre_6)),
+      ("... and better at 6e-3", [pre_1, pre_6], lambda: lowest(pre_6) < lowest(pre_1)),
       (f"Post-LN with 1000 warm-up steps ({loss(post_long)}) trains about as well as Pre-LN "
        f"at the same rate ({loss(pre_1)}): within {report.STUCK_NATS} nats or better",
        [post_long, pre_1],
-       lambda: post_long["eval_loss"] <= pre_1["eval_loss"] + report.STUCK_NATS),
+       lambda: lowest(post_long) <= lowest(pre_1) + report.STUCK_NATS),
   ]
   verdicts = ["not yet (runs unfinished)" if any(r["state"] != "completed" for r in needs)
               else "yes" if holds() else "**no**" for _, needs, holds in checks]
@@ -105,6 +117,8 @@ def notes(rows: list[dict], steps: int) -> list[str]:
             "tiny_shakespeare), so absolute losses differ; the shape is what compares.", ""]
   if steps != 3000:
     lines += [f"Shortened: {steps} steps a run instead of REFERENCE's 3000.", ""]
+  lines += ["REFERENCE's claims, each answered from the lowest held-out loss of the runs (the "
+            "model overfits tiny_shakespeare without dropout; the final losses are above):", ""]
   lines += shape_checks(rows)
   return lines
 
@@ -113,6 +127,8 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
   root, fixed = _WORKDIR.value, {"train.num_steps": _STEPS.value}
+  if _EVAL_EVERY.value:
+    fixed["train.eval_every_steps"] = _EVAL_EVERY.value
   runs = sweep.expand(CONFIG, "course", fixed)
   if not _REPORT_ONLY.value:
     launcher.run_to_the_end(CONFIG, "course", runs, root, fixed, parallel=_PARALLEL.value,
@@ -120,7 +136,8 @@ def main(argv):
   rows = report.gather(root, runs)
   result = report.write(
       root, runs, title="Course runs (REFERENCE §6): Post-LN vs Pre-LN, 8-layer LM",
-      command=f"python experiments/course_runs.py --workdir={root} --steps={_STEPS.value}",
+      command=f"python experiments/course_runs.py --workdir={root} --steps={_STEPS.value}"
+      + (f" --eval_every={_EVAL_EVERY.value}" if _EVAL_EVERY.value else ""),
       notes=tuple(notes(rows, _STEPS.value)))
   print("\n".join(result["markdown"]))
   print(f"\nReport: {result['paths']['report.md']}")
