@@ -123,8 +123,10 @@ def fig4_section(root: str, runs: list[sweep.Run], rows: list[dict]) -> list[str
              for r, row in zip(runs, rows)}
   spe = {k: (launcher.read_json(os.path.join(row["workdir"], "summary.json")) or {}).get(
       "steps_per_epoch") for k, (_, row) in runs_by.items()}
+  known = [v for v in spe.values() if v]
+  when = lambda s: f"step {s}" + (f" (epoch {s / known[0]:.2f})" if known else "")
   lines = ["## Per epoch (held-out loss / greedy BLEU on the validation split)", "",
-           "| run | " + " | ".join(f"step {s}" for s in _eval_steps(runs_by)) + " |",
+           "| run | " + " | ".join(when(s) for s in _eval_steps(runs_by)) + " |",
            "|---|" + "---:|" * len(_eval_steps(runs_by))]
   fig, (ax_loss, ax_bleu) = plt.subplots(1, 2, figsize=(12, 4))
   for (norm, opt), (run, row) in runs_by.items():
