@@ -56,7 +56,9 @@ DEFAULT_STEPS = {"2": 300, "4": 260}
 # fixed interval lets `--steps=600` continue the 300-step runs (a run's workdir refuses a
 # changed decode config).
 FIG2_BLEU_EVERY = 300
-# Fig. 4 evaluates every quarter epoch: 2048-token batches make 259 steps an epoch.
+# 2048-token batches make 259 steps an epoch (summary.json's steps_per_epoch); Fig. 4
+# evaluates every quarter epoch.
+EPOCH_STEPS = 259
 FIG4_EVAL_EVERY = 65
 
 # REFERENCE §4 (the paper's Fig. 2, IWSLT14 De-En, Post-LN, Adam): BLEU by (warm-up, lr),
@@ -103,9 +105,10 @@ def first_reaching(evals: list[dict], key: str, target: float, lower_better: boo
   return "not within the run"
 
 
-def fig2_notes(rows: list[dict]) -> list[str]:
+def fig2_notes(rows: list[dict], steps: int) -> list[str]:
   lines = ["Beside the paper's Fig. 2 (REFERENCE §4: IWSLT14 6+6 × 512, warm-up 0 / 500 / "
-           "4000 over ~15 epochs; here 0 / 50 / 200 over 1.2 epochs):", "",
+           f"4000 over ~15 epochs; here 0 / 50 / 200 over {steps / EPOCH_STEPS:.1f} epochs):",
+           "",
            "| lr | warm-up here (paper) | final val loss | val BLEU (greedy) | "
            "state | paper BLEU |", "|---|---|---:|---:|---|---|"]
   for r in sorted(rows, key=lambda r: (r["learning_rate"], r["warmup_steps"])):
@@ -199,7 +202,7 @@ def main(argv):
   command = (f"python experiments/multi30k_figs.py --fig={fig} --workdir={root}"
              + (f" --steps={steps}" if _STEPS.value else ""))
   rows = report.gather(root, runs)
-  notes = fig2_notes(rows) if fig == "2" else []
+  notes = fig2_notes(rows, steps) if fig == "2" else []
   result = report.write(root, runs, title=f"Fig. {fig} at CPU scale: Multi30k De→En, 6+6 × "
                         f"128, {steps} steps", command=command, notes=tuple(notes))
   lines = result["markdown"]
