@@ -308,9 +308,11 @@ def render(results: list[dict], peak: float) -> str:
   return "\n".join(lines)
 
 
-def verdicts(results: list[dict], peak: float) -> list[str]:
-  """The issue's CPU bars (float32 models only; the GPU table has none)."""
+def verdicts(results: list[dict], peak: float, args) -> list[str]:
+  """The issue's bars: the CPU float32 table's (the GPU/bf16 table has none)."""
   out = []
+  if section_tag(args) != "suite":
+    return out
   for r in results:
     if r["name"] not in MAX_RATIO:
       continue
@@ -383,7 +385,7 @@ def section(results, peak, n_peaks, args, loads, command) -> str:
       "",
       render(results, peak),
       "",
-      *["- " + x for x in verdicts(results, peak)],
+      *["- " + x for x in verdicts(results, peak, args)],
       *notes(results, peak, n_peaks, args, loads),
       "",
       "FLOP formulas:",
@@ -437,7 +439,7 @@ def main(argv=None) -> int:
   print()
   print(render(results, peak))
   print()
-  print("\n".join(verdicts(results, peak) + notes(results, peak, len(peaks), args, loads)))
+  print("\n".join(verdicts(results, peak, args) + notes(results, peak, len(peaks), args, loads)))
   print("\nFLOP formulas:\n" + FLOP_FORMULAS)
   print(f"\nwall time {time.perf_counter() - t0:.0f} s")
   if args.out:
