@@ -6,6 +6,8 @@ panel per norm placement, on the LM or on Multi30k translation.
   python experiments/stability_map.py --workdir=/tmp/zoo_lm --sweep=zoo --steps=400 --batch_size=8
   python experiments/stability_map.py --workdir=/tmp/zoo_mt --task=multi30k --sweep=zoo \
       --steps=300 --size=map
+  python experiments/stability_map.py --workdir=/tmp/stability --steps=600 --batch_size=8 \
+      --learning_rates=1e-3,1e-2 --warmups=0,100,500 --parallel=2       # a few cells
   python experiments/stability_map.py --workdir=/tmp/stability --report_only
 
 --sweep=stability (the default; configs/lm.py's `stability` sweep): Post-LN and Pre-LN ×
@@ -60,6 +62,8 @@ _DEVICES_PER_RUN = flags.DEFINE_integer("devices_per_run", None,
                                         "Devices per run (default: all / --parallel).")
 _RATES = flags.DEFINE_list("learning_rates", None, "Only the sweep's cells at these peak "
                           "rates (default: all of them).")
+_WARMUPS = flags.DEFINE_list("warmups", None, "Only the sweep's cells at these warm-up "
+                             "lengths (steps), e.g. 0,100,500.")
 _REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Gather the runs; train nothing.")
 
 
@@ -128,6 +132,12 @@ def main(argv):
     if not runs:
       raise app.UsageError(f"--learning_rates={','.join(_RATES.value)}: no run of the "
                            f"{_SWEEP.value} sweep has these rates")
+  if _WARMUPS.value:
+    warmups = [int(w) for w in _WARMUPS.value]
+    runs = [r for r in runs if r.setting("opt.warmup_steps") in warmups]
+    if not runs:
+      raise app.UsageError(f"--warmups={','.join(_WARMUPS.value)}: no run of the "
+                           f"{_SWEEP.value} sweep has these warm-ups")
   if not _REPORT_ONLY.value:
     launcher.run_to_the_end(config, _SWEEP.value, runs, root, fixed, parallel=_PARALLEL.value,
                             devices_per_run=_DEVICES_PER_RUN.value)
@@ -138,7 +148,8 @@ def main(argv):
       command=(f"python experiments/stability_map.py --workdir={root} --task={_TASK.value} "
                f"--sweep={_SWEEP.value} --steps={_STEPS.value} --size={size}"
                + (f" --batch_size={_BATCH.value}" if _BATCH.value else "")
-               + (f" --learning_rates={','.join(_RATES.value)}" if _RATES.value else "")),
+               + (f" --learning_rates={','.join(_RATES.value)}" if _RATES.value else "")
+               + (f" --warmups={','.join(_WARMUPS.value)}" if _WARMUPS.value else "")),
       notes=tuple(notes(maps, _STEPS.value)))
   print("\n".join(result["markdown"]))
   print(f"\nReport: {result['paths']['report.md']}")
