@@ -58,12 +58,13 @@ def shape_checks(rows: list[dict]) -> list[str]:
   post_short = [by_name["norm=post,lr=0.001,warmup=30"], by_name["norm=post,lr=0.006,warmup=30"]]
   post_long = by_name["norm=post,lr=0.001,warmup=1000"]
 
+  best = {r["name"]: lowest_eval(r["workdir"]) for r in rows}  # (step, loss) or None
+
   def lowest(r) -> float | None:
-    found = lowest_eval(r["workdir"])
-    return found[1] if found else None
+    return best[r["name"]][1] if best[r["name"]] else None
 
   def loss(r):
-    found = lowest_eval(r["workdir"])
+    found = best[r["name"]]
     return f"{found[1]:.3f} at step {found[0]}" if found else r["state"]
 
   def trains(r) -> bool:

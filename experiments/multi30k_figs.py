@@ -130,16 +130,18 @@ def fig4_section(root: str, runs: list[sweep.Run], rows: list[dict]) -> list[str
              for r, row in zip(runs, rows)}
   spe = {k: (launcher.read_json(os.path.join(row["workdir"], "summary.json")) or {}).get(
       "steps_per_epoch") for k, (_, row) in runs_by.items()}
+  evals_by = {k: evaluations(row["workdir"]) for k, (_, row) in runs_by.items()}
+  steps = sorted({e["step"] for evals in evals_by.values() for e in evals})
   known = [v for v in spe.values() if v]
   when = lambda s: f"step {s}" + (f" (epoch {s / known[0]:.2f})" if known else "")
   lines = ["## Per epoch (held-out loss / greedy BLEU on the validation split)", "",
-           "| run | " + " | ".join(when(s) for s in _eval_steps(runs_by)) + " |",
-           "|---|" + "---:|" * len(_eval_steps(runs_by))]
+           "| run | " + " | ".join(when(s) for s in steps) + " |",
+           "|---|" + "---:|" * len(steps)]
   fig, (ax_loss, ax_bleu) = plt.subplots(1, 2, figsize=(12, 4))
   for (norm, opt), (run, row) in runs_by.items():
-    evals = {e["step"]: e for e in evaluations(row["workdir"])}
+    evals = {e["step"]: e for e in evals_by[(norm, opt)]}
     cells = []
-    for s in _eval_steps(runs_by):
+    for s in steps:
       e = evals.get(s, {})
       cells.append("—" if "eval_loss" not in e else
                    f"{e['eval_loss']:.3f} / {e.get('eval_bleu', math.nan):.2f}")
@@ -167,7 +169,7 @@ def fig4_section(root: str, runs: list[sweep.Run], rows: list[dict]) -> list[str
   for opt in ("adam", "radam"):
     if ("pre", opt) not in runs_by or ("post", opt) not in runs_by:
       continue
-    pre, post = (evaluations(runs_by[(n, opt)][1]["workdir"]) for n in ("pre", "post"))
+    pre, post = evals_by[("pre", opt)], evals_by[("post", opt)]
     if not pre or not post:
       lines.append(f"| {opt} | not run yet | not run yet |")
       continue
@@ -181,10 +183,6 @@ def fig4_section(root: str, runs: list[sweep.Run], rows: list[dict]) -> list[str
     lines.append(f"| {opt} | {cols[0]} | {cols[1]} |")
   lines += ["", "![Fig. 4 curves](fig4_curves.png)"]
   return lines
-
-
-def _eval_steps(runs_by: dict) -> list[int]:
-  return sorted({e["step"] for _, row in runs_by.values() for e in evaluations(row["workdir"])})
 
 
 def main(argv):
