@@ -1,17 +1,36 @@
-"""Test set-up: 8 virtual CPU devices (for the sharding tests) and a shared cache dir.
+"""Test set-up: 8 virtual CPU devices (for the sharding tests), a shared data cache, JAX's
+persistent compilation cache, and less XLA optimisation than a training run gets.
 
-XLA_FLAGS must be set before JAX is first imported, hence here.
+Everything here is an environment variable set before JAX is first imported, so that the
+command-line runs the tests start (lnjax.main, lnjax.sweep, lnjax.finetune) inherit it.
+
+- Compilation cache: most of a test's time is XLA compiling the same small steps; a
+  per-user cache folder keeps them across tests, their subprocesses and sessions
+  (LNJAX_TEST_JAX_CACHE=0 turns it off; JAX_COMPILATION_CACHE_DIR set by hand wins).
+- Optimisation: the tests check values, not speed; XLA's backend optimisation level 0
+  compiles faster and gives the same values at the tests' tolerances (resume and sharding
+  equalities compare two runs compiled alike). LNJAX_TEST_XLA_OPT=1 restores the default.
 """
 
+import getpass
 import os
 import sys
 import tempfile
 
-if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-  # (pytest-xdist's workers inherit the flag from the controller: add it once.)
-  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                             " --xla_force_host_platform_device_count=8").strip()
+_flags = os.environ.get("XLA_FLAGS", "")
+if "--xla_force_host_platform_device_count" not in _flags:
+  # (pytest-xdist's workers inherit the flags from the controller: add them once.)
+  _flags += " --xla_force_host_platform_device_count=8"
+if (os.environ.get("LNJAX_TEST_XLA_OPT", "0") == "0"
+    and "--xla_backend_optimization_level" not in _flags):
+  _flags += " --xla_backend_optimization_level=0"
+os.environ["XLA_FLAGS"] = _flags.strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+if os.environ.get("LNJAX_TEST_JAX_CACHE", "1") != "0":
+  os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(
+      tempfile.gettempdir(), f"lnjax_test_jax_cache_{getpass.getuser()}"))
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 # Prepared data sets and tokenizers are cached once per test session.
 os.environ.setdefault("LNJAX_CACHE_DIR", tempfile.mkdtemp(prefix="lnjax_test_cache_"))
 
