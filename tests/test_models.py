@@ -53,19 +53,45 @@ def test_param_count_of_the_26m_lm():
 
 
 def test_tied_embeddings_share_the_matrix():
+  """Tied: the logits are the final hidden state times the input embedding's transpose,
+  and changing the embedding row of a token the input never uses changes that token's
+  logit alone (the input side does not read the row)."""
   cfg = ModelConfig(**{**CFG.__dict__, "tie_embeddings": True})
   model, params, tokens = _init(cfg)
   assert "logits" not in params
-  logits = model.apply({"params": params}, tokens)
-  # Scaling the embedding matrix changes the logits through both ends.
+  acts = _capture(cfg, params, tokens)
+  embedding = np.asarray(params["embed"]["embedding"])
+  np.testing.assert_allclose(acts[""], acts["final_norm"] @ embedding.T, atol=1e-4)
+  unused = sorted(set(range(cfg.vocab_size)) - set(np.asarray(tokens).ravel().tolist()))[0]
   params2 = jax.tree.map(lambda x: x, params)
-  params2["embed"]["embedding"] = params["embed"]["embedding"] * 2
-  assert not np.allclose(model.apply({"params": params2}, tokens), logits)
+  params2["embed"]["embedding"] = params["embed"]["embedding"].at[unused].mul(-3.0)
+  logits, logits2 = (np.asarray(model.apply({"params": p}, tokens)) for p in (params, params2))
+  others = np.arange(cfg.vocab_size) != unused
+  np.testing.assert_allclose(logits2[..., others], logits[..., others], atol=1e-6)
+  np.testing.assert_allclose(logits2[..., unused], -3.0 * logits[..., unused], rtol=1e-4,
+                             atol=1e-5)
 
 
-def _layer_norm(x, eps=1e-5):
+def _layer_norm(x, p=None, eps=1e-5):
+  """(x - μ) / √(σ² + ε) ⊙ γ + β in numpy; γ = 1, β = 0 without the norm's params `p`."""
   mu = x.mean(-1, keepdims=True)
-  return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + eps)
+  y = (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + eps)
+  return y if p is None else y * np.asarray(p["scale"]) + np.asarray(p["bias"])
+
+
+def random_norms(params, seed=0):
+  """`params` with every norm's γ (scale) and β (bias) drawn at random (γ ~ 1 + N(0, ½²),
+  β ~ N(0, ½²)), so that a formula test sees them used, and used in the right place."""
+  keys = iter(jax.random.split(jax.random.key(seed), 1000))
+
+  def draw(path, leaf):
+    names = [str(getattr(k, "key", k)) for k in path]
+    if not any(n.endswith("norm") for n in names[:-1]) or names[-1] not in ("scale", "bias"):
+      return leaf
+    noise = 0.5 * jax.random.normal(next(keys), jnp.shape(leaf))
+    return noise + 1.0 if names[-1] == "scale" else noise
+
+  return jax.tree_util.tree_map_with_path(draw, params)
 
 
 def _capture(cfg, params, tokens):
@@ -78,17 +104,29 @@ def _capture(cfg, params, tokens):
 
 
 def test_post_ln_formula():
-  """Post-LN: every sub-layer ends in LN(x + F(x)); layer outputs are normalized."""
+  """Post-LN: every sub-layer ends in LN(x + F(x)) (random γ, β); no final norm."""
   cfg = ModelConfig(**{**CFG.__dict__, "norm_position": "post"})
   _, params, tokens = _init(cfg)
+  params = random_norms(params)
   acts = _capture(cfg, params, tokens)
+  p = params["layer_0"]
   x_in = acts["embed"]
   attn_out = acts["layer_0/self_attn"]
   after_attn = acts["layer_0/self_attn_norm"]
-  np.testing.assert_allclose(after_attn, _layer_norm(x_in + attn_out), atol=1e-5)
-  ffn_out = acts["layer_0/ffn"]
-  np.testing.assert_allclose(acts["layer_0"], _layer_norm(after_attn + ffn_out),
+  np.testing.assert_allclose(after_attn, _layer_norm(x_in + attn_out, p["self_attn_norm"]),
                              atol=1e-5)
+  ffn_out = acts["layer_0/ffn"]
+  np.testing.assert_allclose(acts["layer_0"], _layer_norm(after_attn + ffn_out, p["ffn_norm"]),
+                             atol=1e-5)
+  # The self-attention reads the layer input, the FFN the normalized sum.
+  q = x_in @ np.asarray(p["self_attn"]["query"]["kernel"]) + np.asarray(
+      p["self_attn"]["query"]["bias"])
+  _, state = TransformerLM(cfg).apply({"params": params}, tokens, capture_intermediates=True,
+                                      mutable=["intermediates"])
+  query = np.asarray(state["intermediates"]["layer_0"]["self_attn"]["query"]["__call__"][0])
+  np.testing.assert_allclose(query, q, atol=1e-4)
+  np.testing.assert_allclose(acts[""], acts["layer_1"] @ np.asarray(params["logits"]["kernel"]),
+                             atol=1e-4)
   assert not any(k.startswith("final_norm") for k in params)
 
 
@@ -96,28 +134,46 @@ def test_pre_ln_formula_and_final_norm():
   """Pre-LN: x + F(LN(x)) with the stream left un-normalized, then one final LN."""
   cfg = ModelConfig(**{**CFG.__dict__, "norm_position": "pre"})
   _, params, tokens = _init(cfg)
+  params = random_norms(params)
   acts = _capture(cfg, params, tokens)
+  p = params["layer_0"]
   x_in = acts["embed"]
-  np.testing.assert_allclose(acts["layer_0/self_attn_norm"], _layer_norm(x_in),
-                             atol=1e-5)
+  np.testing.assert_allclose(acts["layer_0/self_attn_norm"],
+                             _layer_norm(x_in, p["self_attn_norm"]), atol=1e-5)
   after_attn = x_in + acts["layer_0/self_attn"]
-  np.testing.assert_allclose(acts["layer_0/ffn_norm"], _layer_norm(after_attn),
+  np.testing.assert_allclose(acts["layer_0/ffn_norm"], _layer_norm(after_attn, p["ffn_norm"]),
                              atol=1e-5)
+  np.testing.assert_allclose(acts["layer_0"], after_attn + acts["layer_0/ffn"], atol=1e-5)
   layer_out = acts["layer_1"]
   # The stream is not normalized after the last layer ...
   assert np.abs(layer_out.std(-1) - 1).max() > 0.05
   # ... the final norm normalizes it, and the output projection reads the normed stream.
   final = acts["final_norm"]
-  np.testing.assert_allclose(final, _layer_norm(layer_out), atol=1e-5)
+  np.testing.assert_allclose(final, _layer_norm(layer_out, params["final_norm"]), atol=1e-5)
   w = np.asarray(params["logits"]["kernel"])
   np.testing.assert_allclose(acts[""], final @ w, atol=1e-4)
 
 
-def test_rmsnorm_formula():
-  x = jax.random.normal(jax.random.key(0), (3, 16)) * 3 + 1
-  y = norms.RMSNorm(eps=1e-6).apply({"params": {"scale": jnp.ones(16)}}, x)
-  np.testing.assert_allclose(y, x / np.sqrt((np.asarray(x) ** 2).mean(-1, keepdims=True) + 1e-6),
-                             rtol=1e-5)
+def test_layernorm_and_rmsnorm_formulas_with_random_parameters():
+  """LN(x) = (x - μ)/√(σ² + ε) ⊙ γ + β and RMSNorm(x) = x/√(mean(x²) + ε) ⊙ g, at random γ,
+  β, g (initialized to 1 and 0)."""
+  kx, kg, kb = jax.random.split(jax.random.key(0), 3)
+  x = jax.random.normal(kx, (3, 16)) * 3 + 1
+  g = 1 + jax.random.normal(kg, (16,))
+  b = jax.random.normal(kb, (16,))
+  ln = norms.LayerNorm(eps=1e-5)
+  init = nn.unbox(ln.init(jax.random.key(1), x)["params"])
+  np.testing.assert_array_equal(init["scale"], np.ones(16))
+  np.testing.assert_array_equal(init["bias"], np.zeros(16))
+  y = ln.apply({"params": {"scale": g, "bias": b}}, x)
+  np.testing.assert_allclose(y, _layer_norm(np.asarray(x), {"scale": g, "bias": b}),
+                             rtol=1e-5, atol=1e-5)
+  rms = norms.RMSNorm(eps=1e-6)
+  assert set(nn.unbox(rms.init(jax.random.key(1), x)["params"])) == {"scale"}  # No bias.
+  y = rms.apply({"params": {"scale": g}}, x)
+  x = np.asarray(x)
+  np.testing.assert_allclose(y, x / np.sqrt((x**2).mean(-1, keepdims=True) + 1e-6) * np.asarray(g),
+                             rtol=1e-5, atol=1e-6)
 
 
 def test_xavier_init_and_logical_axes():

@@ -1,0 +1,182 @@
+r"""Mutation check of the test suite: each mutant breaks one promise of lnjax in a copy of
+the repository, and the tests that pin that promise must fail on it.
+
+  python tests/mutants.py                 # every mutant; exit 1 if any survived
+  python tests/mutants.py --only NAME     # one (or a comma-separated few)
+  python tests/mutants.py --list          # names, files and the tests that should kill each
+
+A mutant is a textual find/replace on one file (the pattern must occur exactly once, so a
+refactoring that moves the code fails loudly here instead of silently testing nothing).
+For each mutant, lnjax/, tests/, configs/ and pyproject.toml are copied to a temporary
+folder (the real tree is never modified; ../shared is linked beside the copy, as the data
+sets expect), the mutation applied there, and only the named tests run in the copy
+(`pytest -x -q`, PYTHONPATH at the copy). A failing test kills the mutant; passing tests
+let it survive. Every mutant must be killed.
+"""
+
+import argparse
+import dataclasses
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COPIED = ("lnjax", "tests", "configs", "pyproject.toml")
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutant:
+  name: str
+  path: str  # File, relative to the repository root.
+  find: str  # Occurs exactly once in the file.
+  replace: str
+  tests: tuple[str, ...]  # pytest ids, relative to the repository root.
+  what: str  # The promise broken, in words.
+
+
+M = Mutant
+MUTANTS = [
+    # ---- Models: placements, norms, masks.
+    M("post_ln_norm_inside_residual", "lnjax/models/placement.py",
+      'return norm("norm")(x + dropout(sublayer(x)))  # x = LN(x + F(x))',
+      'return x + dropout(norm("norm")(sublayer(x)))  # x = LN(x + F(x))',
+      ("tests/test_models.py::test_post_ln_formula",),
+      "Post-LN's norm moved inside the residual: x + LN(F(x))"),
+    M("pre_ln_final_norm_dropped", "lnjax/models/placement.py",
+      "    return _norm(cfg, name)(x)\n  if cfg.norm_position == \"resi_dual\":",
+      "    return x\n  if cfg.norm_position == \"resi_dual\":",
+      ("tests/test_models.py::test_pre_ln_formula_and_final_norm",),
+      "Pre-LN's final norm dropped"),
+    M("causal_mask_shifted_by_one", "lnjax/models/layers.py",
+      "jnp.tril(jnp.ones((t, t), dtype=bool))", "jnp.tril(jnp.ones((t, t), dtype=bool), 1)",
+      ("tests/test_models.py::test_causality",),
+      "the causal mask lets each position see the next one"),
+    M("layernorm_gamma_dropped", "lnjax/models/norms.py",
+      "jnp.sqrt(var + self.eps)) * gamma_D + beta_D", "jnp.sqrt(var + self.eps)) + beta_D",
+      ("tests/test_models.py::test_layernorm_and_rmsnorm_formulas_with_random_parameters",
+       "tests/test_models.py::test_post_ln_formula"),
+      "LayerNorm ignores its gain γ"),
+    M("layernorm_beta_dropped", "lnjax/models/norms.py",
+      "jnp.sqrt(var + self.eps)) * gamma_D + beta_D", "jnp.sqrt(var + self.eps)) * gamma_D",
+      ("tests/test_models.py::test_layernorm_and_rmsnorm_formulas_with_random_parameters",
+       "tests/test_models.py::test_pre_ln_formula_and_final_norm"),
+      "LayerNorm ignores its bias β"),
+    M("rmsnorm_g_dropped", "lnjax/models/norms.py",
+      "jnp.sqrt(ms + self.eps)) * g_D)", "jnp.sqrt(ms + self.eps)))",
+      ("tests/test_models.py::test_layernorm_and_rmsnorm_formulas_with_random_parameters",),
+      "RMSNorm ignores its gain g"),
+]
+
+
+def copy_repo(dest: str) -> str:
+  """lnjax/, tests/, configs/, pyproject.toml under dest/repo, ../shared linked beside it."""
+  root = os.path.join(dest, "repo")
+  os.makedirs(root)
+  ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
+  for name in COPIED:
+    src = os.path.join(REPO, name)
+    if os.path.isdir(src):
+      shutil.copytree(src, os.path.join(root, name), ignore=ignore)
+    else:
+      shutil.copy2(src, os.path.join(root, name))
+  shared = os.path.join(os.path.dirname(REPO), "shared")
+  if os.path.isdir(shared):
+    os.symlink(shared, os.path.join(dest, "shared"))
+  return root
+
+
+def apply(mutant: Mutant, root: str) -> None:
+  path = os.path.join(root, mutant.path)
+  with open(path) as f:
+    text = f.read()
+  count = text.count(mutant.find)
+  if count != 1:
+    raise SystemExit(f"mutant {mutant.name}: the pattern occurs {count} times in "
+                     f"{mutant.path} (expected once): {mutant.find!r}")
+  with open(path, "w") as f:
+    f.write(text.replace(mutant.find, mutant.replace))
+
+
+def run_tests(root: str, tests, timeout: float) -> tuple[int, str]:
+  env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", ""),
+         "PYTHONDONTWRITEBYTECODE": "1"}
+  cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
+  try:
+    r = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True,
+                       timeout=timeout)
+  except subprocess.TimeoutExpired as e:
+    return -1, f"timed out after {timeout:.0f} s\n{e.stdout or ''}"
+  return r.returncode, r.stdout + r.stderr
+
+
+def check_copy_is_imported(root: str) -> None:
+  """The copy's lnjax is the one Python imports there (not the installed, editable one)."""
+  env = {**os.environ, "PYTHONPATH": root}
+  out = subprocess.run([sys.executable, "-c", "import lnjax; print(lnjax.__file__)"], cwd=root,
+                       env=env, capture_output=True, text=True, check=True).stdout.strip()
+  if not out.startswith(root):
+    raise SystemExit(f"the copy imports lnjax from {out}, not from {root}")
+
+
+def failed_test(output: str) -> str:
+  """The first failing (or erroring) test id in pytest's summary."""
+  m = re.search(r"^(?:FAILED|ERROR) (\S+)", output, re.M)
+  return m.group(1) if m else "(no test id: " + (output.strip().splitlines() or ["?"])[-1] + ")"
+
+
+def run_mutant(mutant: Mutant, timeout: float) -> tuple[bool, str, float]:
+  """(killed, by which test or why it survived, seconds)."""
+  t0 = time.perf_counter()
+  with tempfile.TemporaryDirectory(prefix=f"lnjax_mutant_{mutant.name}_") as tmp:
+    root = copy_repo(tmp)
+    check_copy_is_imported(root)
+    apply(mutant, root)
+    code, output = run_tests(root, mutant.tests, timeout)
+  seconds = time.perf_counter() - t0
+  if code == 0:
+    return False, "all of " + ", ".join(mutant.tests) + " passed", seconds
+  if code == 5 or "no tests ran" in output or "not found:" in output:
+    raise SystemExit(f"mutant {mutant.name}: its tests were not found:\n{output[-2000:]}")
+  return True, failed_test(output), seconds
+
+
+def main() -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--only", default="", help="comma-separated mutant names")
+  parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+  parser.add_argument("--timeout", type=float, default=1200.0, help="seconds per mutant")
+  args = parser.parse_args()
+  names = [m.name for m in MUTANTS]
+  assert len(set(names)) == len(names), "two mutants share a name"
+  chosen = MUTANTS
+  if args.only:
+    wanted = [n.strip() for n in args.only.split(",") if n.strip()]
+    unknown = sorted(set(wanted) - set(names))
+    if unknown:
+      parser.error(f"unknown mutants {', '.join(unknown)}; --list shows them")
+    chosen = [m for m in MUTANTS if m.name in wanted]
+  if args.list:
+    for m in chosen:
+      print(f"{m.name}  ({m.path}): {m.what}\n    " + "\n    ".join(m.tests))
+    return 0
+  t0 = time.perf_counter()
+  survived = []
+  for i, m in enumerate(chosen, 1):
+    killed, detail, seconds = run_mutant(m, args.timeout)
+    verdict = "killed  " if killed else "SURVIVED"
+    print(f"[{i:>2}/{len(chosen)}] {verdict} {m.name:<36} {seconds:6.1f} s  "
+          f"{'by ' if killed else ''}{detail}", flush=True)
+    if not killed:
+      survived.append(m.name)
+  total = time.perf_counter() - t0
+  print(f"\n{len(chosen) - len(survived)} of {len(chosen)} mutants killed in {total:.0f} s"
+        + (f"; survived: {', '.join(survived)}" if survived else ""))
+  return 1 if survived else 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
