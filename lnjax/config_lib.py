@@ -18,8 +18,9 @@ def lm_config() -> ml_collections.ConfigDict:
   """Every key a decoder-only LM run reads, at the values of a small Pre-LN model."""
   c = _common("lm")
   c.data = d = ml_collections.ConfigDict()
-  d.name = "tiny_shakespeare"  # tiny_shakespeare | wikitext2_raw
+  d.name = "tiny_shakespeare"  # tiny_shakespeare | wikitext2_raw | tfds:NAME | hf:PATH
   _data_dirs(d)
+  _external_source(d, "text")
   d.tokenizer = "char"  # char | sentencepiece
   d.vocab_size = 4096  # SentencePiece vocabulary size.
   d.sp_model_type = "unigram"  # SentencePiece model: unigram | bpe.
@@ -36,10 +37,11 @@ def translation_config() -> ml_collections.ConfigDict:
   c.model.max_len = 256
   c.model.tie_embeddings = True  # Output projection = the shared embedding (joint vocab).
   c.data = d = ml_collections.ConfigDict()
-  d.name = "multi30k_de_en"  # multi30k_de_en | iwslt14_de_en | wmt14_de_en
+  d.name = "multi30k_de_en"  # multi30k_de_en | iwslt14_de_en | wmt14_de_en | tfds: | hf:
   d.source_lang = "de"  # de | en
   d.target_lang = "en"
   _data_dirs(d)
+  _external_source(d, "")  # "": features named de/en; "translation": nested (HF's wmt)
   d.vocab_size = 8000  # Joint SentencePiece vocabulary, trained on the train split.
   d.sp_model_type = "unigram"  # unigram | bpe
   d.spm_path = ml_collections.FieldReference(None, field_type=str)  # A ready model instead.
@@ -100,9 +102,18 @@ def apply_bert_smoke(c: ml_collections.ConfigDict) -> None:
 
 def _data_dirs(d: ml_collections.ConfigDict) -> None:
   d.data_dir = ml_collections.FieldReference(None, field_type=str)  # Raw corpora; None:
-  # $LNJAX_DATA_DIR, then ../shared/data beside the repository.
-  d.cache_dir = ml_collections.FieldReference(None, field_type=str)  # Prepared data and
-  # tokenizers; None: $LNJAX_CACHE_DIR, then ~/.cache/lnjax.
+  # $LNJAX_DATA_DIR, else the embedded corpus, ../shared/data, the download folder.
+  d.cache_dir = ml_collections.FieldReference(None, field_type=str)  # Prepared data,
+  # downloads and tokenizers; None: $LNJAX_CACHE_DIR, then ~/.cache/lnjax.
+  d.mirror = ml_collections.FieldReference(None, field_type=str)  # Base URL replacing
+  # the built-in corpora's download URLs; None: $LNJAX_DATA_MIRROR, then the public URLs.
+
+
+def _external_source(d: ml_collections.ConfigDict, text_field: str) -> None:
+  """Keys of data.name=tfds:NAME[/CONFIG] and hf:PATH[:CONFIG] (lnjax/data/sources.py)."""
+  d.tfds_data_dir = ml_collections.FieldReference(None, field_type=str)  # TFDS data dir
+  # (may be gs://); None: $TFDS_DATA_DIR, then ~/tensorflow_datasets.
+  d.text_field = text_field  # The feature holding the text (tfds:/hf: names).
 
 
 def _common(task: str) -> ml_collections.ConfigDict:
@@ -171,6 +182,8 @@ def _common(task: str) -> ml_collections.ConfigDict:
   t.tensorboard = True  # Mirror metrics to TensorBoard event files.
   t.log_grad_norms = False  # Log ‖∂L/∂W‖ of every weight (grad_norm/<path>), averaged
   # over each log_every_steps window like the other train metrics.
+  t.divergence_factor = 1e4  # The run ends as diverged when a train loss is NaN/Inf or
+  # above this × ln V (the uniform guess's loss, about the initial one); 0 = NaN/Inf only.
 
   c.mesh = s = ml_collections.ConfigDict()
   s.data = -1  # Devices on the data-parallel axis; -1 = all the others.
@@ -192,6 +205,7 @@ def apply_smoke(c: ml_collections.ConfigDict) -> None:
   c.data.eval_batches = 2
   c.data.tokenizer = "char"
   c.train.num_steps = 20
+  c.opt.warmup_steps = min(c.opt.warmup_steps, c.train.num_steps)
   c.train.log_every_steps = 5
   c.train.eval_every_steps = 10
   c.train.checkpoint_every_steps = 10
@@ -207,6 +221,7 @@ def apply_translation_smoke(c: ml_collections.ConfigDict) -> None:
   c.decode.beam_size = 2
   c.decode.max_extra_len = 10
   c.train.num_steps = 20
+  c.opt.warmup_steps = min(c.opt.warmup_steps, c.train.num_steps)
   c.train.log_every_steps = 5
   c.train.eval_every_steps = 20
   c.train.checkpoint_every_steps = 10

@@ -142,11 +142,12 @@ class _TextDocsBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
       *,
       source_dir: str | os.PathLike | None = None,
       cache_dir: str | os.PathLike | None = None,
+      mirror: str | None = None,
       **kwargs: Any,
   ):
     # Resolve (and validate) the raw files first: a missing corpus must fail
     # with DataError before TFDS creates any directory.
-    self.source_files = self.find_source_files(source_dir)
+    self.source_files = self.find_source_files(source_dir, cache_dir, mirror)
     self.fingerprint = paths.fingerprint_files(list(self.source_files.values()))
     if kwargs.get("data_dir") is None:
       kwargs["data_dir"] = str(self.default_data_dir(cache_dir, self.fingerprint))
@@ -159,11 +160,12 @@ class _TextDocsBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
 
   @classmethod
   def find_source_files(
-      cls, source_dir: str | os.PathLike | None
+      cls, source_dir: str | os.PathLike | None, cache_dir=None, mirror: str | None = None
   ) -> dict[str, pathlib.Path]:
-    """{raw file name: path found}; `DataError` if missing or empty."""
+    """{raw file name: path found or downloaded}; `DataError` if missing or empty."""
     return {
-        fname: paths.find_corpus_file(source_dir, cls.SUBDIR, fname, cls.HOW_TO_GET)
+        fname: paths.find_corpus_file(source_dir, cls.SUBDIR, fname, cls.HOW_TO_GET,
+                                      cache_dir, mirror)
         for fname in cls._raw_filenames()
     }
 
@@ -210,6 +212,12 @@ class _TextDocsBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
   def split_documents(self) -> dict[str, list[str]]:
     """{split: documents in file order}, straight from the raw files."""
     raise NotImplementedError
+
+  def texts(self, split: str, text_field: str = "text") -> list[str]:
+    """The prepared split's documents in file order (`lnjax.data.sources`'s
+    interface; ``text_field`` is the only feature here)."""
+    del text_field
+    return load_split_texts(self, split)
 
   # TFDS prints two bold lines to stdout on every preparation; route them to
   # the (quiet by default) Python logger instead.
@@ -279,16 +287,17 @@ def prepare(
     name: str,
     data_dir: str | os.PathLike | None = None,
     cache_dir: str | os.PathLike | None = None,
+    mirror: str | None = None,
 ) -> _TextDocsBuilder:
   """Builds (first call) or reopens (later calls) dataset ``name``."""
   if name not in BUILDERS:
     raise ValueError(f"unknown dataset {name!r}; valid: {', '.join(BUILDERS)}")
-  builder = BUILDERS[name](source_dir=data_dir, cache_dir=cache_dir)
+  builder = BUILDERS[name](source_dir=data_dir, cache_dir=cache_dir, mirror=mirror)
   tfds.disable_progress_bar()  # no tqdm bars in training logs
   with paths.file_lock(pathlib.Path(builder.data_dir).parent.parent / ".lock"):
     # Reopened under the lock: a builder made while another process (a host of a
     # multi-process run) was still preparing the data set knows none of its splits.
-    builder = BUILDERS[name](source_dir=data_dir, cache_dir=cache_dir)
+    builder = BUILDERS[name](source_dir=data_dir, cache_dir=cache_dir, mirror=mirror)
     builder.download_and_prepare()
   return builder
 

@@ -61,6 +61,7 @@ class MLMDataConfig:
   name: str = "wikitext2_raw"  # tiny_shakespeare | wikitext2_raw
   data_dir: str | None = None  # raw corpora; None -> env -> ../shared/data
   cache_dir: str | None = None  # prepared data; None -> env -> ~/.cache/lnjax
+  mirror: str | None = None  # replaces the download URLs' base; None -> LNJAX_DATA_MIRROR
   tokenizer: str = "sentencepiece"  # char | sentencepiece
   vocab_size: int = 8000  # sentencepiece only (the specials come on top)
   sp_model_type: str = "unigram"  # unigram | bpe
@@ -82,7 +83,7 @@ class MLMDataConfig:
         raise errors.ConfigError(f"data.{key}={value!r} must be an integer >= {low}")
     errors.check_range("data.mask_rate", self.mask_rate, low=0.0, high=1.0, low_open=True)
     errors.check_range("data.short_seq_prob", self.short_seq_prob, low=0.0, high=1.0)
-    for key in ("data_dir", "cache_dir"):
+    for key in ("data_dir", "cache_dir", "mirror"):
       value = getattr(self, key)
       if value is not None and not (isinstance(value, str) and value):
         raise errors.ConfigError(f"data.{key}={value!r} must be a non-empty path or None")
@@ -142,7 +143,7 @@ class BertVocab:
 
 def make_vocab(cfg: MLMDataConfig, builder=None) -> BertVocab:
   """The corpus's tokenizer (trained on its train split, or loaded from the cache)."""
-  builder = builder or builders.prepare(cfg.name, cfg.data_dir, cfg.cache_dir)
+  builder = builder or builders.prepare(cfg.name, cfg.data_dir, cfg.cache_dir, cfg.mirror)
   train_docs = builders.load_split_texts(builder, "train")
   return BertVocab(tokenizers.make_tokenizer(cfg.tokenizer, cfg.name, cfg.vocab_size,
                                              "".join(train_docs), cfg.cache_dir,
@@ -394,7 +395,7 @@ def make_mlm_data(cfg: MLMDataConfig, seed: int, process_index: int = 0, process
   if cfg.batch_size % process_count:
     raise errors.ConfigError(f"data.batch_size={cfg.batch_size} is not divisible by the "
                              f"process count {process_count}")
-  builder = builders.prepare(cfg.name, cfg.data_dir, cfg.cache_dir)
+  builder = builders.prepare(cfg.name, cfg.data_dir, cfg.cache_dir, cfg.mirror)
   vocab = make_vocab(cfg, builder)
   cache = paths.resolve_cache_dir(cfg.cache_dir) / "tokens"
   arrays = {}

@@ -162,6 +162,7 @@ class _ParallelBuilder(builders._TextDocsBuilder, skip_registration=True):
 
   def __init__(self, *, source_dir: str | os.PathLike | None = None, **kwargs: Any):
     self._source_dir = source_dir  # for require_split's message
+    self._cache_dir = kwargs.get("cache_dir")
     super().__init__(source_dir=source_dir, **kwargs)
     # The splits whose files were found (required ones always are).
     self.available_splits: tuple[str, ...] = tuple(
@@ -171,7 +172,7 @@ class _ParallelBuilder(builders._TextDocsBuilder, skip_registration=True):
 
   @classmethod
   def find_source_files(
-      cls, source_dir: str | os.PathLike | None
+      cls, source_dir: str | os.PathLike | None, cache_dir=None, mirror: str | None = None
   ) -> dict[str, pathlib.Path]:
     """{'<split>.<lang>': path}; optional splits only when present.
 
@@ -182,12 +183,12 @@ class _ParallelBuilder(builders._TextDocsBuilder, skip_registration=True):
     found: dict[str, pathlib.Path] = {}
     for split, src in cls.SOURCES.items():
       if not src.required and not any(
-          _exists(source_dir, src.subdir, src.filename(lang)) for lang in LANGS
+          _exists(source_dir, cache_dir, src.subdir, src.filename(lang)) for lang in LANGS
       ):
         continue  # optional split not supplied
       for lang in LANGS:
         found[f"{split}.{lang}"] = paths.find_corpus_file(
-            source_dir, src.subdir, src.filename(lang), src.how_to_get
+            source_dir, src.subdir, src.filename(lang), src.how_to_get, cache_dir, mirror
         )
     return found
 
@@ -246,7 +247,8 @@ class _ParallelBuilder(builders._TextDocsBuilder, skip_registration=True):
           f"{self.name} has no split {split!r}; splits: {', '.join(self.SOURCES)}"
       )
     src = self.SOURCES[split]
-    candidates = paths.data_dir_candidates(self._source_dir)
+    candidates = paths.data_dir_candidates(self._source_dir) + [
+        paths.download_dir(self._cache_dir)]
     searched = [
         str(base / src.subdir / src.filename(lang)) + suffix
         for base in candidates
@@ -259,16 +261,24 @@ class _ParallelBuilder(builders._TextDocsBuilder, skip_registration=True):
         f" To get it: {how}"
     )
 
+  def pairs(self, split: str, text_field: str = "", langs=LANGS) -> tuple[list[str], ...]:
+    """The split's lines per language in ``langs`` order, in file order
+    (`lnjax.data.sources`'s interface)."""
+    del text_field
+    lines = dict(zip(LANGS, load_split_pairs(self, split)))
+    return tuple(lines[lang] for lang in langs)
+
   @classmethod
   def _raw_filenames(cls) -> list[str]:  # unused: find_source_files is overridden
     return [s.filename(lang) for s in cls.SOURCES.values() for lang in LANGS]
 
 
-def _exists(source_dir, subdir: str, filename: str) -> bool:
-  """Whether ``<subdir>/<filename>[.gz]`` is in any data-dir candidate."""
+def _exists(source_dir, cache_dir, subdir: str, filename: str) -> bool:
+  """Whether ``<subdir>/<filename>[.gz]`` is in any data-dir candidate or the
+  download folder."""
   return any(
       (base / subdir / name).is_file()
-      for base in paths.data_dir_candidates(source_dir)
+      for base in paths.data_dir_candidates(source_dir) + [paths.download_dir(cache_dir)]
       for name in (filename + ".gz", filename)
   )
 
@@ -336,12 +346,14 @@ def prepare(
     name: str,
     data_dir: str | os.PathLike | None = None,
     cache_dir: str | os.PathLike | None = None,
+    mirror: str | None = None,
 ) -> _ParallelBuilder:
   """Builds (first call) or reopens (later calls) translation corpus ``name``
-  with the splits whose files are present."""
+  with the splits whose files are present (downloading those with a public
+  URL)."""
   if name not in MT_BUILDERS:
     raise ValueError(f"unknown dataset {name!r}; valid: {', '.join(MT_BUILDERS)}")
-  builder = MT_BUILDERS[name](source_dir=data_dir, cache_dir=cache_dir)
+  builder = MT_BUILDERS[name](source_dir=data_dir, cache_dir=cache_dir, mirror=mirror)
   tfds.disable_progress_bar()  # no tqdm bars in training logs
   with paths.file_lock(pathlib.Path(builder.data_dir).parent.parent / ".lock"):
     builder.download_and_prepare()

@@ -8,11 +8,18 @@ Two directories matter:
 * the *cache dir* holds everything we generate from them: TFDS array_record
   files, trained tokenizer models and cached token arrays.
 
-Resolution order of the data dir: the configured value, then the environment
-variable ``LNJAX_DATA_DIR``, then ``<repo root>/../shared/data`` and
-``<cwd>/../shared/data`` (the checked-out layout used on the research
-machines). The cache dir: configured value, ``LNJAX_CACHE_DIR``, else
-``~/.cache/lnjax``.
+Where a corpus file ``<subdir>/<filename>`` is looked for, in order:
+
+1. the data dir: the configured value or ``LNJAX_DATA_DIR`` when set (then
+   only there); otherwise the corpora shipped inside the package
+   (``lnjax/data/corpora``: tiny_shakespeare, the embedded default), then
+   ``<repo root>/../shared/data`` and ``<cwd>/../shared/data`` (a corpus
+   folder checked out beside the repository: a fallback, never required);
+2. the download folder ``<cache dir>/downloads``;
+3. a download from the file's public URL (`lnjax.data.download`), verified
+   against the sha256 kept there, into the download folder.
+
+The cache dir: configured value, ``LNJAX_CACHE_DIR``, else ``~/.cache/lnjax``.
 """
 
 from __future__ import annotations
@@ -32,6 +39,8 @@ CACHE_DIR_ENV = "LNJAX_CACHE_DIR"
 
 # <repo root> is two levels above this file: <repo>/lnjax/data/paths.py.
 _REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+# Corpora shipped as package data (each folder with its README and licence).
+EMBEDDED_DIR = pathlib.Path(__file__).resolve().parent / "corpora"
 
 
 class DataError(errors.LnjaxError):
@@ -40,8 +49,10 @@ class DataError(errors.LnjaxError):
 
 
 def _default_data_dirs() -> list[pathlib.Path]:
-  """The sibling ``shared/data`` folders of the repo root and of the cwd."""
+  """The embedded corpora, then the sibling ``shared/data`` folders of the
+  repo root and of the cwd."""
   candidates = [
+      EMBEDDED_DIR,
       _REPO_ROOT.parent / "shared" / "data",
       pathlib.Path.cwd().parent / "shared" / "data",
   ]
@@ -85,13 +96,23 @@ def resolve_cache_dir(configured: str | os.PathLike | None = None) -> pathlib.Pa
   """Writable directory for generated data: configured, LNJAX_CACHE_DIR, or
   ~/.cache/lnjax. Created if missing."""
   if configured:
-    path = pathlib.Path(configured).expanduser()
+    path, what = pathlib.Path(configured).expanduser(), "data.cache_dir"
   elif os.environ.get(CACHE_DIR_ENV):
-    path = pathlib.Path(os.environ[CACHE_DIR_ENV]).expanduser()
+    path, what = pathlib.Path(os.environ[CACHE_DIR_ENV]).expanduser(), CACHE_DIR_ENV
   else:
-    path = pathlib.Path.home() / ".cache" / "lnjax"
-  path.mkdir(parents=True, exist_ok=True)
+    path, what = pathlib.Path.home() / ".cache" / "lnjax", "the default cache dir"
+  try:
+    path.mkdir(parents=True, exist_ok=True)
+  except (FileExistsError, NotADirectoryError):
+    raise DataError(f"cache dir {path} ({what}) is not a directory; point {what} at a folder") from None
+  except OSError as e:
+    raise DataError(f"cannot create cache dir {path} ({what}): {e.strerror or e}") from None
   return path
+
+
+def download_dir(cache_dir: str | os.PathLike | None = None) -> pathlib.Path:
+  """Where downloaded corpus files go: ``<cache dir>/downloads/<subdir>/``."""
+  return resolve_cache_dir(cache_dir) / "downloads"
 
 
 def find_corpus_file(
@@ -99,14 +120,20 @@ def find_corpus_file(
     subdir: str,
     filename: str,
     how_to_get: str,
+    cache_dir: str | os.PathLike | None = None,
+    mirror: str | None = None,
 ) -> pathlib.Path:
-  """Finds ``<data dir>/<subdir>/<filename>[.gz]`` in the data-dir candidates.
+  """Finds ``<subdir>/<filename>[.gz]`` (see the module docstring for the
+  order), downloading it when it has a public URL and is nowhere local.
 
   Prefers the gzipped file, accepts the plain one. Raises `DataError` (one
-  line) naming every path searched, or saying the file found is empty.
-  ``how_to_get`` may contain ``{data_dir}``, replaced by the first candidate.
+  line) naming every path searched or the URL that failed, or saying the file
+  found is empty. ``how_to_get`` may contain ``{data_dir}``, replaced by the
+  first candidate.
   """
-  candidates = data_dir_candidates(data_dir)
+  from lnjax.data import download  # (download imports this module)
+
+  candidates = data_dir_candidates(data_dir) + [download_dir(cache_dir)]
   how_to_get = how_to_get.replace("{data_dir}", str(candidates[0]))
   searched: list[str] = []
   for base in candidates:
@@ -120,6 +147,14 @@ def find_corpus_file(
               f" with the real file. To get it: {how_to_get}"
           )
         return path
+  try:
+    fetched = download.fetch(subdir, filename, cache_dir, mirror)
+  except DataError as e:
+    raise DataError(
+        f"{subdir} corpus file {filename} not found in {', '.join(map(str, candidates))}; {e}"
+    ) from None
+  if fetched is not None:
+    return fetched
   raise DataError(
       f"{subdir} corpus file not found; looked for: {', '.join(searched)}"
       f" (data dirs searched: {', '.join(map(str, candidates))}). To get it:"
@@ -145,8 +180,13 @@ def read_text(path: str | os.PathLike) -> str:
     else:
       data = path.read_bytes()
   except (OSError, EOFError) as e:  # corrupt gzip, permission...
-    raise DataError(f"cannot read corpus file {path}: {e}") from e
-  return data.decode("utf-8")
+    raise DataError(f"cannot read corpus file {path}: {e}") from None
+  try:
+    return data.decode("utf-8")
+  except UnicodeDecodeError as e:
+    raise DataError(
+        f"corpus file {path} is not UTF-8 text ({e.reason} at byte {e.start});"
+        " re-encode it as UTF-8") from None
 
 
 def fingerprint_files(paths: Sequence[pathlib.Path]) -> str:

@@ -31,6 +31,7 @@ import numpy as np
 from lnjax import errors
 from lnjax.data import builders
 from lnjax.data import paths
+from lnjax.data import sources
 from lnjax.data import tokenizers
 
 DATASETS = tuple(builders.BUILDERS)  # ('tiny_shakespeare', 'wikitext2_raw')
@@ -45,9 +46,12 @@ def _choices(values) -> str:
 class LMDataConfig:
   """The ``config.data`` block. Every field is validated on construction."""
 
-  name: str = "tiny_shakespeare"  # 'tiny_shakespeare' | 'wikitext2_raw'
-  data_dir: str | None = None  # raw corpora; None -> env -> ../shared/data
+  name: str = "tiny_shakespeare"  # 'tiny_shakespeare' | 'wikitext2_raw' | 'tfds:NAME[/CONFIG]' | 'hf:PATH[:CONFIG]'
+  data_dir: str | None = None  # raw corpora; None -> LNJAX_DATA_DIR -> embedded/downloaded
   cache_dir: str | None = None  # prepared data; None -> env -> ~/.cache/lnjax
+  mirror: str | None = None  # replaces the download URLs' base; None -> LNJAX_DATA_MIRROR
+  tfds_data_dir: str | None = None  # tfds: names; None -> TFDS_DATA_DIR -> ~/tensorflow_datasets
+  text_field: str = "text"  # tfds:/hf: names: the feature holding the text
   tokenizer: str = "char"  # 'char' | 'sentencepiece'
   vocab_size: int = 4096  # sentencepiece only
   seq_len: int = 128
@@ -77,14 +81,17 @@ class LMDataConfig:
       if v is not None and not (isinstance(v, (str, os.PathLike)) and str(v)):
         fail(field, "is invalid: must be a non-empty path string or None")
 
-    check_choice("name", DATASETS)
+    sources.check_name(self.name, "data.name", DATASETS)
     check_dir("data_dir")
     check_dir("cache_dir")
+    check_dir("mirror")
+    check_dir("tfds_data_dir")
     check_choice("tokenizer", tokenizers.TOKENIZER_KINDS)
     check_int("vocab_size", 16, _MAX_VOCAB)
     check_int("seq_len", 1)
     check_int("batch_size", 1)
-    check_choice("eval_split", builders.SPLITS[self.name])
+    if not sources.is_external(self.name):  # (external splits are checked on opening)
+      check_choice("eval_split", builders.SPLITS[self.name])
     check_int("eval_batches", 0)
     check_choice("sp_model_type", tokenizers.SP_MODEL_TYPES)
 
@@ -303,11 +310,13 @@ def make_lm_data(
         f" process count {process_count}"
     )
 
-  builder = builders.prepare(cfg.name, cfg.data_dir, cfg.cache_dir)
-  train_docs = builders.load_split_texts(builder, "train")
+  source = open_source(cfg)
+  train_docs = source.texts("train", cfg.text_field)
   tokenizer = tokenizers.make_tokenizer(
       cfg.tokenizer,
-      cfg.name,
+      # (a tfds:/hf: name is not unique across data dirs: its fingerprint is added)
+      f"{sources.cache_name(cfg.name)}-{source.fingerprint}" if sources.is_external(cfg.name)
+      else cfg.name,
       cfg.vocab_size,
       "".join(train_docs),
       cfg.cache_dir,
@@ -317,14 +326,14 @@ def make_lm_data(
   token_dir = paths.resolve_cache_dir(cfg.cache_dir) / "tokens"
 
   def tokens(split: str, docs: list[str]) -> np.ndarray:
-    name = f"{cfg.name}-{builder.fingerprint}-{split}-{tokenizer.cache_key}.npy"
+    name = f"{sources.cache_name(cfg.name)}-{source.fingerprint}-{split}-{tokenizer.cache_key}.npy"
     return tokenizers.encode_documents_cached(tokenizer, docs, token_dir / name)
 
   train_tokens_N = tokens("train", train_docs)
   if cfg.eval_split == "train":
     eval_tokens_N = train_tokens_N
   else:
-    eval_docs = builders.load_split_texts(builder, cfg.eval_split)
+    eval_docs = source.texts(cfg.eval_split, cfg.text_field)
     eval_tokens_N = tokens(cfg.eval_split, eval_docs)
   return LMData(
       cfg,
@@ -334,5 +343,17 @@ def make_lm_data(
       eval_tokens_N,
       process_index,
       process_count,
-      builder.fingerprint,
+      source.fingerprint,
   )
+
+
+def open_source(cfg: LMDataConfig):
+  """The prepared corpus ``cfg.name`` (built-in, tfds: or hf:), with its train
+  and eval splits checked."""
+  if sources.is_external(cfg.name):
+    source = sources.open_external(cfg.name, cfg.tfds_data_dir)
+    source.require_split("train")
+    if cfg.eval_split != "train":
+      source.require_split(cfg.eval_split)
+    return source
+  return builders.prepare(cfg.name, cfg.data_dir, cfg.cache_dir, cfg.mirror)

@@ -71,6 +71,7 @@ from lnjax import errors
 from lnjax.data import mt_builders
 from lnjax.data import paths
 from lnjax.data import pipeline
+from lnjax.data import sources
 from lnjax.data import tokenizers
 from lnjax.data.tokenizers import _atomic_write_bytes
 
@@ -98,8 +99,11 @@ class MTDataConfig:
   name: str = "multi30k_de_en"  # multi30k_de_en | iwslt14_de_en | wmt14_de_en
   source_lang: str = "de"  # de | en (either direction)
   target_lang: str = "en"
-  data_dir: str | None = None  # raw corpora; None -> env -> ../shared/data
+  data_dir: str | None = None  # raw corpora; None -> LNJAX_DATA_DIR -> ../shared/data, downloads
   cache_dir: str | None = None  # prepared data; None -> env -> ~/.cache/lnjax
+  mirror: str | None = None  # replaces the download URLs' base; None -> LNJAX_DATA_MIRROR
+  tfds_data_dir: str | None = None  # tfds: names; None -> TFDS_DATA_DIR -> ~/tensorflow_datasets
+  text_field: str = ""  # tfds:/hf: names: "" = features named de/en; else nested under it
   vocab_size: int = 8000  # joint SentencePiece on train de+en (ignored with spm_path)
   sp_model_type: str = "unigram"  # unigram | bpe
   spm_path: str | None = None  # use this SentencePiece model instead of training
@@ -129,32 +133,37 @@ class MTDataConfig:
       if v is not None and not (isinstance(v, (str, os.PathLike)) and str(v)):
         fail(field, "is invalid: must be a non-empty path string or None")
 
-    check_choice("name", MT_DATASETS)
+    sources.check_name(self.name, "data.name", MT_DATASETS)
     check_choice("source_lang", LANGS)
     check_choice("target_lang", LANGS)
     if self.source_lang == self.target_lang:
       fail("target_lang", f"must differ from data.source_lang={self.source_lang!r}")
     check_path("data_dir")
     check_path("cache_dir")
+    check_path("mirror")
+    check_path("tfds_data_dir")
+    if not isinstance(self.text_field, str):
+      fail("text_field", "must be a string")
     check_int("vocab_size", 16, _MAX_VOCAB)
     check_choice("sp_model_type", tokenizers.SP_MODEL_TYPES)
     check_path("spm_path")
     check_int("max_tokens", MIN_BUCKET_LEN)
     check_int("max_len", 2)
-    splits = mt_builders.MT_SPLITS[self.name]
+    # tfds:/hf: splits are checked on opening the data set.
+    splits = None if sources.is_external(self.name) else mt_builders.MT_SPLITS[self.name]
     # A list (from a command line or YAML) is fine; a bare string is the
     # classic mistake ('validation' would iterate as characters).
     if isinstance(self.eval_splits, (list, tuple)):
       object.__setattr__(self, "eval_splits", tuple(self.eval_splits))
     else:
-      fail("eval_splits", f"must be a tuple of split names from: {pipeline._choices(splits)}")
+      fail("eval_splits", f"must be a tuple of split names from: {pipeline._choices(splits or ())}")
     for split in self.eval_splits:
-      if split not in splits:
+      if splits is not None and split not in splits:
         raise errors.ConfigError(
             f"data.eval_splits={self.eval_splits!r}: {split!r} is not one of:"
             f" {pipeline._choices(splits)} (splits of {self.name})"
         )
-    if self.test_split not in splits:
+    if splits is not None and self.test_split not in splits:
       fail("test_split", f"is not one of: {pipeline._choices(splits)} (splits of {self.name})")
     if not isinstance(self.lowercase, bool):
       fail("lowercase", "is invalid: must be true or false")
@@ -274,7 +283,7 @@ def _sp_model_path(cache_dir: pathlib.Path, cfg: MTDataConfig, fingerprint: str)
   lc = "_lc" if cfg.lowercase else ""
   return (
       cache_dir / "tokenizers"
-      / f"{cfg.name}-{fingerprint}_sp{cfg.vocab_size}_{cfg.sp_model_type}{lc}.model"
+      / f"{sources.cache_name(cfg.name)}-{fingerprint}_sp{cfg.vocab_size}_{cfg.sp_model_type}{lc}.model"
   )
 
 
@@ -512,12 +521,12 @@ class MTData:
     cfg, tok = self.cfg, self.tokenizer
     names = {
         lang: self._token_dir
-        / f"mt-{cfg.name}-{self._builder.fingerprint}-{split}-{lang}-{tok.cache_key}.npz"
+        / f"mt-{sources.cache_name(cfg.name)}-{self._builder.fingerprint}-{split}-{lang}-{tok.cache_key}.npz"
         for lang in LANGS
     }
     text: dict[str, list[str]] | None = None
     if with_text or not all(p.exists() for p in names.values()):
-      de, en = mt_builders.load_split_pairs(self._builder, split)
+      de, en = self._builder.pairs(split, cfg.text_field)
       text = {"de": de, "en": en}
       if cfg.lowercase:
         text = {k: [s.lower() for s in v] for k, v in text.items()}
@@ -761,7 +770,7 @@ def _spm_from_train(
     # Processes sharing the cache train once; the others wait and load.
     with paths.file_lock(model_path.with_name(model_path.name + ".lock")):
       if not model_path.exists():
-        de, en = mt_builders.load_split_pairs(builder, "train")
+        de, en = builder.pairs("train", cfg.text_field)
         lines = de + en
         if cfg.lowercase:
           lines = [s.lower() for s in lines]
@@ -817,7 +826,7 @@ def make_mt_data(
         f" tokens needs {longest * batch_multiple}"
     )
 
-  builder = mt_builders.prepare(cfg.name, cfg.data_dir, cfg.cache_dir)
+  builder = open_source(cfg)
   if cfg.spm_path is not None:
     path = pathlib.Path(cfg.spm_path).expanduser()
     if not path.is_file():
@@ -833,3 +842,14 @@ def make_mt_data(
   else:
     tokenizer = _spm_from_train(cfg, builder)
   return MTData(cfg, seed, builder, tokenizer, process_index, process_count, batch_multiple)
+
+
+def open_source(cfg: MTDataConfig):
+  """The prepared parallel corpus ``cfg.name`` (built-in, tfds: or hf:), with its
+  evaluation and test splits checked."""
+  if not sources.is_external(cfg.name):
+    return mt_builders.prepare(cfg.name, cfg.data_dir, cfg.cache_dir, cfg.mirror)
+  source = sources.open_external(cfg.name, cfg.tfds_data_dir)
+  for split in cfg.eval_splits:
+    source.require_split(split)
+  return source
