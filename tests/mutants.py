@@ -69,6 +69,34 @@ MUTANTS = [
       "jnp.sqrt(ms + self.eps)) * g_D)", "jnp.sqrt(ms + self.eps)))",
       ("tests/test_models.py::test_layernorm_and_rmsnorm_formulas_with_random_parameters",),
       "RMSNorm ignores its gain g"),
+    M("normformer_mid_norm_before_activation", "lnjax/models/layers.py",
+      """    h_BxTxF = act(Dense(self.d_ff, ("embed", "mlp"), self.use_bias, self.kernel_init,
+                        self.dtype, self.weight_grad, name="wi")(x_BxTxD))
+    if self.mid_norm is not None:
+      h_BxTxF = self.mid_norm(name="mid_norm")(h_BxTxF)
+""", """    h_BxTxF = Dense(self.d_ff, ("embed", "mlp"), self.use_bias, self.kernel_init,
+                    self.dtype, self.weight_grad, name="wi")(x_BxTxD)
+    if self.mid_norm is not None:
+      h_BxTxF = self.mid_norm(name="mid_norm")(h_BxTxF)
+    h_BxTxF = act(h_BxTxF)
+""",
+      ("tests/test_placements.py::test_normformer_head_scales_and_extra_norms",),
+      "NormFormer's FFN norm N_f before the activation instead of after it"),
+    M("normformer_attention_input_norm_dropped", "lnjax/models/placement.py",
+      'y = sublayer(norm("norm")(x))  # with N_f', 'y = sublayer(norm("norm")(x) if name == "ffn" else x)  # with N_f',
+      ("tests/test_placements.py::test_normformer_head_scales_and_extra_norms",),
+      "NormFormer's attention reads x instead of N(x)"),
+    M("sandwich_cross_attention_norms_swapped", "lnjax/models/placement.py",
+      'return x + dropout(norm("out_norm")(sublayer(norm("norm")(x))))  # x + N_out(F(N_in(x)))',
+      'n_in, n_out = ("out_norm", "norm") if name == "cross_attn" else ("norm", "out_norm")\n'
+      '    return x + dropout(norm(n_out)(sublayer(norm(n_in)(x))))',
+      ("tests/test_placements.py::test_sandwich_decoder_norms_around_self_and_cross_attention",),
+      "Sandwich's cross-attention uses its output norm as input norm and vice versa"),
+    M("deepnorm_cross_attention_without_alpha", "lnjax/models/placement.py",
+      'return norm("norm")(alpha * x + dropout(sublayer(x)))  # x = LN(α·x + F(x))',
+      'return norm("norm")((1.0 if name == "cross_attn" else alpha) * x + dropout(sublayer(x)))',
+      ("tests/test_placements.py::test_deepnorm_encoder_decoder_residuals_and_cross_attention",),
+      "DeepNorm's cross-attention residual without α: LN(x + F(x))"),
 ]
 
 
@@ -125,7 +153,9 @@ def check_copy_is_imported(root: str) -> None:
 def failed_test(output: str) -> str:
   """The first failing (or erroring) test id in pytest's summary."""
   m = re.search(r"^(?:FAILED|ERROR) (\S+)", output, re.M)
-  return m.group(1) if m else "(no test id: " + (output.strip().splitlines() or ["?"])[-1] + ")"
+  test = m.group(1) if m else "(no test id: " + (output.strip().splitlines() or ["?"])[-1] + ")"
+  error = re.search(r"^E +(\S.*)$", output, re.M)  # The first line of the failure.
+  return test + (f"  [{error.group(1)[:70]}]" if error else "")
 
 
 def run_mutant(mutant: Mutant, timeout: float) -> tuple[bool, str, float]:
@@ -168,7 +198,7 @@ def main() -> int:
   for i, m in enumerate(chosen, 1):
     killed, detail, seconds = run_mutant(m, args.timeout)
     verdict = "killed  " if killed else "SURVIVED"
-    print(f"[{i:>2}/{len(chosen)}] {verdict} {m.name:<36} {seconds:6.1f} s  "
+    print(f"[{i:>2}/{len(chosen)}] {verdict} {m.name:<40} {seconds:6.1f} s  "
           f"{'by ' if killed else ''}{detail}", flush=True)
     if not killed:
       survived.append(m.name)

@@ -49,9 +49,35 @@ def _acts(model, params, *inputs):
   return {k: jax.tree.map(np.asarray, v) for k, v in out.items()}
 
 
-def _ln(x, eps=1e-5):
+def _ln(x, p=None, eps=1e-5):
+  """(x - μ) / √(σ² + ε) ⊙ γ + β in numpy; γ = 1, β = 0 without the norm's params `p`."""
   mu = x.mean(-1, keepdims=True)
-  return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + eps)
+  y = (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + eps)
+  return y if p is None else y * np.asarray(p["scale"]) + np.asarray(p["bias"])
+
+
+def _random_norms(params, seed=0):
+  """Every norm's γ ~ 1 + N(0, ½²) and β ~ N(0, ½²): a formula test then tells the norms
+  apart (at γ = 1, β = 0 any two LayerNorms of one width are the same function)."""
+  keys = iter(jax.random.split(jax.random.key(seed), 1000))
+
+  def draw(path, leaf):
+    names = [str(getattr(k, "key", k)) for k in path]
+    if not any(n.endswith("norm") for n in names[:-1]) or names[-1] not in ("scale", "bias"):
+      return leaf
+    noise = 0.5 * jax.random.normal(next(keys), jnp.shape(leaf))
+    return noise + 1.0 if names[-1] == "scale" else noise
+
+  return jax.tree_util.tree_map_with_path(draw, params)
+
+
+def _target_embedding(acts):
+  """The decoder's input: the shared embedding's second call (the first embeds the source)."""
+  return acts["target_embed"] if "target_embed" in acts else acts["embed"][1]
+
+
+def _dense(x, p):
+  return x @ np.asarray(p["kernel"]) + np.asarray(p["bias"])
 
 
 def _logits_from(hidden, params):
@@ -139,25 +165,52 @@ def test_sandwich_and_peri_shape(pos):
         "self_attn_norm", "self_attn_out_norm", "ffn_norm", "ffn_out_norm"}
   assert "final_norm" in params
   assert ("embed_norm" in params) == (pos == "peri")
+  params = _random_norms(params)
+  p = params["layer_0"]
   acts = _acts(model, params, TOKENS)
   x0 = acts["embed_norm"] if pos == "peri" else acts["embed"]
   if pos == "peri":
-    np.testing.assert_allclose(x0, _ln(acts["embed"]), atol=1e-5)
-  np.testing.assert_allclose(acts["layer_0/self_attn_out_norm"], _ln(acts["layer_0/self_attn"]),
+    np.testing.assert_allclose(x0, _ln(acts["embed"], params["embed_norm"]), atol=1e-5)
+  np.testing.assert_allclose(acts["layer_0/self_attn_norm"], _ln(x0, p["self_attn_norm"]),
                              atol=1e-5)
-  np.testing.assert_allclose(acts["layer_0/self_attn_norm"], _ln(x0), atol=1e-5)
-  np.testing.assert_allclose(
-      acts["layer_0"], x0 + acts["layer_0/self_attn_out_norm"] + acts["layer_0/ffn_out_norm"],
-      atol=1e-5)
-  np.testing.assert_allclose(acts["final_norm"], _ln(acts["layer_1"]), atol=1e-5)
+  np.testing.assert_allclose(acts["layer_0/self_attn_out_norm"],
+                             _ln(acts["layer_0/self_attn"], p["self_attn_out_norm"]), atol=1e-5)
+  x1 = x0 + acts["layer_0/self_attn_out_norm"]
+  np.testing.assert_allclose(acts["layer_0/ffn_norm"], _ln(x1, p["ffn_norm"]), atol=1e-5)
+  np.testing.assert_allclose(acts["layer_0/ffn_out_norm"],
+                             _ln(acts["layer_0/ffn"], p["ffn_out_norm"]), atol=1e-5)
+  np.testing.assert_allclose(acts["layer_0"], x1 + acts["layer_0/ffn_out_norm"], atol=1e-5)
+  np.testing.assert_allclose(acts["final_norm"], _ln(acts["layer_1"], params["final_norm"]),
+                             atol=1e-5)
 
 
-def test_sandwich_decoder_has_two_norms_around_cross_attention():
+def test_sandwich_decoder_norms_around_self_and_cross_attention():
+  """The decoder layer x ← x + N_out(F(N_in(x))) for self-attention, cross-attention (to
+  the encoder's final-normed output) and FFN, at random γ, β; a final norm per stack."""
   cfg = _cfg(norm_position="sandwich")
   model = EncoderDecoder(cfg)
   params = nn.unbox(init_params(model, jax.random.key(0), TOKENS, TOKENS))
   assert {"cross_attn_norm", "cross_attn_out_norm"} <= set(params["decoder"]["layer_0"])
   assert "final_norm" in params["encoder"] and "final_norm" in params["decoder"]
+  params = _random_norms(params)
+  p = params["decoder"]["layer_0"]
+  acts = _acts(model, params, TOKENS, TOKENS[:, ::-1])
+  a = lambda name: acts[f"decoder/layer_0/{name}"]
+  x = _target_embedding(acts)
+  for sub in ("self_attn", "cross_attn", "ffn"):
+    np.testing.assert_allclose(a(f"{sub}_norm"), _ln(x, p[f"{sub}_norm"]), atol=1e-5)
+    np.testing.assert_allclose(a(f"{sub}_out_norm"), _ln(a(sub), p[f"{sub}_out_norm"]),
+                               atol=1e-5)
+    x = x + a(f"{sub}_out_norm")
+  np.testing.assert_allclose(acts["decoder/layer_0"], x, atol=1e-5)
+  encoded = acts["encoder/final_norm"]
+  np.testing.assert_allclose(encoded, _ln(acts["encoder/layer_1"], params["encoder"]["final_norm"]),
+                             atol=1e-5)
+  np.testing.assert_allclose(acts["decoder/layer_0/cross_attn/key"],
+                             _dense(encoded, p["cross_attn"]["key"]), atol=1e-4)
+  np.testing.assert_allclose(acts["decoder/final_norm"],
+                             _ln(acts["decoder/layer_1"], params["decoder"]["final_norm"]),
+                             atol=1e-5)
 
 
 def test_normformer_head_scales_and_extra_norms():
@@ -167,11 +220,26 @@ def test_normformer_head_scales_and_extra_norms():
   np.testing.assert_array_equal(p["self_attn"]["head_scale"], np.ones(CFG.num_heads))
   assert p["ffn"]["mid_norm"]["scale"].shape == (CFG.d_ff,)
   assert "self_attn_out_norm" in p and "ffn_out_norm" not in p and "final_norm" in params
+  params = _random_norms(params)
+  p = params["layer_0"]
   acts = _acts(model, params, TOKENS)
-  x1 = acts["embed"] + acts["layer_0/self_attn_out_norm"]
-  np.testing.assert_allclose(acts["layer_0/self_attn_out_norm"], _ln(acts["layer_0/self_attn"]),
+  x0 = acts["embed"]
+  np.testing.assert_allclose(acts["layer_0/self_attn_norm"], _ln(x0, p["self_attn_norm"]),
+                             atol=1e-5)  # The attention reads N(x).
+  np.testing.assert_allclose(acts["layer_0/self_attn_out_norm"],
+                             _ln(acts["layer_0/self_attn"], p["self_attn_out_norm"]), atol=1e-5)
+  x1 = x0 + acts["layer_0/self_attn_out_norm"]
+  ffn_in = _ln(x1, p["ffn_norm"])
+  np.testing.assert_allclose(acts["layer_0/ffn_norm"], ffn_in, atol=1e-5)
+  # FFN: W² N_f(act(W¹ N(x))): the mid norm after the activation.
+  hidden = np.maximum(_dense(ffn_in, p["ffn"]["wi"]), 0.0)
+  np.testing.assert_allclose(acts["layer_0/ffn/mid_norm"], _ln(hidden, p["ffn"]["mid_norm"]),
                              atol=1e-5)
+  np.testing.assert_allclose(acts["layer_0/ffn"],
+                             _dense(_ln(hidden, p["ffn"]["mid_norm"]), p["ffn"]["wo"]), atol=1e-4)
   np.testing.assert_allclose(acts["layer_0"], x1 + acts["layer_0/ffn"], atol=1e-5)
+  np.testing.assert_allclose(acts["final_norm"], _ln(acts["layer_1"], params["final_norm"]),
+                             atol=1e-5)
   # The head scales multiply each head's output before W^O: zeroing head 0's scale equals
   # zeroing the rows of W^O that read head 0.
   k = CFG.head_dim
@@ -217,10 +285,38 @@ def test_deepnorm_residual_scale_and_init():
     w = np.asarray(w["kernel"])
     assert w.std() == pytest.approx(gain * xavier_std, rel=0.05)
     assert np.abs(w).max() > 2.5 * gain * xavier_std  # Normal, not uniform (max √3σ).
+  params = _random_norms(params)
   acts = _acts(model, params, TOKENS)
-  np.testing.assert_allclose(acts["layer_0/self_attn_norm"],
-                             _ln(alpha * acts["embed"] + acts["layer_0/self_attn"]), atol=1e-5)
+  p = params["layer_0"]
+  h = _ln(alpha * acts["embed"] + acts["layer_0/self_attn"], p["self_attn_norm"])
+  np.testing.assert_allclose(acts["layer_0/self_attn_norm"], h, atol=1e-5)
+  np.testing.assert_allclose(acts["layer_0"], _ln(alpha * h + acts["layer_0/ffn"], p["ffn_norm"]),
+                             atol=1e-5)
   assert "final_norm" not in params
+
+
+def test_deepnorm_encoder_decoder_residuals_and_cross_attention():
+  """N+M = 2+2: the encoder's sub-layers LN(α_e·x + F(x)), α_e = 0.81(N⁴M)^1/16; the
+  decoder's self-attention, cross-attention and FFN LN(α_d·x + F(x)), α_d = (3M)^¼; random
+  γ, β."""
+  cfg = _cfg(norm_position="deepnorm")
+  model = EncoderDecoder(cfg)
+  params = _random_norms(nn.unbox(init_params(model, jax.random.key(0), TOKENS, TOKENS)))
+  acts = _acts(model, params, TOKENS, TOKENS[:, ::-1])
+  alpha_e, alpha_d = 0.81 * (2**4 * 2) ** (1 / 16), 6**0.25
+  x = acts["embed"][0]
+  for sub in ("self_attn", "ffn"):
+    x = _ln(alpha_e * x + acts[f"encoder/layer_0/{sub}"],
+            params["encoder"]["layer_0"][f"{sub}_norm"])
+    np.testing.assert_allclose(acts[f"encoder/layer_0/{sub}_norm"], x, atol=1e-5)
+  p = params["decoder"]["layer_0"]
+  x = _target_embedding(acts)
+  for sub in ("self_attn", "cross_attn", "ffn"):
+    x = _ln(alpha_d * x + acts[f"decoder/layer_0/{sub}"], p[f"{sub}_norm"])
+    np.testing.assert_allclose(acts[f"decoder/layer_0/{sub}_norm"], x, atol=1e-5)
+  np.testing.assert_allclose(acts["decoder/layer_0/cross_attn/value"],
+                             _dense(acts["encoder/layer_1"], p["cross_attn"]["value"]), atol=1e-4)
+  assert "final_norm" not in params["encoder"] and "final_norm" not in params["decoder"]
 
 
 # ---- ResiDual. ----------------------------------------------------------------------------
