@@ -83,7 +83,7 @@ MUTANTS = [
       ("tests/test_placements.py::test_normformer_head_scales_and_extra_norms",),
       "NormFormer's FFN norm N_f before the activation instead of after it"),
     M("normformer_attention_input_norm_dropped", "lnjax/models/placement.py",
-      'y = sublayer(norm("norm")(x))  # with N_f', 'y = sublayer(norm("norm")(x) if name == "ffn" else x)  # with N_f',
+      'y = sublayer(norm("norm")(x))  # with N_f', 'y = sublayer(norm("norm")(x) if name == "ffn" else (norm("norm")(x), x)[1])  # with N_f',
       ("tests/test_placements.py::test_normformer_head_scales_and_extra_norms",),
       "NormFormer's attention reads x instead of N(x)"),
     M("sandwich_cross_attention_norms_swapped", "lnjax/models/placement.py",

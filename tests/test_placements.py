@@ -225,7 +225,10 @@ def test_normformer_head_scales_and_extra_norms():
   acts = _acts(model, params, TOKENS)
   x0 = acts["embed"]
   np.testing.assert_allclose(acts["layer_0/self_attn_norm"], _ln(x0, p["self_attn_norm"]),
-                             atol=1e-5)  # The attention reads N(x).
+                             atol=1e-5)
+  np.testing.assert_allclose(acts["layer_0/self_attn/query"],  # The attention reads N(x).
+                             _dense(acts["layer_0/self_attn_norm"], p["self_attn"]["query"]),
+                             atol=1e-4)
   np.testing.assert_allclose(acts["layer_0/self_attn_out_norm"],
                              _ln(acts["layer_0/self_attn"], p["self_attn_out_norm"]), atol=1e-5)
   x1 = x0 + acts["layer_0/self_attn_out_norm"]
