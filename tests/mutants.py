@@ -97,6 +97,22 @@ MUTANTS = [
       'return norm("norm")((1.0 if name == "cross_attn" else alpha) * x + dropout(sublayer(x)))',
       ("tests/test_placements.py::test_deepnorm_encoder_decoder_residuals_and_cross_attention",),
       "DeepNorm's cross-attention residual without α: LN(x + F(x))"),
+    # ---- Schedules.
+    M("cosine_schedule_is_linear", "lnjax/optim.py",
+      "decay = optax.cosine_decay_schedule(peak, after_w, alpha=cfg.end_learning_rate / peak)",
+      "decay = optax.linear_schedule(peak, cfg.end_learning_rate, after_w)",
+      ("tests/test_optim.py::test_schedule_values_against_closed_forms",),
+      "the cosine schedule decays linearly"),
+    M("constant_schedule_decays_to_zero", "lnjax/optim.py",
+      "decay = optax.constant_schedule(peak)", "decay = optax.linear_schedule(peak, 0.0, after_w)",
+      ("tests/test_optim.py::test_schedule_values_against_closed_forms",
+       "tests/test_optim.py::test_constant_schedule_without_warmup_is_constant"),
+      "the constant schedule decays to 0 over the run"),
+    M("warmup_off_by_one_step", "lnjax/optim.py",
+      "warmup = optax.linear_schedule(0.0, peak, w)",
+      "warmup = lambda t: optax.linear_schedule(0.0, peak, w)(t + 1)",
+      ("tests/test_optim.py::test_schedule_values_against_closed_forms",),
+      "warm-up one step ahead: lr(t) = (t + 1)/W · peak"),
 ]
 
 

@@ -1,5 +1,7 @@
 """Schedules (the paper's warm-up, inverse square root, step decay), optimizers, loss."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -54,6 +56,39 @@ def test_step_decay_after_warmup_uses_absolute_steps():
   s = optim.make_schedule(cfg, 100)
   assert [lr(s, t) for t in (5, 10, 29, 30, 59, 60)] == pytest.approx(
       [0.5, 1.0, 1.0, 0.5, 0.5, 0.25])
+
+
+# Closed forms of every decay after a warm-up of W steps to `peak`, over a run of N steps
+# ending at `end` (linear, cosine); t counts optimizer updates from 0.
+PEAK, END, W, N = 1e-3, 1e-5, 100, 1000
+CLOSED_FORMS = {
+    "constant": lambda t: PEAK,
+    "linear": lambda t: PEAK + (END - PEAK) * min(t - W, N - W) / (N - W),
+    "cosine": lambda t: END + (PEAK - END) * 0.5 * (1 + np.cos(np.pi * min(t - W, N - W)
+                                                                 / (N - W))),
+    "inverse_sqrt": lambda t: PEAK * np.sqrt(W / t),
+}
+STEPS = (0, 1, 2, 50, 99, 100, 101, 200, 325, 550, 777, 999, 1000, 1500)
+
+
+@pytest.mark.parametrize("name", sorted(CLOSED_FORMS))
+def test_schedule_values_against_closed_forms(name):
+  """lr(t) = t/W · peak during the warm-up (lr(0) = 0, lr(1) = peak/W), then the decay's
+  closed form, at steps across the warm-up, the decay and past the run's end."""
+  cfg = optim.OptConfig(learning_rate=PEAK, schedule=name, warmup_steps=W, end_learning_rate=END)
+  s = optim.make_schedule(cfg, N)
+  for t in STEPS:
+    expected = t / W * PEAK if t < W else CLOSED_FORMS[name](t)
+    assert lr(s, t) == pytest.approx(expected, rel=1e-5, abs=1e-12), (name, t)
+  if name != "constant":  # Without warm-up the decay starts at step 0 (from peak).
+    s = optim.make_schedule(dataclasses.replace(cfg, warmup_steps=0), N)
+    assert lr(s, 0) == pytest.approx(PEAK)
+    assert lr(s, N // 2) < 0.75 * PEAK
+
+
+def test_constant_schedule_without_warmup_is_constant():
+  s = optim.make_schedule(optim.OptConfig(learning_rate=3e-4, schedule="constant"), 100)
+  assert [lr(s, t) for t in (0, 1, 50, 99, 100, 10_000)] == pytest.approx([3e-4] * 6)
 
 
 def test_linear_and_cosine_end_values():
