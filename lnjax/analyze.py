@@ -22,6 +22,7 @@ import sys
 from absl import app, flags, logging
 
 import lnjax  # noqa: F401  (allocator settings before JAX starts)
+from lnjax import fileio
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The run's workdir.", required=True)
 _STEP = flags.DEFINE_string("step", "latest", "init | latest | a checkpoint step.")
@@ -46,6 +47,9 @@ def load(workdir: str, step: str):
     setup = state_lib.make_setup(run.model, run.opt, run.train.num_steps, task=run.task)
     return (*unrolled(run, setup, state_lib.init_state(setup, mesh, run.seed).params),
             "init")
+  if step != "latest" and not step.isdigit():
+    from lnjax import errors
+    raise errors.LnjaxError(f"--step={step!r} must be init, latest or a checkpoint step")
   restored = checkpoint.restore_run(workdir, None if step == "latest" else int(step), mesh)
   return (*unrolled(restored.run, restored.setup, restored.state.params),
           str(restored.step))
@@ -89,9 +93,8 @@ def analyze(workdir: str, step: str = "latest", num_batches: int = 4, lr: float 
       "update_ratios": probes.update_ratios(grads, params, run.opt, lr), "update_lr": lr,
   }
   out = os.path.join(workdir, "analysis", label)
-  os.makedirs(out, exist_ok=True)
-  with open(os.path.join(out, "analysis.json"), "w") as f:
-    json.dump(result, f, indent=1)
+  fileio.makedirs(out)
+  fileio.write_text(os.path.join(out, "analysis.json"), json.dumps(result, indent=1))
   _plots(result, out)
   _report(result, out)
   return result, out
@@ -169,8 +172,7 @@ def _report(result: dict, out: str) -> None:
     lines.append(f"| {path} | {r['in_sq']:.3f} | {r['out_sq']:.3f} | {j['spectral_norm']:.4f} | "
                  f"{j['sqrt_d_over_norm']:.4f} |")
   lines += ["", "![gradients](gradients.png)", ""]
-  with open(os.path.join(out, "report.md"), "w") as f:
-    f.write("\n".join(lines))
+  fileio.write_text(os.path.join(out, "report.md"), "\n".join(lines))
 
 
 def main(argv):
@@ -180,8 +182,12 @@ def main(argv):
   try:
     result, out = analyze(_WORKDIR.value, _STEP.value, _BATCHES.value, _LR.value)
   except errors.LnjaxError as e:
-    print(f"error: {e}", file=sys.stderr)
+    print(f"lnjax: error: {e}", file=sys.stderr)
     sys.exit(e.exit_code)
+  except OSError as e:
+    print(f"lnjax: error: {e.strerror or e}{f': {e.filename}' if e.filename else ''}",
+          file=sys.stderr)
+    sys.exit(2)
   print(f"step {result['step']}: loss {result['loss']:.4f}; report, JSON and plots in {out}")
 
 

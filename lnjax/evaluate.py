@@ -14,7 +14,7 @@ import time
 import numpy as np
 import sacrebleu
 
-from lnjax import decode, errors, sharding
+from lnjax import decode, errors, fileio, sharding
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,9 +94,7 @@ def score_split(setup, params, data, split: str, cfg: DecodeConfig, mesh) -> dic
 
 
 def write_hypotheses(path: str, hypotheses: list[str]) -> None:
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  with open(path, "w") as f:
-    f.write("".join(h.replace("\n", " ") + "\n" for h in hypotheses))
+  fileio.write_text(path, "".join(h.replace("\n", " ") + "\n" for h in hypotheses))
 
 
 
@@ -109,13 +107,20 @@ def predict(workdir: str, split: str | None = None, checkpoint: str = "best") ->
   from lnjax import checkpoint as ckpt_lib
 
   folder = "best_checkpoint" if checkpoint == "best" else "checkpoints"
+  if checkpoint not in ("best", "latest") and not checkpoint.isdigit():
+    raise errors.LnjaxError(f"--checkpoint={checkpoint!r} must be best, latest or a step")
   step = None if checkpoint in ("best", "latest") else int(checkpoint)
+  config = ckpt_lib.load_config(workdir)
+  if config is None:
+    raise errors.CheckpointError(f"{workdir} holds no {ckpt_lib.CONFIG_FILE}: not an lnjax "
+                                 "workdir")
+  task = config.get("task", "lm")
+  if task != "translation":
+    raise errors.LnjaxError(f"--mode=predict decodes translation runs; {workdir} is a "
+                            f"{task} run")
   mesh = sharding.make_mesh(sharding.MeshConfig())
   restored = ckpt_lib.restore_run(workdir, step=step, mesh=mesh, folder=folder)
   run = restored.run
-  if run.task.name != "translation":
-    raise errors.LnjaxError(f"--mode=predict decodes translation runs; {workdir} is a "
-                            f"{run.task.name} run")
   data = run.task.make_data(run.data, run.seed, 0, 1, mesh.shape["data"] * mesh.shape["fsdp"])
   split = split or run.data.test_split
   if split not in data.splits:
@@ -127,6 +132,5 @@ def predict(workdir: str, split: str | None = None, checkpoint: str = "best") ->
   write_hypotheses(stem + ".hyp", result.pop("hypotheses"))
   result.update(split=split, step=restored.step, checkpoint=checkpoint,
                 beam_size=run.extra["decode"].beam_size, hypotheses_file=stem + ".hyp")
-  with open(stem + ".json", "w") as f:
-    json.dump(result, f, indent=2)
+  fileio.write_text(stem + ".json", json.dumps(result, indent=2) + "\n")
   return result

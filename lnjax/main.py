@@ -2,8 +2,9 @@
 
 Presets go in the config argument (--config=configs/lm.py:norm=post,smoke), one-off
 changes in flags (--config.opt.learning_rate=3e-4). Exit codes: 0 completed, 2 a bad
-config, workdir, data set or checkpoint (one line on stderr), 3 diverged (NaN/Inf loss),
-143 stopped by SIGTERM after saving a checkpoint.
+config, workdir, data set or checkpoint, or a failed write such as a full disk (one line
+on stderr), 3 diverged (a NaN/Inf loss, or one above train.divergence_factor × ln V), 143
+stopped by SIGTERM after saving a checkpoint.
 """
 
 import os
@@ -44,15 +45,26 @@ def _fail(message: str, code: int = 2):
 def _parse_flags(argv):
   """absl's parsing, with any error reported as one line (no traceback, no usage text)."""
   try:
-    return flags.FLAGS(argv)
+    remaining = flags.FLAGS(argv)
   except Exception as e:  # Flag, config-file and config-value errors all land here.
-    cause = e
-    while cause is not None and not isinstance(cause, errors.LnjaxError):
-      cause = cause.__cause__ or cause.__context__
-    if cause is not None:
-      _fail(_last_error_line(str(cause)))
-    override = _unknown_override(argv)
-    _fail(f"unknown config key {override}" if override else _last_error_line(str(e)))
+    _fail_parsing(e, argv)
+  if _CONFIG.value is not None:
+    try:  # A file that failed to load is a placeholder that raises on first use.
+      _CONFIG.value.keys()
+    except OSError as e:
+      lines = [l.strip() for l in str(e.__cause__ or e).splitlines() if l.strip()]
+      _fail(f"--config: {lines[-1] if lines else e}")
+  return remaining
+
+
+def _fail_parsing(e: Exception, argv):
+  cause = e
+  while cause is not None and not isinstance(cause, errors.LnjaxError):
+    cause = cause.__cause__ or cause.__context__
+  if cause is not None:
+    _fail(_last_error_line(str(cause)))
+  override = _unknown_override(argv)
+  _fail(f"unknown config key {override}" if override else _last_error_line(str(e)))
 
 
 def _last_error_line(message: str) -> str:
@@ -82,7 +94,9 @@ def _unknown_override(argv) -> str | None:
 def main(argv):
   if len(argv) > 1:
     _fail(f"unexpected arguments: {' '.join(argv[1:])}")
-  logging.set_verbosity(logging.WARNING)
+  # No absl log lines: orbax logs a failed background save (a full disk) with its
+  # traceback; the error then reaches the loop, which reports it in one line.
+  logging.set_verbosity(logging.FATAL)
   if _DISTRIBUTED.value or _COORDINATOR.value:
     _initialize_distributed()
   from lnjax import evaluate, train  # Imported late: JAX starts after flags are checked.
@@ -99,6 +113,9 @@ def main(argv):
     summary = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   except errors.LnjaxError as e:
     _fail(str(e), e.exit_code)
+  except OSError as e:  # A full disk, a lost mount: the run resumes from its last checkpoint.
+    _fail(f"{e.strerror or e}{f': {e.filename}' if e.filename else ''}; fix it and run the "
+          "same command to resume")
   import jax
   if jax.process_index() == 0:
     print_summary(summary)

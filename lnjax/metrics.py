@@ -5,9 +5,14 @@ to TensorBoard event files; plus the console progress line. Only process 0 write
 import json
 import math
 import os
+import sys
 import time
 
 import jax
+
+from lnjax import fileio
+
+METRICS_FILE = "metrics.jsonl"
 
 
 class MetricWriter:
@@ -15,7 +20,7 @@ class MetricWriter:
 
   def __init__(self, workdir: str, tensorboard: bool = True):
     self.enabled = jax.process_index() == 0
-    self.path = os.path.join(workdir, "metrics.jsonl")
+    self.path = os.path.join(workdir, METRICS_FILE)
     self._tb = None
     if self.enabled and tensorboard:
       from tensorboardX import SummaryWriter  # No TensorFlow needed.
@@ -25,8 +30,7 @@ class MetricWriter:
     if not self.enabled:
       return
     record = {"step": int(step), **{k: _jsonable(v) for k, v in scalars.items()}}
-    with open(self.path, "a") as f:
-      f.write(json.dumps(record) + "\n")
+    fileio.append_text(self.path, json.dumps(record) + "\n")
     if self._tb is not None:
       for k, v in scalars.items():
         self._tb.add_scalar(k, float(v), int(step))
@@ -51,13 +55,42 @@ def per_weight_norms(tree, prefix: str) -> dict:
 
 
 def read_metrics(workdir: str) -> list[dict]:
-  """The records of `metrics.jsonl`; a later record for the same step and keys wins
-  (a resumed run rewrites the steps after its checkpoint)."""
-  path = os.path.join(workdir, "metrics.jsonl")
-  if not os.path.exists(path):
+  """The records of `metrics.jsonl`, in order. A line that is not a JSON record (the last
+  one cut by a kill or a full disk) is left out with a warning."""
+  path = os.path.join(workdir, METRICS_FILE)
+  text = fileio.read_text(path)
+  if text is None:
     return []
-  with open(path) as f:
-    return [json.loads(line) for line in f if line.strip()]
+  records = []
+  for number, line in enumerate(text.splitlines(), 1):
+    if not line.strip():
+      continue
+    try:
+      record = json.loads(line)
+      if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+        raise ValueError("not a record with a step")
+    except ValueError:
+      print(f"warning: {path} line {number} is not a JSON record (cut by an interrupted "
+            f"write?): {line[:60]!r}; left out", file=sys.stderr, flush=True)
+      continue
+    records.append(record)
+  return records
+
+
+def truncate_metrics(workdir: str, step: int) -> None:
+  """Drops the records logged after `step` (and any unreadable line): a run resumed from
+  the checkpoint of `step` logs those steps again, so its metrics.jsonl then equals an
+  uninterrupted run's record for record."""
+  if jax.process_index() != 0:
+    return
+  path = os.path.join(workdir, METRICS_FILE)
+  text = fileio.read_text(path)
+  if text is None:
+    return
+  kept = [r for r in read_metrics(workdir) if r["step"] <= step]
+  new = "".join(json.dumps(r) + "\n" for r in kept)
+  if new != text:
+    fileio.write_text(path, new)
 
 
 class Progress:

@@ -24,6 +24,7 @@ class TrainConfig:
   keep_checkpoints: int = 3
   tensorboard: bool = True
   log_grad_norms: bool = False
+  divergence_factor: float = 1e4  # Diverged: train loss > this × ln V; 0 = NaN/Inf only.
 
   def __post_init__(self):
     for key in ("num_steps", "log_every_steps", "eval_every_steps", "checkpoint_every_steps",
@@ -33,6 +34,7 @@ class TrainConfig:
         raise errors.ConfigError(f"train.{key}={value!r} must be an integer >= 1")
     errors.check_range("train.label_smoothing", self.label_smoothing, low=0.0, high=1.0,
                        high_open=True)
+    errors.check_range("train.divergence_factor", self.divergence_factor, low=0.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +73,10 @@ def resolve_config(config: ml_collections.ConfigDict) -> RunConfig:
   extra = {name: config_lib.from_config(cls, name, config[name].to_dict())
            for name, cls in task.sections.items()}
   run = RunConfig(task=task, **parts, seed=seed, extra=extra)
+  if run.opt.warmup_steps > run.train.num_steps:
+    raise errors.ConfigError(
+        f"opt.warmup_steps={run.opt.warmup_steps} exceeds train.num_steps="
+        f"{run.train.num_steps}: the run would never reach its peak learning rate")
   length = getattr(run.data, "seq_len", None) or getattr(run.data, "max_len", 0)
   if length > run.model.max_len:
     raise errors.ConfigError(f"data's sequence length {length} exceeds "

@@ -18,17 +18,19 @@ from absl import logging
 from jax.experimental import multihost_utils
 
 from lnjax import checkpoint as ckpt_lib
-from lnjax import errors, metrics as metrics_lib, optim, run as run_lib, sharding
+from lnjax import errors, fileio, lock as lock_lib, metrics as metrics_lib, optim
+from lnjax import run as run_lib, sharding
 from lnjax import state as state_lib, tasks
 from lnjax.models import count_params, transformer
 
 # Exit statuses of a run (lnjax.main turns them into exit codes).
 COMPLETED, DIVERGED, PREEMPTED = "completed", "diverged", "preempted"
+RUNNING = "running"  # summary.json while the run trains (its wall time so far).
 
 # Keys that may change between an interrupted run and its resumption.
 RESUMABLE_KEYS = ("train.num_steps", "train.log_every_steps", "train.eval_every_steps",
                   "train.checkpoint_every_steps", "train.keep_checkpoints", "train.tensorboard",
-                  "train.log_grad_norms",
+                  "train.log_grad_norms", "train.divergence_factor",
                   "data.data_dir", "data.cache_dir", "mesh.data", "mesh.fsdp", "mesh.model",
                   "mesh.dcn_data", "mesh.dcn_fsdp", "mesh.dcn_model")
 
@@ -124,13 +126,17 @@ def prepare_workdir(workdir: str, config: ml_collections.ConfigDict) -> bool:
   return True
 
 
-def _earlier_wall_seconds(workdir: str) -> float:
-  """Wall time of a resumed run's earlier segments: its last summary.json's."""
+SUMMARY_FILE = "summary.json"
+
+
+def _earlier_summary(workdir: str) -> dict:
+  """The summary.json an earlier segment of the run left (written at every log line and
+  checkpoint while it trains, and at its end); {} if none is readable."""
   try:
-    with open(os.path.join(workdir, "summary.json")) as f:
-      return float(json.load(f).get("wall_seconds") or 0.0)
+    summary = json.loads(fileio.read_text(os.path.join(workdir, SUMMARY_FILE)) or "{}")
   except (OSError, ValueError):
-    return 0.0
+    return {}
+  return summary if isinstance(summary, dict) else {}
 
 
 def _best_so_far(workdir: str, name: str | None):
@@ -175,12 +181,27 @@ def _diff_keys(a: dict, b: dict, prefix: str = "") -> list[str]:
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
-  """Trains (or resumes) the run in `workdir`; returns its summary (also summary.json)."""
+  """Trains (or resumes) the run in `workdir`; returns its summary (also summary.json).
+
+  The workdir is locked while the run trains: a second run on it is refused with one line.
+  """
   run = run_lib.resolve_config(config)
   resuming = prepare_workdir(workdir, config)
+  if jax.process_index() != 0:  # Process 0 holds the lock for the whole run.
+    return _train_and_evaluate(config, run, workdir, resuming)
+  with lock_lib.WorkdirLock(workdir) as lock:
+    if lock.previous_holder:
+      log(f"Taking over the lock of {lock.previous_holder}, which ended without releasing it.")
+    return _train_and_evaluate(config, run, workdir, resuming)
+
+
+def _train_and_evaluate(config: ml_collections.ConfigDict, run: run_lib.RunConfig,
+                        workdir: str, resuming: bool) -> dict:
   t_start = time.perf_counter()
-  # The summary's wall_seconds is the run's, over every segment, not the last segment's.
-  earlier_seconds = _earlier_wall_seconds(workdir) if resuming else 0.0
+  # The summary's wall_seconds is the run's, over every segment (those ended by kill -9
+  # too, up to their last log line), not the last segment's.
+  earlier = _earlier_summary(workdir) if resuming else {}
+  earlier_seconds = float(earlier.get("wall_seconds") or 0.0)
 
   # Devices, then data: this process's slice of every global batch, in batches that split
   # evenly over the mesh's batch axes.
@@ -222,14 +243,17 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                                      run.train.keep_checkpoints)
   train_iter = data.train_iter()
   restored = checkpoints.restore_latest(state_lib.abstract_state(setup, mesh))
+  train_sums = {}  # Running sums of the current logging window (saved with checkpoints).
   if restored is not None:
-    state, data_state = restored
+    state, data_state, train_sums = restored
     train_iter.set_state(data_state)
     log(f"Resuming {workdir} from step {int(state.step)}.")
   else:
     if resuming:
       log(f"{workdir} holds a config but no checkpoint: starting from step 0.")
     state = state_lib.init_state(setup, mesh, run.seed)
+  # Records after the checkpoint are logged again, as an uninterrupted run logged them.
+  metrics_lib.truncate_metrics(workdir, int(state.step))
   ckpt_lib.save_config(workdir, config)
   writer = metrics_lib.MetricWriter(workdir, run.train.tensorboard)
   num_params = count_params(state.params)
@@ -245,7 +269,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
   eval_batches = [sharding.global_batch(b, batch_sharding) for b in data.eval_batches()]
 
-  def evaluate(step: int) -> dict:
+  def evaluate(step: int, record: bool = True) -> dict:
     nonlocal best_value
     nll, count = 0.0, 0.0
     for batch in eval_batches:
@@ -258,7 +282,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     if run.task.extra_eval:
       scalars.update(run.task.extra_eval(setup, state.params, data, run, mesh, step,
                                          step >= run.train.num_steps))
-    writer.write(step, scalars)
+    if record:
+      writer.write(step, scalars)
     log(f"eval  step {step:>6}  " + "  ".join(
         f"{k[5:]} {v:.4f}" for k, v in scalars.items()))
     metric = scalars.get(run.task.best_metric) if best else None
@@ -272,13 +297,18 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   # the host ahead of the device); every step's loss is checked for NaN/Inf.
   progress = metrics_lib.Progress(run.train.num_steps, first_step)
   status, last_finite, diverged_at, last_eval = COMPLETED, None, None, {}
-  pending, train_sums = None, {}
+  pending, diverged_loss = None, None
+  # Divergence: a NaN/Inf loss, or one `divergence_factor` times the uniform guess's ln V
+  # (about the loss at initialization), which no run that is still learning reaches.
+  max_loss = (run.train.divergence_factor * math.log(data.vocab_size)
+              if run.train.divergence_factor else math.inf)
 
   def absorb(step: int, m) -> bool:
-    """Host-side handling of step `step`'s metrics; False if the loss is not finite."""
-    nonlocal last_finite, train_sums
+    """Host-side handling of step `step`'s metrics; False if the loss diverged."""
+    nonlocal last_finite, train_sums, diverged_loss
     m = {k: float(v) for k, v in jax.device_get(m).items()}
-    if not math.isfinite(m["train_loss"]):
+    if not math.isfinite(m["train_loss"]) or m["train_loss"] > max_loss:
+      diverged_loss = m["train_loss"]
       return False
     last_finite = (step, m["train_loss"])
     for k, v in m.items():
@@ -291,11 +321,43 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       writer.write(step, means)
       log(progress.line(step, means["train_loss"], m["learning_rate"], m["grad_norm"]))
       train_sums = {}
+      write_summary(RUNNING, step)
     return True
+
+  def summary(status: str, step: int) -> dict:
+    finished_before = first_step >= run.train.num_steps and earlier
+    lf = ((earlier.get("last_finite_step"), earlier.get("last_finite_train_loss"))
+          if finished_before else last_finite or (None, None))
+    return {
+        "status": status,
+        "step": step,
+        "num_steps": run.train.num_steps,
+        "norm_position": run.model.norm_position,
+        "num_params": num_params,
+        "last_finite_train_loss": lf[1],
+        "last_finite_step": lf[0],
+        "eval_loss": last_eval.get("eval_loss"),
+        "eval_perplexity": last_eval.get("eval_perplexity"),
+        "unigram_baseline": unigram,
+        "steps_per_epoch": steps_per_epoch,  # None for streams without epochs.
+        **({run.task.best_metric: last_eval.get(run.task.best_metric),
+            f"best_{run.task.best_metric}": best_value} if run.task.best_metric else {}),
+        # A finished run asked again only re-evaluates: its wall time stays the training's.
+        "wall_seconds": round(earlier_seconds + (0.0 if finished_before else
+                                                 time.perf_counter() - t_start), 1),
+        "workdir": os.path.abspath(workdir),
+    }
+
+  def write_summary(status: str, step: int) -> dict:
+    s = summary(status, step)
+    if jax.process_index() == 0:
+      fileio.write_text(os.path.join(workdir, SUMMARY_FILE), json.dumps(s, indent=2) + "\n")
+    return s
 
   with _Preemption() as preemption:
     step = first_step
     while step < run.train.num_steps:
+      checkpoints.seal()
       local_batch = next(train_iter)
       progress.add_tokens(float(local_batch["weights"].sum()) * jax.process_count())
       batch = sharding.global_batch(local_batch, batch_sharding)
@@ -314,7 +376,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         pending = None
         if at_end or step % run.train.eval_every_steps == 0:
           last_eval = evaluate(step)
-        checkpoints.save(step, state, train_iter.get_state(), force=at_end or stop)
+        if checkpoints.save(step, state, train_iter.get_state(), force=at_end or stop,
+                            window=train_sums):
+          write_summary(RUNNING, step)
         progress.restart_clock(step)
         if stop and not at_end:
           status = PREEMPTED
@@ -322,11 +386,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
           break
     if first_step >= run.train.num_steps:  # Nothing left to train: report where it stands.
       log(f"{workdir} is already trained to step {first_step}.")
-      last_eval = evaluate(first_step)
+      logged = any("eval_loss" in r and r["step"] == first_step
+                   for r in metrics_lib.read_metrics(workdir))
+      last_eval = evaluate(first_step, record=not logged)
     if diverged_at is not None:
       status = DIVERGED
       lf = f"{last_finite[1]:.4f} at step {last_finite[0]}" if last_finite else "none"
-      log(f"Diverged: non-finite loss at step {diverged_at}; last finite loss {lf}.")
+      why = ("non-finite loss" if not math.isfinite(diverged_loss) else
+             f"loss {diverged_loss:.4g} above train.divergence_factor × ln V = {max_loss:.4g}")
+      log(f"Diverged: {why} at step {diverged_at}; last finite loss {lf}.")
 
   checkpoints.wait()
   checkpoints.close()
@@ -334,28 +402,4 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     best.wait()
     best.close()
   writer.close()
-  summary = {
-      "status": status,
-      "step": diverged_at if status == DIVERGED else step,
-      "num_steps": run.train.num_steps,
-      "norm_position": run.model.norm_position,
-      "num_params": num_params,
-      "last_finite_train_loss": last_finite[1] if last_finite else None,
-      "last_finite_step": last_finite[0] if last_finite else None,
-      "eval_loss": last_eval.get("eval_loss"),
-      "eval_perplexity": last_eval.get("eval_perplexity"),
-      "unigram_baseline": unigram,
-      "steps_per_epoch": steps_per_epoch,  # None for streams without epochs.
-      **({run.task.best_metric: last_eval.get(run.task.best_metric),
-          f"best_{run.task.best_metric}": best_value} if run.task.best_metric else {}),
-      # A finished run asked again only re-evaluates: its wall time stays the training's.
-      "wall_seconds": round(earlier_seconds + (0.0 if first_step >= run.train.num_steps
-                                               and earlier_seconds else
-                                               time.perf_counter() - t_start), 1),
-      "workdir": os.path.abspath(workdir),
-  }
-  if jax.process_index() == 0:
-    with open(os.path.join(workdir, "summary.json"), "w") as f:
-      json.dump(summary, f, indent=2)
-      f.write("\n")
-  return summary
+  return write_summary(status, diverged_at if status == DIVERGED else step)
