@@ -5,16 +5,19 @@ r"""IWSLT14 German→English, the paper's translation setting (Xiong et al. 2020
 The paper's model (fairseq's transformer_iwslt_de_en): 6+6 layers, d_model 512, FFN 1024,
 4 heads, dropout 0.3, shared embeddings; Adam (β₂ 0.98), label smoothing 0.1, batches of
 4096 tokens. Data: fairseq's prepared layout (prepare-iwslt14.sh: Moses-tokenized,
-lowercased) with a joint SentencePiece vocabulary of 10,000 trained on the train split.
-The train split is yours to supply (see lnjax/data/mt_builders.py for where it goes);
-validation and test come with the data dir. BLEU is tokenized BLEU on that text
+lowercased) with a joint BPE vocabulary of 10,000 (SentencePiece) trained on the train
+split. Prepare it once with
+
+  python -m lnjax.data.prepare iwslt14_de_en
+
+(downloads the TED archive, cleans, tokenizes and splits it as fairseq does). BLEU is tokenized BLEU on that text
 (sacreBLEU tokenize='none'), as fairseq's `--scoring bleu` and the paper report, beam 5.
 
 Presets (comma-separated after the colon):
   norm=pre     Pre-LN, no warm-up, lr 5e-4, ×0.1 at epoch 8 (the paper's Pre-LN schedule)
   norm=post    Post-LN, 4000 warm-up steps then inverse square root, lr 5e-4
   dir=de-en|en-de   translation direction
-  smoke        a few steps of a tiny model (needs the train split, as the full run does)
+  smoke        a few steps of a tiny model (on the prepared data, as the full run)
 """
 
 from lnjax import config_lib
@@ -26,6 +29,7 @@ def get_config(arg=None):
   c.data.name = "iwslt14_de_en"
   c.data.source_lang, _, c.data.target_lang = presets.get("dir", "de-en").partition("-")
   c.data.vocab_size = 10000
+  c.data.sp_model_type = "bpe"  # fairseq's joint BPE of 10k.
   c.data.max_tokens = 4096
   c.data.lowercase = True
   c.data.eval_splits = ("validation",)

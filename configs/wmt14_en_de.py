@@ -7,18 +7,21 @@ SentencePiece vocabulary of 32,000; Adam (β₂ 0.98), label smoothing 0.1, abou
 target tokens per step (fairseq's 8 GPUs × 3584). A GPU/TPU-slice run (see BUILD.md);
 on a CPU use the `smoke` preset or Multi30k.
 
-Data: the train split is yours to supply as plain text files (lnjax/data/mt_builders.py
-says where, and how to get it online through the TFDS catalog, `wmt14_translate/de-en`);
-newstest2014 (full, 3,003 pairs) comes with the data dir and is both the evaluation and
-the test split here (add newstest2013 as described there for a separate dev set). BLEU
-is sacreBLEU on detokenized, cased output.
+Data: the TFDS catalog's `wmt14_translate/de-en` (Europarl v7, Common Crawl, News
+Commentary v9: 4.5M pairs; validation newstest2013, test newstest2014), read as
+array_record from the TFDS data dir. Prepare it once where the WMT sites are reachable:
+
+  python -m lnjax.data.prepare wmt14_en_de [--tfds_data_dir=gs://bucket/tfds]
+
+then point data.tfds_data_dir (or TFDS_DATA_DIR) at that dir. BLEU is sacreBLEU on
+detokenized, cased output.
 
 Presets (comma-separated after the colon):
   norm=pre     Pre-LN, no warm-up, lr 7e-4 held until epoch 6, then inverse square root
                (the paper's WMT14 Pre-LN schedule; lr=1.5e-3 is its other setting)
   norm=post    Post-LN, 4000 warm-up steps then inverse square root, lr 7e-4
   dir=en-de|de-en   translation direction
-  smoke        a few steps of a tiny model (needs the train split, as the full run does)
+  smoke        a few steps of a tiny model (on the prepared data, as the full run)
 """
 
 from lnjax import config_lib
@@ -27,12 +30,12 @@ from lnjax import config_lib
 def get_config(arg=None):
   presets = config_lib.parse_arg(arg, norm=("post", "pre"), dir=("en-de", "de-en"), smoke=None)
   c = config_lib.translation_config()
-  c.data.name = "wmt14_de_en"
+  c.data.name = "tfds:wmt14_translate/de-en"
   c.data.source_lang, _, c.data.target_lang = presets.get("dir", "en-de").partition("-")
   c.data.vocab_size = 32000
   c.data.sp_model_type = "bpe"
   c.data.max_tokens = 25_000
-  c.data.eval_splits = ("test",)
+  c.data.eval_splits = ("validation",)  # newstest2013
   c.data.test_split = "test"
   m = c.model
   m.num_layers, m.d_model, m.num_heads, m.d_ff = 6, 512, 8, 2048

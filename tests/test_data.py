@@ -92,9 +92,10 @@ def test_resolve_dirs_order(tmp_path, monkeypatch):
   monkeypatch.delenv("LNJAX_CACHE_DIR")
   monkeypatch.setenv("HOME", str(tmp_path / "home"))
   assert resolve_cache_dir(None) == tmp_path / "home" / ".cache" / "lnjax"
-  # Default: the repo's sibling shared data folder (or the cwd's).
+  # Default: the embedded corpora, then the repo's sibling shared data folder (or the cwd's).
   defaults = paths.data_dir_candidates(None)
-  assert defaults[0] == (REPO_ROOT.parent / "shared" / "data").resolve()
+  assert defaults[0] == paths.EMBEDDED_DIR
+  assert defaults[1] == (REPO_ROOT.parent / "shared" / "data").resolve()
   assert resolve_data_dir(None) in defaults
 
 
@@ -421,12 +422,14 @@ def test_missing_corpus(tmp_path):
     make_lm_data(LMDataConfig(data_dir=str(data), cache_dir=str(tmp_path / "c")), 0)
   msg = str(e.value)
   assert "\n" not in msg
-  assert str(data / "tiny_shakespeare" / "input.txt.gz") in msg
-  assert str(data / "tiny_shakespeare" / "input.txt") in msg
-  assert "github.com/karpathy/char-rnn" in msg and "LNJAX_DATA_DIR" in msg
+  # The folders searched, the URL it comes from, and where to put it (downloads are off
+  # in the tests: conftest sets LNJAX_DATA_OFFLINE).
+  assert str(data) in msg and "tiny_shakespeare" in msg
+  assert "https://raw.githubusercontent.com/karpathy/char-rnn/" in msg
+  assert str(tmp_path / "c" / "downloads" / "tiny_shakespeare") in msg
   assert not (tmp_path / "c" / "tfds").exists()  # failed before writing
 
-  with pytest.raises(DataError, match=r"wikitext-2-raw.*train\.txt\.gz"):
+  with pytest.raises(DataError, match=r"wikitext-2-raw.*train\.txt.*train_9\.txt"):
     make_lm_data(LMDataConfig(name="wikitext2_raw", data_dir=str(data)), 0)
 
 

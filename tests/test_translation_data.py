@@ -190,7 +190,7 @@ def test_user_supplied_train_iwslt(tmp_path):
   """train.{de,en} copied into fairseq_tok/ (here: a stand-in made of the
   valid set) becomes the train split; the pipeline runs end to end."""
   _require("iwslt14_de_en")
-  real = paths.resolve_data_dir(None) / "iwslt14_de-en" / "fairseq_tok"
+  real = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "iwslt14_de-en" / "fairseq_tok"
   folder = tmp_path / "data" / "iwslt14_de-en" / "fairseq_tok"
   folder.mkdir(parents=True)
   for split in ("valid", "test"):
@@ -267,7 +267,8 @@ def test_missing_corpus(tmp_path):
   with pytest.raises(DataError) as e:
     make_mt_data(MTDataConfig(data_dir=str(tmp_path / "none"), cache_dir=str(tmp_path / "c")), 0)
   msg = str(e.value)
-  assert "\n" not in msg and "multi30k/train.de.gz" in msg and "github.com/multi30k" in msg
+  assert "\n" not in msg and "raw.githubusercontent.com/multi30k/dataset/" in msg
+  assert str(tmp_path / "c" / "downloads" / "multi30k") in msg and "train.de.gz" in msg
 
 
 # ---------------------------------------------------------------------------

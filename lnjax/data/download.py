@@ -158,6 +158,13 @@ def part_urls(subdir: str, remote: Remote, mirror: str | None) -> list[str]:
   return [base + path for path, _ in remote.parts]
 
 
+def _describe(urls: list[str]) -> str:
+  """One URL, or the first and last of several parts (to be concatenated)."""
+  if len(urls) == 1:
+    return urls[0]
+  return f"the {len(urls)} parts {urls[0]} ... {urls[-1]} (concatenated)"
+
+
 _SEG = re.compile(r"<seg[^>]*>(.*)</seg>", re.IGNORECASE)
 
 
@@ -184,7 +191,7 @@ def fetch(subdir: str, filename: str, cache_dir=None, mirror: str | None = None)
   urls = part_urls(subdir, remote, mirror)
   if offline():
     raise paths.DataError(
-        f"downloads are off ({OFFLINE_ENV} is set): download {' + '.join(urls)} and put"
+        f"downloads are off ({OFFLINE_ENV} is set): download {_describe(urls)} and put"
         f" {name} into {folder}/ or into <data dir>/{subdir}/")
   parts_dir = folder / ".parts"
   try:

@@ -79,10 +79,10 @@ IWSLT_HOW_TO_GET = (
     " LNJAX_DATA_DIR at a folder holding them"
 )
 IWSLT_TRAIN_HOW_TO_GET = (
-    "run fairseq's examples/translation/prepare-iwslt14.sh (github.com/"
-    "facebookresearch/fairseq) and copy iwslt14.tokenized.de-en/tmp/"
-    "train.{de,en} (160,239 lines each; plain or gzipped) into"
-    " {data_dir}/iwslt14_de-en/fairseq_tok/"
+    "run `python -m lnjax.data.prepare iwslt14_de_en` (fairseq's prepare-iwslt14.sh in"
+    " Python: downloads the TED archive, writes {train,valid,test}.{de,en}.gz), or copy"
+    " fairseq's iwslt14.tokenized.de-en/tmp/train.{de,en} (160,239 lines each; plain or"
+    " gzipped) into {data_dir}/iwslt14_de-en/fairseq_tok/"
 )
 NEWSTEST_HOW_TO_GET = (
     "save WMT14 newstest2014 (the full de-en set, 3,003 lines; e.g."

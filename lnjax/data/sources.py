@@ -105,6 +105,14 @@ class TfdsSource(_External):
     except Exception as e:  # DatasetNotFoundError, a bad config or version
       raise paths.DataError(f"{self.name}: not a TFDS data set ({_one_line(e)})") from None
     if not builder.is_prepared():
+      from lnjax.data import download
+
+      if download.offline():
+        raise paths.DataError(
+            f"{self.name} is not prepared in {builder.data_dir} and downloads are off"
+            f" ({download.OFFLINE_ENV} is set); prepare it with `tfds build {spec}"
+            " --file_format=array_record --data_dir=DIR` and set data.tfds_data_dir"
+            " (or TFDS_DATA_DIR) to DIR")
       tfds.disable_progress_bar()
       try:
         builder.download_and_prepare(file_format="array_record")
