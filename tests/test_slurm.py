@@ -1,10 +1,12 @@
 """The SLURM back end of lnjax.sweep against a real single-node SLURM (Debian's slurmctld,
 slurmd and munge, started here in a temporary folder and stopped at the end): four runs
-through one job array, one of them cancelled with scancel while it trains; the same
-command again resubmits only that one, which resumes from its checkpoint."""
+through one job array; one of them is stopped twice while it trains, first by its time
+limit's warning, then by SLURM's requeue (what preemption does), and finishes in the same
+launch; a run cancelled with scancel stays stopped until the same command resubmits it."""
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -44,7 +46,9 @@ def _stop(pid_file: str) -> None:
 def slurm_env():
   """A one-node SLURM cluster of this machine's CPUs; yields the environment (SLURM_CONF)
   its commands need. The steps are CLUSTER_NOTES.md's, with everything in one folder;
-  KillWait (SIGTERM to SIGKILL) is long enough for a checkpoint on a busy machine."""
+  KillWait (SIGTERM to SIGKILL) is long enough for a checkpoint on a busy machine;
+  cred_expire (how long a requeued job waits, 120 s by default) and the scheduler's
+  intervals are short, so a requeued task starts again within seconds."""
   missing = [d for d in DAEMONS if shutil.which(d) is None]
   if missing:
     pytest.skip(f"SLURM/munge not installed ({', '.join(missing)} missing): apt-get install "
@@ -71,7 +75,7 @@ SlurmctldHost={host}(127.0.0.1)
 SlurmctldPort={_free_port()}
 SlurmdPort={_free_port()}
 AuthType=auth/munge
-AuthInfo=socket={socket_path}
+AuthInfo=socket={socket_path},cred_expire=5
 CredType=cred/munge
 SlurmUser=root
 SlurmdUser=root
@@ -89,6 +93,7 @@ JobAcctGatherType=jobacct_gather/none
 MpiDefault=none
 ReturnToService=2
 KillWait=120
+SchedulerParameters=sched_interval=1,bf_interval=1
 NodeName={host} NodeAddr=127.0.0.1 CPUs={os.cpu_count()} RealMemory=1000 State=UNKNOWN
 PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
 """)
@@ -120,7 +125,25 @@ def _sweep(env, config, root):
       cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def test_job_array_with_a_cancelled_run_finishes_on_resubmission(slurm_env, tmp_path):
+def _wait_for(condition, proc, what):
+  deadline = time.time() + 600  # Seconds on an idle machine; minutes on a busy one.
+  while not condition():
+    assert proc.poll() is None, proc.stdout.read()
+    assert time.time() < deadline, f"no {what} in 600 s"
+    time.sleep(0.1)
+
+
+def _resumed_from(workdir) -> list[int]:
+  log = open(workdir / "log.txt").read()
+  return [int(m) for m in re.findall(r"from step (\d+)\.", log)]
+
+
+def _last_step(workdir) -> int:
+  return max((r["step"] for r in launcher.read_metrics(str(workdir)) if "train_loss" in r),
+             default=0)
+
+
+def test_job_array_requeues_its_stopped_runs_and_keeps_cancelled_ones(slurm_env, tmp_path):
   config = tmp_path / "sweep_config.py"
   config.write_text(
       "from configs import lm\nfrom lnjax import sweep\n\n"
@@ -128,32 +151,45 @@ def test_job_array_with_a_cancelled_run_finishes_on_resubmission(slurm_env, tmp_
       "  c = lm.get_config('smoke')\n  c.mesh.data = 1\n  c.train.num_steps = 4\n"
       "  c.train.log_every_steps = 1\n  c.train.eval_every_steps = 100000\n"
       "  c.train.checkpoint_every_steps = 100000\n  c.data.eval_batches = 1\n  return c\n\n"
-      "def get_sweep(arg=None):\n  return sweep.chain(sweep.axis('seed', [0, 1, 2]),"
-      " [{'seed': 3, 'train.num_steps': 1000}])\n")
+      "def get_sweep(arg=None):\n  return [{'seed': 0}, {'seed': 1, 'train.num_steps': 400},"
+      " {'seed': 2, 'train.num_steps': 300}]\n")
   root = tmp_path / "sweep"
-  long = root / "seed=3,steps=1000"
+  requeued, cancelled = root / "seed=1,steps=400", root / "seed=2,steps=300"
 
   proc = _sweep(slurm_env, config, root)
   try:
-    deadline = time.time() + 600  # Seconds on an idle machine; minutes on a busy one.
-    while time.time() < deadline and not launcher.read_metrics(str(long)):
-      assert proc.poll() is None, proc.stdout.read()
-      time.sleep(0.1)
-    job = json.load(open(root / "sweep.json"))["runs"][long.name]["job"]
-    subprocess.run(["scancel", job], env=slurm_env, check=True)
+    _wait_for(lambda: launcher.read_metrics(str(requeued)), proc, "step of seed=1")
+    jobs = {n: e["job"] for n, e in json.load(open(root / "sweep.json"))["runs"].items()}
+    # The time limit's warning (--signal=B:USR1): the task stops its run and requeues itself.
+    subprocess.run(["scancel", "--batch", "--signal=USR1", jobs[requeued.name]],
+                   env=slurm_env, check=True)
+    _wait_for(lambda: launcher.read_metrics(str(cancelled)), proc, "step of seed=2")
+    subprocess.run(["scancel", jobs[cancelled.name]], env=slurm_env, check=True)
+    _wait_for(lambda: _resumed_from(requeued) and _last_step(requeued) > _resumed_from(
+        requeued)[0], proc, "step after the first requeue")
+    # Preemption (PreemptMode=REQUEUE) and an administrator's requeue: SLURM stops the run.
+    subprocess.run(["scontrol", "requeue", jobs[requeued.name]], env=slurm_env, check=True)
     out, _ = proc.communicate(timeout=600)
   finally:
     if proc.poll() is None:
       proc.kill()
-  assert proc.returncode == 1, out  # One run unfinished.
+  assert proc.returncode == 1, out  # The cancelled run is unfinished.
   manifest = json.load(open(root / "sweep.json"))["runs"]
   assert {n: e["state"] for n, e in manifest.items()} == {
-      "seed=0": "completed", "seed=1": "completed", "seed=2": "completed",
-      long.name: "interrupted"}, out
+      "seed=0": "completed", requeued.name: "completed", cancelled.name: "interrupted"}, out
   assert len({e["job"].split("_")[0] for e in manifest.values()}) == 1  # One job array.
-  stopped = json.load(open(long / "summary.json"))
-  assert stopped["status"] == "preempted" and 0 < stopped["step"] < 1000, out
-  assert os.listdir(long / "checkpoints") == [str(stopped["step"])]
+  assert manifest[requeued.name]["requeues"] == 2 and manifest[requeued.name]["attempts"] == 1
+  assert out.count(f"requeued  {requeued.name}") == 2, out
+  log = open(requeued / "log.txt").read()
+  assert [f"(restart {i})" in log for i in range(3)] == [True] * 3, log
+  assert log.count("=== time limit near: requeued") == 1
+  first, second = _resumed_from(requeued)
+  assert 0 < first < second < 400, log
+  steps = [r["step"] for r in launcher.read_metrics(str(requeued)) if "train_loss" in r]
+  assert sorted(steps) == list(range(1, 401))  # Every step logged once, none lost.
+  stopped = json.load(open(cancelled / "summary.json"))  # scancel: no requeue.
+  assert stopped["status"] == "preempted" and 0 < stopped["step"] < 300, out
+  assert os.listdir(cancelled / "checkpoints") == [str(stopped["step"])]
 
   proc = _sweep(slurm_env, config, root)
   try:
@@ -162,12 +198,12 @@ def test_job_array_with_a_cancelled_run_finishes_on_resubmission(slurm_env, tmp_
     if proc.poll() is None:
       proc.kill()
   assert proc.returncode == 0, out
-  assert "4 runs, 3 already finished, 0 still in SLURM, 1 to submit" in out
+  assert "3 runs, 2 already finished, 0 still in SLURM, 1 to submit" in out
   manifest = json.load(open(root / "sweep.json"))["runs"]
   assert all(e["state"] == "completed" for e in manifest.values()), manifest
-  assert manifest[long.name]["attempts"] == 2 and manifest["seed=0"]["attempts"] == 1
-  log = open(long / "log.txt").read()
-  assert log.count("slurm job") == 2 and f"from step {stopped['step']}" in log
-  steps = [r["step"] for r in launcher.read_metrics(str(long)) if "train_loss" in r]
-  assert sorted(steps) == list(range(1, 1001))  # Every step logged once, none lost.
-  assert len(os.listdir(root / "slurm")) == 2 + 5  # Two scripts, five array tasks' output.
+  assert manifest[cancelled.name]["attempts"] == 2 and manifest["seed=0"]["attempts"] == 1
+  log = open(cancelled / "log.txt").read()
+  assert log.count("slurm job") == 2 and _resumed_from(cancelled) == [stopped["step"]], log
+  steps = [r["step"] for r in launcher.read_metrics(str(cancelled)) if "train_loss" in r]
+  assert sorted(steps) == list(range(1, 301))
+  assert len(os.listdir(root / "slurm")) == 2 + 4  # Two scripts, four array tasks' output.

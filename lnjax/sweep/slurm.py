@@ -6,17 +6,26 @@ one run per array task, in the local launcher's run folders, manifest and progre
       [--sbatch_args="--partition=gpu --gpus-per-node=8 --time=04:00:00"] [--nowait]
 
 Each launch writes ROOT/slurm/array_<k>.sbatch, in which array task i trains the i-th
-run left to do, and submits it with sbatch. A task takes the run's lock
-(ROOT/<name>/.lock, flock: a run is never trained by two jobs at once) and starts
+run left to do, and submits it with sbatch. A task takes the run's sweep lock
+(ROOT/<name>/.sweep.lock, flock: a run is never trained by two jobs at once) and starts
 `python -m lnjax.main`; a run on several nodes through srun, one process per node,
-joined by `--distributed` (jax.distributed reads the SLURM environment). SIGTERM, from
-scancel or two minutes before the time limit, makes the run save a checkpoint and exit
-143 (SlurmLauncher.script says how it reaches the processes).
+joined by `--distributed` (jax.distributed reads the SLURM environment). SIGTERM makes
+the run save a checkpoint and exit 143 (SlurmLauncher.script says how it reaches the
+processes).
 
-The launcher waits for the array (polling squeue), then records each run's state. The
-same command again submits only the runs neither finished nor still queued or running
-in SLURM: a cancelled, preempted or failed run resumes from its checkpoint. The run
-folders and this checkout must be on a file system every node shares.
+Preemption and time limits requeue a run by SLURM's own means: the tasks are submitted
+with `--requeue`, so a preemption (PreemptMode=REQUEUE), a node failure or an
+`scontrol requeue` stops the run with SIGTERM and puts the task back in the queue; two
+minutes before the time limit SLURM sends the batch script SIGUSR1
+(`--signal=B:USR1@120`), and the script stops the run and requeues its own task. The
+requeued task starts again from the script's top (after the cluster's cred_expire, 120 s
+by default) and resumes from the checkpoint. `scancel` stops a run for good.
+
+The launcher waits for the array (polling squeue; a requeued task is still in it), then
+records each run's state. The same command again submits only the runs neither finished
+nor still queued or running in SLURM: a cancelled or failed run resumes from its
+checkpoint. The run folders and this checkout must be on a file system every node
+shares.
 """
 
 import hashlib
@@ -33,7 +42,8 @@ from lnjax.sweep import launcher
 
 QUEUED = "queued"  # Submitted; waiting for an allocation.
 EXIT_LOCKED = 75  # An array task whose run another job holds.
-SIGNAL_SECONDS = 120  # SIGTERM this long before the time limit: the runs save and stop.
+RUN_LOCK = ".sweep.lock"  # Beside lnjax.main's own .lock, which the run takes itself.
+SIGNAL_SECONDS = 120  # SIGUSR1 this long before the time limit: the task requeues itself.
 _EXIT_LINE = re.compile(r"^=== slurm exit (-?\d+)$", re.M)
 
 
@@ -65,10 +75,10 @@ class SlurmLauncher(launcher.Launcher):
     """The sbatch script whose array task i trains runs[i].
 
     One node: the run is the batch script's child, and the script passes SIGTERM on to
-    it (scancel sends it to both; the time limit, --signal=B:TERM, to the script). Several:
-    srun starts a process per node and SLURM signals them itself (--signal=TERM); a
-    plain scancel makes srun kill them at once, so `scancel --signal=TERM` stops such a
-    run with a checkpoint.
+    it (scancel and a requeue send it to both). Several: srun starts a process per node
+    and SLURM signals them itself; a plain scancel makes srun kill them at once, so
+    `scancel --signal=TERM` stops such a run with a checkpoint. SIGUSR1 to the script
+    (the time limit's warning) stops the run the same way, then requeues the task.
     """
     slurm_dir = os.path.join(os.path.abspath(self.root), "slurm")
     cases = "\n".join(
@@ -85,27 +95,37 @@ class SlurmLauncher(launcher.Launcher):
 #SBATCH --ntasks-per-node=1
 #SBATCH --chdir={os.getcwd()}
 #SBATCH --output={slurm_dir}/%A_%a.out
-#SBATCH --signal={"" if several else "B:"}TERM@{SIGNAL_SECONDS}
+#SBATCH --open-mode=append
+#SBATCH --requeue
+#SBATCH --signal=B:USR1@{SIGNAL_SECONDS}
 set -u
 case "$SLURM_ARRAY_TASK_ID" in
 {cases}
 esac
 # The run's lock, held until the task ends: never two jobs on one run.
-exec 9>>"$RUN/.lock"
+exec 9>>"$RUN/{RUN_LOCK}"
 if ! flock -n 9; then
   echo "$RUN: another job or launcher trains it; skipped"
   exit {EXIT_LOCKED}
 fi
-echo "=== $(date '+%F %T') slurm job ${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}} on \\
-${{SLURM_JOB_NODELIST}}: ${{CMD[*]}}" >> {log}
+echo "=== $(date '+%F %T') slurm job ${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}} \\
+(restart ${{SLURM_RESTART_COUNT:-0}}) on ${{SLURM_JOB_NODELIST}}: ${{CMD[*]}}" >> {log}
 # The run; exit 143: stopped by SIGTERM after saving a checkpoint.
 {"srun --kill-on-bad-exit=1 " if several else ""}"${{CMD[@]}}" >> {log} 2>&1 &
 child=$!
-trap '{":" if several else "kill -TERM $child 2>/dev/null"}' TERM
+stop() {{ {'scancel --signal=TERM "$SLURM_JOB_ID"' if several else 'kill -TERM $child 2>/dev/null'}; }}
+trap '{":" if several else "stop"}' TERM
+# The time limit is near: the run saves and stops, then the task goes back in the queue.
+requeue=0
+trap 'requeue=1; stop' USR1
 wait $child
 code=$?
 while kill -0 $child 2>/dev/null; do wait $child; code=$?; done
 echo "=== slurm exit $code" >> {log}
+if [ $requeue = 1 ] && [ $code = {launcher.EXIT_PREEMPTED} ]; then
+  echo "=== time limit near: requeued" >> {log}
+  scontrol requeue "$SLURM_JOB_ID"
+fi
 exit $code
 """
 
@@ -175,9 +195,13 @@ exit $code
           if run.name in live:
             state = launcher.RUNNING if live[run.name] in ("RUNNING", "COMPLETING") else QUEUED
             if state != self.states[run.name]:
-              self._record(run, state)
-              job = self.manifest["runs"][run.name]["job"]
-              self.view.event(f"{state:<9} {run.name} (job {job})")
+              entry = self.manifest["runs"][run.name]
+              if state == QUEUED:  # Back in the queue: requeued by SLURM or by itself.
+                self._record(run, state, requeues=entry.get("requeues", 0) + 1)
+              else:
+                self._record(run, state)
+              self.view.event(f"{'requeued' if state == QUEUED else state:<9} {run.name} "
+                              f"(job {entry['job']})")
           else:
             waiting.discard(run.name)
             self._finish_task(run)
