@@ -113,6 +113,22 @@ MUTANTS = [
       "warmup = lambda t: optax.linear_schedule(0.0, peak, w)(t + 1)",
       ("tests/test_optim.py::test_schedule_values_against_closed_forms",),
       "warm-up one step ahead: lr(t) = (t + 1)/W · peak"),
+    # ---- Source padding.
+    M("encoder_source_padding_unmasked", "lnjax/models/transformer.py",
+      "return stack(self.cfg, x_BxSxD, layers.padding_bias(src_BxS > 0),",
+      "return stack(self.cfg, x_BxSxD, jnp.zeros((1, 1, 1, 1)),",
+      ("tests/test_decode.py::test_padded_source_equals_the_sentence_alone",),
+      "the encoder's self-attention attends to padded source positions"),
+    M("cross_attention_source_padding_unmasked", "lnjax/models/transformer.py",
+      "layers.padding_bias(src_BxS > 0), deterministic=deterministic, decode=decode,",
+      "jnp.zeros((1, 1, 1, 1)), deterministic=deterministic, decode=decode,",
+      ("tests/test_decode.py::test_padded_source_equals_the_sentence_alone",),
+      "the decoder's cross-attention attends to padded source positions"),
+    M("beam_length_penalty_inverted", "lnjax/decode.py",
+      "return logp / (length.astype(jnp.float32) ** length_penalty)",
+      "return logp / (length.astype(jnp.float32) ** -length_penalty)",
+      ("tests/test_decode.py::test_beam_finds_the_best_sequence_when_all_can_be_enumerated",),
+      "beam search scores log p · length^α instead of log p / length^α"),
 ]
 
 

@@ -23,19 +23,49 @@ def _model(vocab=12, pos="pre", seed=0, **kw):
   return model, params, src
 
 
-def test_decoder_is_causal_and_source_padding_is_masked():
+def test_decoder_is_causal():
   model, params, src = _model()
   tgt = jnp.array([[BOS, 5, 6, 7], [BOS, 8, 9, 10]])
   logits = model.apply({"params": params}, src, tgt)
   changed = model.apply({"params": params}, src, tgt.at[:, 2].set(11))
   np.testing.assert_allclose(logits[:, :2], changed[:, :2], atol=1e-6)
-  # Whatever sits in the padded source positions is invisible.
-  noisy_src = jnp.where(src == 0, 0, src)
-  other = model.apply({"params": params}, noisy_src.at[0, 5].set(0), tgt)
-  np.testing.assert_allclose(logits, other, atol=1e-6)
-  enc = model.apply({"params": params}, src, method=EncoderDecoder.encode)
-  enc2 = model.apply({"params": params}, src.at[1, 4].set(0), method=EncoderDecoder.encode)
-  np.testing.assert_allclose(enc[1, :3], enc2[1, :3], atol=1e-6)
+  assert np.abs(np.asarray(logits[:, 2:] - changed[:, 2:])).max() > 1e-4
+
+
+def _loss(model, params, src, tgt):
+  """Summed NLL of tgt[:, 1:] given tgt[:, :-1] (teacher forcing)."""
+  logits = model.apply({"params": params}, src, tgt[:, :-1])
+  logp = jax.nn.log_softmax(logits, -1)
+  return -jnp.take_along_axis(logp, tgt[:, 1:, None], -1).sum()
+
+
+def test_padded_source_equals_the_sentence_alone():
+  """Row 1 of the batch, [4, 4, EOS] padded with three 0s, encodes, scores, trains (its
+  loss's gradient) and decodes (greedy and beam: tokens and score) exactly as the
+  sentence alone, unpadded: padding is masked in the encoder's self-attention and in the
+  decoder's cross-attention."""
+  model, params, src = _model()
+  alone = src[1:, :3]
+  assert alone.tolist() == [[4, 4, EOS]] and src[1, 3:].tolist() == [0, 0, 0]
+  encode = lambda s: model.apply({"params": params}, s, method=EncoderDecoder.encode)
+  np.testing.assert_allclose(encode(src)[1, :3], encode(alone)[0], atol=1e-5)
+  tgt = jnp.array([[BOS, 5, 6, 7, EOS]])
+  padded_logits = model.apply({"params": params}, src, jnp.tile(tgt, (2, 1)))[1]
+  np.testing.assert_allclose(padded_logits, model.apply({"params": params}, alone, tgt)[0],
+                             atol=1e-5)
+  # Training: the same loss and gradient.
+  grad = jax.jit(jax.grad(lambda p, s: _loss(model, p, s, tgt)))
+  pad_grads, grads = grad(params, src[1:]), grad(params, alone)
+  for a, b in zip(jax.tree.leaves(pad_grads), jax.tree.leaves(grads)):
+    np.testing.assert_allclose(a, b, atol=2e-5)
+  # Decoding.
+  kw = dict(max_len=6, bos_id=BOS, eos_id=EOS)
+  assert (decode.strip(decode.greedy(model, params, src, **kw), EOS)[1]
+          == decode.strip(decode.greedy(model, params, alone, **kw), EOS)[0])
+  padded_tokens, padded_score = decode.beam_search(model, params, src, beam_size=3, **kw)
+  tokens, score = decode.beam_search(model, params, alone, beam_size=3, **kw)
+  np.testing.assert_array_equal(padded_tokens[1], tokens[0])
+  assert float(padded_score[1]) == pytest.approx(float(score[0]), abs=1e-5)
 
 
 @pytest.mark.parametrize("pos, has_final", [("pre", True), ("post", False)])
