@@ -129,6 +129,24 @@ MUTANTS = [
       "return logp / (length.astype(jnp.float32) ** -length_penalty)",
       ("tests/test_decode.py::test_beam_finds_the_best_sequence_when_all_can_be_enumerated",),
       "beam search scores log p · length^α instead of log p / length^α"),
+    # ---- The training loop and its exits.
+    M("label_smoothing_ignored", "lnjax/train.py",
+      "label_smoothing=run.train.label_smoothing", "label_smoothing=0.0",
+      ("tests/test_train.py::test_label_smoothing_changes_the_update",),
+      "train.label_smoothing never reaches the train step"),
+    M("resume_skips_the_data_iterator_state", "lnjax/train.py",
+      "    train_iter.set_state(data_state)\n", "    pass\n",
+      ("tests/test_train.py::test_resume_reproduces_the_uninterrupted_run",),
+      "a resumed run reads its data from the start again"),
+    M("nan_loss_not_divergence", "lnjax/train.py",
+      'if not math.isfinite(m["train_loss"]) or m["train_loss"] > max_loss:',
+      'if m["train_loss"] > max_loss:',
+      ("tests/test_train.py::test_divergence_exits_with_code_3",),
+      "a NaN loss does not end the run"),
+    M("divergence_exit_code_0", "lnjax/main.py",
+      '"diverged": 3', '"diverged": 0',
+      ("tests/test_train.py::test_divergence_exits_with_code_3",),
+      "a diverged run exits 0"),
 ]
 
 

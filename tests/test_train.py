@@ -72,13 +72,37 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path):
   assert ra.data_state == rb.data_state
 
 
-def test_divergence_ends_cleanly(tmp_path):
+def test_label_smoothing_changes_the_update(tmp_path):
+  """train.label_smoothing reaches the objective: step 1's reported loss (the NLL, from the
+  same initialization) is the same with and without it, step 2's (after one update of
+  another gradient) is not."""
+  losses = {}
+  for eps in (0.0, 0.3):
+    wd = str(tmp_path / f"ls{eps}")
+    train.train_and_evaluate(smoke_config(**{"train.num_steps": 2, "train.log_every_steps": 1,
+                                             "train.label_smoothing": eps}), wd)
+    losses[eps] = train_losses(wd)
+  assert losses[0.0][1] == losses[0.3][1]
+  assert abs(losses[0.0][2] - losses[0.3][2]) > 1e-4, losses
+
+
+def test_divergence_exits_with_code_3(tmp_path):
+  """A NaN/Inf loss ends the run (the loss threshold off): exit code 3, the status, step and last finite loss in
+  summary.json, no evaluation or checkpoint of the diverged state."""
   wd = str(tmp_path / "nan")
-  summary = train.train_and_evaluate(
-      smoke_config(**{"opt.name": "sgd", "opt.learning_rate": 1e12}), wd)
+  r = run_cli("--config=configs/default.py:smoke", f"--workdir={wd}", "--config.mesh.data=1",
+              "--config.opt.name=sgd", "--config.opt.learning_rate=1e12",
+              "--config.train.divergence_factor=0")  # Only the NaN/Inf rule.
+  assert r.returncode == 3, (r.returncode, r.stdout[-1000:], r.stderr[-2000:])
+  assert "== diverged at step" in r.stdout and "last finite train loss" in r.stdout
+  summary = json.load(open(os.path.join(wd, "summary.json")))
   assert summary["status"] == "diverged"
   assert summary["step"] <= 20 and summary["last_finite_train_loss"] is not None
-  assert json.load(open(os.path.join(wd, "summary.json")))["status"] == "diverged"
+  assert summary["last_finite_step"] < summary["step"]
+  assert not [r for r in metrics.read_metrics(wd) if "eval_loss" in r]
+  saved = os.listdir(os.path.join(wd, "checkpoints")) if os.path.isdir(
+      os.path.join(wd, "checkpoints")) else []
+  assert all(int(s) < summary["step"] for s in saved), saved
 
 
 def test_restore_onto_another_mesh(tmp_path):
