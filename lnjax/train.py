@@ -186,13 +186,20 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   The workdir is locked while the run trains: a second run on it is refused with one line.
   """
   run = run_lib.resolve_config(config)
-  resuming = prepare_workdir(workdir, config)
-  if jax.process_index() != 0:  # Process 0 holds the lock for the whole run.
-    return _train_and_evaluate(config, run, workdir, resuming)
-  with lock_lib.WorkdirLock(workdir) as lock:
-    if lock.previous_holder:
-      log(f"Taking over the lock of {lock.previous_holder}, which ended without releasing it.")
-    return _train_and_evaluate(config, run, workdir, resuming)
+  created = not fileio.exists(workdir)
+  try:
+    resuming = prepare_workdir(workdir, config)
+    if jax.process_index() != 0:  # Process 0 holds the lock for the whole run.
+      return _train_and_evaluate(config, run, workdir, resuming)
+    with lock_lib.WorkdirLock(workdir) as lock:
+      if lock.previous_holder:
+        log(f"Taking over the lock of {lock.previous_holder}, which ended without releasing it.")
+      return _train_and_evaluate(config, run, workdir, resuming)
+  except errors.LnjaxError:
+    # A refused data set or setting leaves no empty workdir behind.
+    if created and "://" not in workdir and os.path.isdir(workdir) and not os.listdir(workdir):
+      os.rmdir(workdir)
+    raise
 
 
 def _train_and_evaluate(config: ml_collections.ConfigDict, run: run_lib.RunConfig,
