@@ -1,0 +1,417 @@
+"""Data from anywhere: the embedded default in a fresh copy of the repository, checksummed
+downloads from a real HTTP server on 127.0.0.1, tfds: and hf: names, IWSLT14's preparation."""
+
+import contextlib
+import functools
+import gzip
+import hashlib
+import http.server
+import io
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tarfile
+import threading
+
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+
+from configs import default as default_config
+from configs import iwslt14_de_en, multi30k_de_en
+from lnjax import metrics, train
+from lnjax.data import download, paths, prepare, sources
+from lnjax.data.paths import DataError
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared" / "data"
+
+
+def _require(*rel: str) -> None:
+  for r in rel:
+    if not (SHARED / r).exists():
+      pytest.skip(f"the corpus fixture {SHARED / r} is not here")
+
+
+def _git_files() -> list[str]:
+  out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                       cwd=REPO, capture_output=True, check=True)
+  return [f for f in out.stdout.decode().split("\0") if f and (REPO / f).is_file()]
+
+
+def _clean_env(**extra) -> dict:
+  env = {k: v for k, v in os.environ.items()
+         if not k.startswith(("LNJAX_DATA", "TFDS_DATA_DIR", "PYTHONPATH"))}
+  env.update(extra)
+  return env
+
+
+def _smoke(config, workdir, **data):
+  with config.unlocked():
+    config.mesh.data = 1
+    for k, v in data.items():
+      config.data[k] = v
+  return train.train_and_evaluate(config, str(workdir))
+
+
+def _losses(workdir) -> dict:
+  return {r["step"]: r["train_loss"] for r in metrics.read_metrics(str(workdir)) if "train_loss" in r}
+
+
+# ---------------------------------------------------------------------------
+# The embedded default: a fresh copy of the repository, no corpus folder, no network.
+# ---------------------------------------------------------------------------
+
+
+def test_fresh_clone_runs_the_default_smoke_with_no_data_setting(tmp_path):
+  clone = tmp_path / "clone"
+  for f in _git_files():
+    (clone / f).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(REPO / f, clone / f)
+  assert not (tmp_path / "shared").exists()
+  env = _clean_env(LNJAX_DATA_OFFLINE="1", LNJAX_CACHE_DIR=str(tmp_path / "cache"),
+                   HOME=str(tmp_path / "home"))
+  r = subprocess.run([sys.executable, "-m", "lnjax.main", "--config=configs/default.py:smoke",
+                      f"--workdir={tmp_path / 'run'}"], cwd=clone, env=env,
+                     capture_output=True, text=True, timeout=600)
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert "completed at step 20/20" in r.stdout
+  # Read from the copy's own package data, never from a corpus folder or the network.
+  assert (clone / "lnjax" / "data" / "corpora" / "tiny_shakespeare" / "input.txt.gz").is_file()
+  assert not (tmp_path / "cache" / "downloads").exists()
+
+
+def test_embedded_corpus_is_the_published_file():
+  raw = gzip.decompress((paths.EMBEDDED_DIR / "tiny_shakespeare" / "input.txt.gz").read_bytes())
+  assert hashlib.sha256(raw).hexdigest() == download.REMOTE[("tiny_shakespeare", "input.txt")].parts[0][1]
+  assert (paths.EMBEDDED_DIR / "tiny_shakespeare" / "README.md").is_file()
+
+
+# ---------------------------------------------------------------------------
+# Downloads: a real HTTP server on 127.0.0.1 serving the real corpus files as a mirror.
+# ---------------------------------------------------------------------------
+
+
+class _Mirror(http.server.SimpleHTTPRequestHandler):
+  requests: list = []
+  corrupt: set = set()  # paths served with one byte changed
+  cut: set = set()  # paths whose transfer stops halfway
+
+  def log_message(self, *args):
+    pass
+
+  def do_GET(self):
+    type(self).requests.append(self.path)
+    local = pathlib.Path(self.translate_path(self.path))
+    if self.path not in self.corrupt | self.cut or not local.is_file():
+      return super().do_GET()
+    body = bytearray(local.read_bytes())
+    self.send_response(200)
+    self.send_header("Content-Length", str(len(body)))
+    self.end_headers()
+    if self.path in self.corrupt:
+      body[len(body) // 2] ^= 0xFF
+      self.wfile.write(bytes(body))
+    else:
+      self.wfile.write(bytes(body[: len(body) // 2]))
+      self.wfile.flush()
+      self.close_connection = True
+      self.connection.shutdown(2)
+
+
+@contextlib.contextmanager
+def _serve(root: pathlib.Path):
+  _Mirror.requests, _Mirror.corrupt, _Mirror.cut = [], set(), set()
+  server = http.server.ThreadingHTTPServer(
+      ("127.0.0.1", 0), functools.partial(_Mirror, directory=str(root)))
+  thread = threading.Thread(target=server.serve_forever, daemon=True)
+  thread.start()
+  try:
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+  finally:
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def mirror(tmp_path, monkeypatch):
+  """A mirror of the Multi30k and newstest2014 files (as published) on 127.0.0.1;
+  downloads on, an empty data dir and cache."""
+  _require("multi30k", "wmt14_newstest2014_de-en")
+  root = tmp_path / "mirror"
+  shutil.copytree(SHARED / "multi30k", root / "multi30k")  # byte-identical to GitHub's
+  (root / "wmt14_newstest2014_de-en").mkdir()
+  for name in ("newstest2014-deen-src.de.sgm", "newstest2014-deen-ref.en.sgm"):
+    (root / "wmt14_newstest2014_de-en" / name).write_bytes(
+        gzip.decompress((SHARED / "wmt14_newstest2014_de-en" / f"{name}.gz").read_bytes()))
+  monkeypatch.delenv("LNJAX_DATA_OFFLINE", raising=False)
+  monkeypatch.setenv("LNJAX_DATA_DIR", str(tmp_path / "empty"))
+  monkeypatch.setenv("LNJAX_CACHE_DIR", str(tmp_path / "cache"))
+  with _serve(root) as url:
+    monkeypatch.setenv("LNJAX_DATA_MIRROR", url)
+    yield url, tmp_path / "cache" / "downloads"
+
+
+def test_first_use_downloads_verifies_and_trains_then_reuses(mirror, tmp_path):
+  url, downloads = mirror
+  config = multi30k_de_en.get_config("smoke")
+  with config.unlocked():
+    config.train.num_steps, config.train.eval_every_steps = 10, 10
+    config.decode.bleu_in_training = False
+  summary = _smoke(config, tmp_path / "run")
+  assert summary["status"] == "completed"
+  got = sorted(p.split("/")[-1] for p in _Mirror.requests)
+  assert got == sorted(download._MULTI30K_SHA), got  # every split's two files, once each
+  for name in download._MULTI30K_SHA:  # the published bytes, nothing else left behind
+    assert (downloads / "multi30k" / name).read_bytes() == (SHARED / "multi30k" / name).read_bytes()
+  assert sorted(os.listdir(downloads / "multi30k")) == sorted(download._MULTI30K_SHA)
+  # Second use: nothing downloaded.
+  _Mirror.requests.clear()
+  with config.unlocked():
+    config.train.num_steps = 12
+  _smoke(config, tmp_path / "run2")
+  assert _Mirror.requests == []
+
+
+def test_sgm_test_set_download_equals_the_extracted_text(mirror):
+  _, downloads = mirror
+  path = paths.find_corpus_file(None, "wmt14_newstest2014_de-en", "newstest2014.de", "?")
+  assert path == downloads / "wmt14_newstest2014_de-en" / "newstest2014.de"
+  want = gzip.decompress((SHARED / "wmt14_newstest2014_de-en" / "newstest2014.de.gz").read_bytes())
+  assert path.read_bytes() == want  # 3,003 segments, as sacreBLEU reads the .sgm
+
+
+def test_corrupt_file_is_refused_and_nothing_is_kept(mirror):
+  _, downloads = mirror
+  _Mirror.corrupt.add("/multi30k/test_2017_mscoco.de.gz")
+  with pytest.raises(DataError, match="checksum mismatch") as e:
+    paths.find_corpus_file(None, "multi30k", "test_2017_mscoco.de", "?")
+  assert "\n" not in str(e.value) and "/multi30k/test_2017_mscoco.de.gz" in str(e.value)
+  assert not any(p.is_file() for p in downloads.rglob("*")), list(downloads.rglob("*"))
+  _Mirror.corrupt.clear()  # A good copy afterwards is taken.
+  assert paths.find_corpus_file(None, "multi30k", "test_2017_mscoco.de", "?").is_file()
+
+
+def test_http_404_is_one_line_naming_url_file_and_folder(mirror):
+  url, downloads = mirror
+  with pytest.raises(DataError) as e:
+    paths.find_corpus_file(None, "glue_rte", "dev.tsv", "?")  # not on this mirror
+  msg = str(e.value)
+  assert "\n" not in msg and "404" in msg
+  assert f"{url}/glue_rte/dev_copy.tsv" not in msg and f"{url}/glue_rte/dev.tsv" in msg
+  assert str(downloads / "glue_rte") in msg
+  assert not any(p.is_file() for p in downloads.rglob("*"))
+
+
+def test_transfer_cut_halfway_leaves_no_file(mirror):
+  _, downloads = mirror
+  _Mirror.cut.add("/multi30k/val.en.gz")
+  with pytest.raises(DataError, match="cannot download"):
+    paths.find_corpus_file(None, "multi30k", "val.en", "?")
+  assert not any(p.is_file() for p in downloads.rglob("*")), list(downloads.rglob("*"))
+
+
+# ---------------------------------------------------------------------------
+# tfds: a small real TFDS data set prepared to array_record here, read by name.
+# ---------------------------------------------------------------------------
+
+
+def _shakespeare_docs():
+  text = gzip.decompress((paths.EMBEDDED_DIR / "tiny_shakespeare" / "input.txt.gz").read_bytes())
+  paras = text.decode().split("\n\n")
+  return paras[:3000], paras[3000:3400]
+
+
+def _multi30k_pairs(stem: str, n: int):
+  de = gzip.decompress((SHARED / "multi30k" / f"{stem}.de.gz").read_bytes()).decode().splitlines()
+  en = gzip.decompress((SHARED / "multi30k" / f"{stem}.en.gz").read_bytes()).decode().splitlines()
+  return de[:n], en[:n]
+
+
+class LnjaxTestLm(tfds.core.GeneratorBasedBuilder):
+  """Tiny Shakespeare paragraphs as a catalog-style TFDS data set ('text' feature)."""
+
+  VERSION = tfds.core.Version("1.0.0")
+
+  def _info(self):
+    return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict(
+        {"text": tfds.features.Text()}))
+
+  def _split_generators(self, dl_manager):
+    train, val = _shakespeare_docs()
+    return {"train": self._generate_examples(train), "validation": self._generate_examples(val)}
+
+  def _generate_examples(self, docs):
+    for i, doc in enumerate(docs):
+      yield i, {"text": doc}
+
+
+class LnjaxTestMt(tfds.core.GeneratorBasedBuilder):
+  """Multi30k pairs with TFDS's translation layout (features named 'de' and 'en')."""
+
+  VERSION = tfds.core.Version("1.0.0")
+
+  def _info(self):
+    return tfds.core.DatasetInfo(builder=self, features=tfds.features.Translation(
+        languages=("de", "en")))
+
+  def _split_generators(self, dl_manager):
+    return {"train": self._generate_examples(*_multi30k_pairs("train", 4000)),
+            "validation": self._generate_examples(*_multi30k_pairs("val", 200))}
+
+  def _generate_examples(self, de, en):
+    for i, (d, e) in enumerate(zip(de, en)):
+      yield i, {"de": d, "en": e}
+
+
+@pytest.fixture(scope="module")
+def tfds_dir(tmp_path_factory):
+  _require("multi30k")
+  root = tmp_path_factory.mktemp("tfds")
+  for cls in (LnjaxTestLm, LnjaxTestMt):
+    cls(data_dir=str(root), file_format="array_record").download_and_prepare()
+  return str(root)
+
+
+def test_tfds_source_reads_by_name_in_order(tfds_dir):
+  src = sources.open_external("tfds:lnjax_test_lm", tfds_dir)
+  assert src.available_splits == ("train", "validation")
+  texts = src.texts("validation")
+  assert sorted(texts) == sorted(_shakespeare_docs()[1])
+  assert src.fingerprint == sources.open_external("tfds:lnjax_test_lm", tfds_dir).fingerprint
+  with pytest.raises(DataError, match="has no split 'test'"):
+    src.texts("test")
+  with pytest.raises(DataError, match="no feature 'body'"):
+    src.texts("train", "body")
+  with pytest.raises(DataError, match="not a TFDS data set"):
+    sources.open_external("tfds:no_such_dataset_here", tfds_dir)
+
+
+def test_lm_smoke_trains_on_a_tfds_source(tfds_dir, tmp_path):
+  summary = _smoke(default_config.get_config("smoke"), tmp_path / "run",
+                   name="tfds:lnjax_test_lm", tfds_data_dir=tfds_dir)
+  assert summary["status"] == "completed"
+  losses = _losses(tmp_path / "run")
+  assert losses[20] < losses[5], losses
+  assert "tensorflow" not in sys.modules
+
+
+def test_translation_smoke_trains_on_a_tfds_source(tfds_dir, tmp_path):
+  config = multi30k_de_en.get_config("smoke")
+  with config.unlocked():
+    config.data.test_split = "validation"
+    config.decode.bleu_in_training = False
+  summary = _smoke(config, tmp_path / "run", name="tfds:lnjax_test_mt", tfds_data_dir=tfds_dir)
+  assert summary["status"] == "completed"
+  losses = _losses(tmp_path / "run")
+  assert losses[20] < losses[5], losses
+
+
+def test_unprepared_tfds_name_offline_is_one_line_and_leaves_no_workdir(tmp_path):
+  wd = tmp_path / "run"
+  env = _clean_env(LNJAX_DATA_OFFLINE="1", LNJAX_CACHE_DIR=str(tmp_path / "cache"),
+                   TFDS_DATA_DIR=str(tmp_path / "tfds"))
+  r = subprocess.run([sys.executable, "-m", "lnjax.main", "--config=configs/default.py:smoke",
+                      "--config.data.name=tfds:lm1b", f"--workdir={wd}"], cwd=REPO, env=env,
+                     capture_output=True, text=True, timeout=300)
+  assert r.returncode == 2, (r.stdout[-2000:], r.stderr[-2000:])
+  lines = [l for l in r.stderr.splitlines() if l.strip() and not l.startswith(("WARNING", "I0", "W0"))]
+  assert len(lines) == 1 and "tfds:lm1b is not prepared" in lines[0], r.stderr
+  assert "Traceback" not in r.stderr and "tfds build lm1b" in lines[0]
+  assert not wd.exists()
+
+
+# ---------------------------------------------------------------------------
+# hf: a Hugging Face data set saved locally.
+# ---------------------------------------------------------------------------
+
+
+def test_hf_saved_dataset_trains_lm_and_reads_nested_translations(tmp_path):
+  import datasets
+
+  train_docs, val_docs = _shakespeare_docs()
+  path = tmp_path / "hf_lm"
+  datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": train_docs}),
+                        "validation": datasets.Dataset.from_dict({"text": val_docs})}
+                       ).save_to_disk(str(path))
+  summary = _smoke(default_config.get_config("smoke"), tmp_path / "run", name=f"hf:{path}")
+  assert summary["status"] == "completed"
+  assert _losses(tmp_path / "run")[20] < _losses(tmp_path / "run")[5]
+
+  _require("multi30k")
+  de, en = _multi30k_pairs("val", 50)
+  mt = tmp_path / "hf_mt"
+  datasets.DatasetDict({"validation": datasets.Dataset.from_dict(
+      {"translation": [{"de": d, "en": e} for d, e in zip(de, en)]})}).save_to_disk(str(mt))
+  src = sources.open_external(f"hf:{mt}")
+  assert src.pairs("validation", "translation") == (de, en)
+  with pytest.raises(DataError, match="cannot load the Hugging Face data set"):
+    sources.open_external(f"hf:{tmp_path / 'nothing_here'}")
+
+
+# ---------------------------------------------------------------------------
+# IWSLT14: fairseq's preparation on an archive in the real archive's layout.
+# ---------------------------------------------------------------------------
+
+
+def _iwslt_archive(path: pathlib.Path, n_train: int = 1500) -> None:
+  """de-en.tgz as the TED release lays it out: train.tags with their tag lines, and the
+  five xml sets. The text is real TED text (the test sets' raw release files)."""
+  _require("iwslt14_de-en/xml", "iwslt14_de-en/raw")
+  files = {}
+  for lang in ("de", "en"):
+    lines = gzip.decompress((SHARED / "iwslt14_de-en" / "raw" / f"test.{lang}.gz").read_bytes()
+                            ).decode().splitlines()[:n_train]
+    tags = [f"<url>http://www.ted.com/talks/talk_{i}.html</url>" for i in range(3)]
+    body = (tags + [f"<keywords>talks, science</keywords>", "<talkid>1</talkid>",
+                    f"<title>{lines[0]}</title>", f"<description>{lines[1]}</description>"]
+            + lines[2:] + [{"de": "a b c d e f g h i j", "en": "x"}[lang]])  # ratio 10 > 1.5
+    files[f"de-en/train.tags.de-en.{lang}"] = "\n".join(body) + "\n"
+    for name in prepare.IWSLT14_TEST_SETS:
+      files[f"de-en/{name}.de-en.{lang}.xml"] = gzip.decompress(
+          (SHARED / "iwslt14_de-en" / "xml" / f"{name}.de-en.{lang}.xml.gz").read_bytes()).decode()
+  with tarfile.open(path, "w:gz") as tar:
+    for name, text in files.items():
+      data = text.encode()
+      info = tarfile.TarInfo(name)
+      info.size = len(data)
+      tar.addfile(info, io.BytesIO(data))
+
+
+def test_iwslt14_prepare_matches_fairseq_test_split_and_trains_the_smoke(tmp_path, monkeypatch):
+  archive = tmp_path / "de-en.tgz"
+  _iwslt_archive(archive)
+  out = tmp_path / "data"
+  r = subprocess.run([sys.executable, "-m", "lnjax.data.prepare", "iwslt14_de_en",
+                      f"--archive={archive}", f"--data_dir={out}"], cwd=REPO,
+                     env=_clean_env(), capture_output=True, text=True, timeout=600)
+  assert r.returncode == 0, r.stderr[-3000:]
+  folder = out / "iwslt14_de-en" / "fairseq_tok"
+  read = lambda name: gzip.decompress((folder / f"{name}.gz").read_bytes()).decode().splitlines()
+  # The test split is fairseq's, line for line (its tokenized, lowercased files).
+  for lang in ("de", "en"):
+    want = gzip.decompress((SHARED / "iwslt14_de-en" / "fairseq_tok" / f"test.{lang}.gz")
+                           .read_bytes()).decode().splitlines()
+    got = read(f"test.{lang}")
+    assert len(got) == len(want) == 6750
+    same = sum(a == b for a, b in zip(got, want))
+    assert same / len(want) > 0.99, same  # sacremoses against tokenizer.perl
+  train_de, valid_de = read("train.de"), read("valid.de")
+  assert len(read("train.en")) == len(train_de) and len(read("valid.en")) == len(valid_de)
+  n = len(train_de) + len(valid_de)
+  # 1,500 text lines (title and description kept) + the bad pair, which clean-corpus cuts,
+  # as it cuts real pairs beyond the 1.5 ratio; every 23rd pair goes to validation.
+  assert 1400 < n <= 1500 and len(valid_de) == n // 23
+  assert all(l == l.lower() for l in train_de[:200])
+  assert "a b c d e f g h i j" not in read("train.de") + read("valid.de")
+
+  monkeypatch.setenv("LNJAX_DATA_DIR", str(out))
+  config = iwslt14_de_en.get_config("smoke")
+  with config.unlocked():
+    config.data.vocab_size = 300
+    config.decode.bleu_in_training = False
+  summary = _smoke(config, tmp_path / "run")
+  assert summary["status"] == "completed"
+  assert _losses(tmp_path / "run")[20] < _losses(tmp_path / "run")[5]
