@@ -33,6 +33,9 @@ if os.environ.get("LNJAX_TEST_JAX_CACHE", "1") != "0":
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 # Prepared data sets and tokenizers are cached once per test session.
 os.environ.setdefault("LNJAX_CACHE_DIR", tempfile.mkdtemp(prefix="lnjax_test_cache_"))
+# Tests never reach the internet: a corpus missing locally is an error naming its URL.
+# The download tests unset this and point LNJAX_DATA_MIRROR at a loopback server.
+os.environ["LNJAX_DATA_OFFLINE"] = "1"
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
