@@ -415,3 +415,33 @@ def test_iwslt14_prepare_matches_fairseq_test_split_and_trains_the_smoke(tmp_pat
   summary = _smoke(config, tmp_path / "run")
   assert summary["status"] == "completed"
   assert _losses(tmp_path / "run")[20] < _losses(tmp_path / "run")[5]
+
+
+# ---------------------------------------------------------------------------
+# Bad corpora and cache dirs: one-line errors (issue 18's data cases).
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("raw, match", [
+    (b"hello world\n", "too small to split"),  # 12 bytes
+    (b"x" * 5000, "too small to split"),  # one character repeated, no newline
+    (b"\xff\xfe\xfa not utf-8\n" * 100, "is not UTF-8 text"),  # valid gzip, not UTF-8
+])
+def test_unusable_corpus_is_one_line(tmp_path, raw, match):
+  from lnjax.data import LMDataConfig, make_lm_data
+
+  folder = tmp_path / "data" / "tiny_shakespeare"
+  folder.mkdir(parents=True)
+  (folder / "input.txt.gz").write_bytes(gzip.compress(raw))
+  with pytest.raises(DataError, match=match) as e:
+    make_lm_data(LMDataConfig(data_dir=str(tmp_path / "data"), cache_dir=str(tmp_path / "c")), 0)
+  assert "\n" not in str(e.value)
+
+
+def test_cache_dir_that_is_a_file_is_one_line(tmp_path):
+  from lnjax.data import LMDataConfig, make_lm_data
+
+  (tmp_path / "cache").write_text("not a folder")
+  with pytest.raises(DataError, match="is not a directory") as e:
+    make_lm_data(LMDataConfig(cache_dir=str(tmp_path / "cache")), 0)
+  assert "\n" not in str(e.value)

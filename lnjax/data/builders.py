@@ -199,11 +199,16 @@ class _TextDocsBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
     )
 
   def _split_generators(self, dl_manager):
-    del dl_manager  # local files only, nothing is downloaded
-    return {
-        split: self._generate_examples(docs=docs)
-        for split, docs in self.split_documents().items()
-    }
+    del dl_manager  # the raw files are found (or downloaded) before this
+    splits = self.split_documents()
+    for split, docs in splits.items():
+      if not "".join(docs).strip():
+        sizes = ", ".join(f"{s} {sum(map(len, d)):,}" for s, d in splits.items())
+        raise paths.DataError(
+            f"{self.name}: the {split} split is empty (characters per split: {sizes}); the"
+            f" corpus in {', '.join(map(str, self.source_files.values()))} is too small to"
+            " split: use the real file")
+    return {split: self._generate_examples(docs=docs) for split, docs in splits.items()}
 
   def _generate_examples(self, docs: list[str]) -> Iterator[tuple[int, dict]]:
     for i, doc in enumerate(docs):
