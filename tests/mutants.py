@@ -147,6 +147,19 @@ MUTANTS = [
       '"diverged": 3', '"diverged": 0',
       ("tests/test_train.py::test_divergence_exits_with_code_3",),
       "a diverged run exits 0"),
+    M("resume_skips_the_data_iterator_state_bert", "lnjax/train.py",
+      "    train_iter.set_state(data_state)\n", "    pass\n",
+      ("tests/test_bert.py::test_bert_resume_reproduces_the_uninterrupted_run",),
+      "a resumed BERT run reads its sentence pairs from the start again"),
+    # ---- GLUE fine-tuning.
+    M("glue_finetune_loss_ascends", "lnjax/finetune.py",
+      "return nll_sum / count", "return -nll_sum / count",
+      ("tests/test_bert.py::test_smoke_finetune_reports_accuracy_f1_and_intervals",),
+      "fine-tuning climbs its loss instead of descending it"),
+    M("glue_finetune_labels_ignored", "lnjax/finetune.py",
+      'batch["labels"][:, None]', 'jnp.zeros_like(batch["labels"])[:, None]',
+      ("tests/test_bert.py::test_smoke_finetune_reports_accuracy_f1_and_intervals",),
+      "fine-tuning fits class 0 whatever the label"),
 ]
 
 
