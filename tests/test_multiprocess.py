@@ -6,8 +6,15 @@ both processes (FSDP across hosts: fsdp 2 × dcn_fsdp 2, a process being the uni
 slower network), heads and FFN within each (tensor parallel). The
 first launch gets SIGTERM and both processes stop at one agreed step (JAX's preemption
 service) and save; the second resumes: every process restores its shards.
+
+Per-host input: every process iterates the same seeded global batches and reads only
+its rows of each (lnjax/data: `process_index * B` to `(process_index + 1) * B`), so over
+an epoch the processes' shards are disjoint and together the epoch, and a run may resume
+with another process count. Checked here over a whole epoch, for the LM and the
+translation pipelines.
 """
 
+import collections
 import json
 import os
 import signal
@@ -104,15 +111,28 @@ def test_two_processes_train_like_one(tmp_path):
   one = str(tmp_path / "one")
   assert train.train_and_evaluate(c, one)["status"] == "completed"
 
-  # Every example of every global batch is read by exactly one process.
+  # Each process reads only its half of every global batch (the halves, side by side,
+  # are the one-process batch), and over a whole epoch the two halves are disjoint and
+  # together the epoch: every window read once, by one process.
   run = run_lib.resolve_config(c)
-  parts = [run.task.make_data(run.data, run.seed, i, 2, 4).train_iter() for i in range(2)]
-  whole = run.task.make_data(run.data, run.seed, 0, 1, 4).train_iter()
-  for _ in range(STEPS):
-    batch, halves = next(whole), [next(p) for p in parts]
-    assert all(len(h["inputs"]) == 4 for h in halves)
-    np.testing.assert_array_equal(np.concatenate([h["inputs"] for h in halves]),
-                                  batch["inputs"])
+  parts = [run.task.make_data(run.data, run.seed, i, 2, 4) for i in range(2)]
+  whole = run.task.make_data(run.data, run.seed, 0, 1, 4)
+  part_iters, whole_iter = [p.train_iter() for p in parts], whole.train_iter()
+  read = [collections.Counter(), collections.Counter()]
+  for _ in range(whole.steps_per_epoch):
+    batch, halves = next(whole_iter), [next(it) for it in part_iters]
+    for key in batch:
+      np.testing.assert_array_equal(np.concatenate([h[key] for h in halves]), batch[key])
+    for counter, h in zip(read, halves):
+      counter.update(map(bytes, np.concatenate([h["inputs"], h["targets"][:, -1:]], 1)))
+  L1 = run.data.seq_len + 1
+  corpus = collections.Counter(map(bytes, whole.train_tokens_N[
+      :whole.num_train_windows * L1].reshape(-1, L1)))
+  epoch = whole.steps_per_epoch * run.data.batch_size
+  # Windows are told apart by their text, which the corpus holds once but for a few.
+  assert [sum(r.values()) for r in read] == [epoch // 2, epoch // 2]  # Together, the epoch.
+  assert all(corpus[w] > 1 for w in read[0] & read[1])  # Disjoint: no window read by both,
+  assert not (read[0] + read[1]) - corpus  # nor any read twice.
 
   # Two processes: SIGTERM to both once training starts; they save at one step and stop.
   two = str(tmp_path / "two")
@@ -154,3 +174,32 @@ def test_two_processes_train_like_one(tmp_path):
   assert a.step == b.step == STEPS
   for x, y in zip(jax.tree.leaves(a.state), jax.tree.leaves(b.state)):
     np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-5)
+
+
+def test_translation_processes_read_disjoint_halves_of_every_epoch():
+  """The encoder-decoder's input (the smoke Multi30k pipeline) split over two processes
+  as lnjax.main splits it: over one epoch, every training pair is read once, by one of
+  the two, and each global batch is the two halves side by side."""
+  c = config_lib.translation_config()
+  config_lib.apply_translation_smoke(c)
+  run = run_lib.resolve_config(c)
+  parts = [run.task.make_data(run.data, run.seed, i, 2, 4) for i in range(2)]
+  whole = run.task.make_data(run.data, run.seed, 0, 1, 4)
+  part_iters, whole_iter = [p.train_iter() for p in parts], whole.train_iter()
+  read = [collections.Counter(), collections.Counter()]
+  for _ in range(whole.steps_per_epoch):
+    batch, halves = next(whole_iter), [next(it) for it in part_iters]
+    for key in batch:
+      np.testing.assert_array_equal(np.concatenate([h[key] for h in halves]), batch[key])
+    for counter, h in zip(read, halves):
+      counter.update((tuple(s[s != 0]), tuple(t[t != 0]))  # Empty rows pad a batch.
+                     for s, t in zip(h["inputs"], h["targets"]) if t.any())
+  # The training pairs (those within max_len), encoded as the pipeline encodes them.
+  tok, max_len = whole.tokenizer, run.data.max_len
+  pairs = [(tuple(tok.encode(s, add_eos=True)), tuple(tok.encode(t, add_eos=True)))
+           for s, t in zip(whole.sources("train"), whole.references("train"))]
+  corpus = collections.Counter(p for p in pairs if max(map(len, p)) <= max_len)
+  assert sum(corpus.values()) == whole.num_train_pairs
+  assert all(read)  # Both processes read pairs.
+  assert all(corpus[p] > 1 for p in read[0] & read[1])  # Disjoint (but for repeated pairs),
+  assert read[0] + read[1] == corpus  # and together the epoch, every pair once.
