@@ -118,7 +118,10 @@ def prepare_workdir(workdir: str, config: ml_collections.ConfigDict) -> bool:
     return False
   differing = [k for k in _diff_keys(saved.to_dict(), config.to_dict())
                if k not in RESUMABLE_KEYS and k != "model.vocab_size" and k != "opt.decay_steps"
-               and not _added_at_default(k, saved, config)]
+               and not _added_at_default(k, saved, config)
+               # config.json holds decay_epochs resolved into decay_steps (train_and_evaluate).
+               and not (k == "opt.decay_epochs" and saved.opt.decay_steps
+                        and not saved.opt.decay_epochs)]
   if differing:
     raise errors.WorkdirError(
         f"workdir {workdir} holds a run with a different config ({', '.join(differing[:5])}); "
