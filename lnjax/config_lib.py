@@ -150,6 +150,8 @@ def _common(task: str) -> ml_collections.ConfigDict:
   # dots_saveable | dots_with_no_batch_dims_saveable | everything_saveable.
   m.weight_grad = "autodiff"  # Dense layers' dW: autodiff | transposed (dW = xᵀ dY from
   # a materialized xᵀ: faster on some CPUs; benchmarks/lm_step.py --weight-grad).
+  m.attention_impl = "plain"  # Attention's kernel: plain (lnjax's) | xla | cudnn
+  # (jax.nn.dot_product_attention; cudnn: flash attention on NVIDIA GPUs, bfloat16 only).
   m.num_decoder_layers = 0  # Encoder-decoder: decoder depth; 0 = num_layers.
   m.encoder_norm_position = ""  # Encoder-decoder: per-stack placement; "" = norm_position.
   m.decoder_norm_position = ""

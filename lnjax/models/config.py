@@ -14,6 +14,7 @@ DTYPES = ("float32", "bfloat16")
 # How dense layers form their weight gradient: autodiff's, or from a materialized xᵀ
 # (layers.matmul_transposed_grad; faster matmuls on some CPUs, slower on others).
 WEIGHT_GRADS = tuple(layers.MATMULS)
+ATTENTION_IMPLS = layers.ATTENTION_IMPLS  # plain | xla | cudnn
 REMAT_POLICIES = ("none", "nothing_saveable", "dots_saveable", "dots_with_no_batch_dims_saveable",
                   "everything_saveable")
 
@@ -46,6 +47,7 @@ class ModelConfig:
   # 'layers' axis): compile time independent of depth. False: layer_0, layer_1, ...
   remat_policy: str = "none"  # Recompute each layer in the backward pass: REMAT_POLICIES.
   weight_grad: str = "autodiff"  # Dense layers' weight gradient: WEIGHT_GRADS.
+  attention_impl: str = "plain"  # Attention's kernel: ATTENTION_IMPLS.
   # Encoder-decoder only:
   num_decoder_layers: int = 0  # Decoder depth; 0 = num_layers.
   encoder_norm_position: str = ""  # Per-stack override of norm_position; "" = same.
@@ -64,6 +66,15 @@ class ModelConfig:
     errors.check_choice("model.scan_layers", self.scan_layers, (False, True))
     errors.check_choice("model.remat_policy", self.remat_policy, REMAT_POLICIES)
     errors.check_choice("model.weight_grad", self.weight_grad, WEIGHT_GRADS)
+    errors.check_choice("model.attention_impl", self.attention_impl, ATTENTION_IMPLS)
+    if self.attention_impl != "plain" and self.attention_dropout_rate:
+      raise errors.ConfigError(
+          f"model.attention_impl={self.attention_impl!r} has no attention dropout: set "
+          f"model.attention_dropout_rate=0 (now {self.attention_dropout_rate}) or "
+          "model.attention_impl='plain'")
+    if self.attention_impl == "cudnn" and self.dtype != "bfloat16":
+      raise errors.ConfigError("model.attention_impl='cudnn' (cuDNN flash attention) needs "
+                               f"model.dtype='bfloat16', not {self.dtype!r}")
     for key in ("num_layers", "d_model", "num_heads", "d_ff", "max_len"):
       errors.check_range(f"model.{key}", getattr(self, key), low=1)
     errors.check_range("model.vocab_size", self.vocab_size, low=0)

@@ -132,6 +132,12 @@ def causal_attention(q_BxHxTxK, k_BxHxTxK, v_BxHxTxK, bias_BxHxTxT, min_len: int
   return jnp.concatenate([first, second], axis=2)
 
 
+# How softmax(q kᵀ + bias) v is computed (`model.attention_impl`): lnjax's own
+# attention_core (plain einsums, custom VJP, causal halves), or jax.nn.dot_product_attention
+# with XLA's or cuDNN's (flash attention on NVIDIA GPUs, bfloat16 only) implementation.
+ATTENTION_IMPLS = ("plain", "xla", "cudnn")
+
+
 class Attention(nn.Module):
   """Multi-head attention softmax(q kᵀ/√d_h + bias) v; self-attention when kv is x.
 
@@ -143,6 +149,8 @@ class Attention(nn.Module):
                 Concat(γ_1 h_1, ..., γ_H h_H) W^O, γ learned per head, init 1
     qk_init, vo_init  kernel initializers of the query/key and value/out projections
                 (DeepNorm's β-scaled Xavier-normal on V and W^O)
+  `attention_impl` (one of ATTENTION_IMPLS) picks the kernel of training and evaluation;
+  incremental decoding always runs the plain one.
   """
 
   num_heads: int
@@ -155,6 +163,7 @@ class Attention(nn.Module):
   qk_init: Callable = xavier_uniform
   vo_init: Callable = xavier_uniform
   weight_grad: str = "autodiff"  # The projections' Dense.weight_grad.
+  attention_impl: str = "plain"  # One of ATTENTION_IMPLS.
 
   @nn.compact
   def __call__(self, x_BxTxD, kv_BxSxD, bias_BxHxTxS, deterministic: bool, decode: bool = False):
@@ -179,7 +188,15 @@ class Attention(nn.Module):
     if decode:
       k_BxHxSxK, v_BxHxSxK, bias_BxHxTxS = self._cached(k_BxHxSxK, v_BxHxSxK, bias_BxHxTxS)
     q_BxHxTxK = q_BxHxTxK * (d // h) ** -0.5
-    if (deterministic or self.dropout_rate == 0.0) and self.causal and not decode:
+    if self.attention_impl != "plain" and not decode:  # No dropout: ModelConfig checks.
+      # [B, T, H, d_h] in and out; the bias broadcast to [B|1, 1, T, S], cuDNN's shapes.
+      bias_BxHxTxS = jnp.broadcast_to(bias_BxHxTxS, (bias_BxHxTxS.shape[0], 1, t, s))
+      out_BxTxHxK = jax.nn.dot_product_attention(
+          q_BxHxTxK.swapaxes(1, 2), k_BxHxSxK.swapaxes(1, 2), v_BxHxSxK.swapaxes(1, 2),
+          bias_BxHxTxS.astype(q_BxHxTxK.dtype), scale=1.0, is_causal=self.causal,
+          implementation=self.attention_impl)
+      out_BxHxTxK = out_BxTxHxK.swapaxes(1, 2)
+    elif (deterministic or self.dropout_rate == 0.0) and self.causal and not decode:
       out_BxHxTxK = causal_attention(q_BxHxTxK, k_BxHxSxK, v_BxHxSxK, bias_BxHxTxS)
     elif deterministic or self.dropout_rate == 0.0:
       out_BxHxTxK = attention_core(q_BxHxTxK, k_BxHxSxK, v_BxHxSxK, bias_BxHxTxS)

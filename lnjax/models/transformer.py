@@ -35,7 +35,7 @@ class Block(nn.Module):
     attention_options, mlp_options = placement.sublayer_options(cfg)
     attention = lambda name, causal=False: layers.Attention(
         cfg.num_heads, cfg.use_bias, cfg.attention_dropout_rate, cfg.dtype, causal, name=name,
-        weight_grad=cfg.weight_grad, **attention_options)
+        weight_grad=cfg.weight_grad, attention_impl=cfg.attention_impl, **attention_options)
 
     sublayers = [("self_attn", lambda h: attention("self_attn", self.causal)(
         h, h, self_bias, deterministic, self.decode))]
