@@ -6,7 +6,7 @@ Layout of a workdir:
                      running sums of the current logging window
   checkpoints/<step>/lnjax_manifest.json   SHA-256 of every file of the step, written
                      once orbax has committed it
-  metrics.jsonl, tensorboard/, summary.json, .lock (while a run holds the workdir)
+  metrics.jsonl, tensorboard/, summary.json, .lnjax.lock (while a run holds the workdir)
 
 Resume order (train.train_and_evaluate): the latest checkpoint whose files match its
 manifest and whose restore succeeds; one that fails (corrupt, partial, or altered since it

@@ -1,7 +1,7 @@
 """One run per workdir: an exclusive lock held while a run trains there.
 
-The lock is `fcntl.flock` on `<workdir>/.lock`: the kernel releases it when its holder
-ends, however it ends (kill -9 included), so a lock left by a dead process is simply
+The lock is `fcntl.flock` on `<workdir>/.lnjax.lock`: the kernel releases it when its
+holder ends, however it ends (kill -9 included), so a lock left by a dead process is simply
 taken over. The file names its holder (host and PID) for the refusal's one line; it is
 removed when the holder releases the lock cleanly.
 """
@@ -12,7 +12,7 @@ import socket
 
 from lnjax import errors
 
-LOCK_FILE = ".lock"
+LOCK_FILE = ".lnjax.lock"  # (The sweep launcher's own lock on a run is ROOT/<run>/.lock.)
 
 
 class WorkdirLock:
