@@ -124,6 +124,51 @@ def test_device_slots_are_disjoint(monkeypatch):
     launcher.make_slots("gpu", 4, 2)
 
 
+def test_devices_per_run_sizes_each_slot(monkeypatch):
+  """--devices_per_run: each slot that many devices, from the first, whatever is left over
+  unused; the default is all devices / --parallel."""
+  monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7")
+  assert [s.env["CUDA_VISIBLE_DEVICES"] for s in launcher.make_slots("gpu", 2, 3)] == [
+      "0,1,2", "3,4,5"]
+  assert [s.label for s in launcher.make_slots("gpu", 1, 2)] == ["gpu 0,1"]
+  assert [s.env["CUDA_VISIBLE_DEVICES"] for s in launcher.make_slots("gpu", 3, None)] == [
+      "0,1", "2,3", "4,5"]
+  with pytest.raises(errors.ConfigError, match="1 runs × 9 gpu devices each"):
+    launcher.make_slots("gpu", 1, 9)
+  cores = sorted(os.sched_getaffinity(0))
+  (one,) = launcher.make_slots("cpu", 1, 1)
+  assert one.cpus == (cores[0],) and one.label == f"cpu {cores[0]}"
+  if len(cores) >= 2:
+    (two,) = launcher.make_slots("cpu", 1, 2)
+    assert two.cpus == tuple(cores[:2]) and two.label == f"cpu {cores[0]}-{cores[1]}"
+  monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+  monkeypatch.setattr(launcher, "_tpu_chips", lambda: ["0", "1", "2", "3"])
+  slots = launcher.make_slots("tpu", 2, 2)
+  assert [s.env["TPU_VISIBLE_CHIPS"] for s in slots] == ["0,1", "2,3"]
+  assert [s.env["TPU_CHIPS_PER_PROCESS_BOUNDS"] for s in slots] == ["1,2,1", "1,2,1"]
+  assert len({s.env["TPU_MESH_CONTROLLER_PORT"] for s in slots}) == 2
+
+
+def test_dry_run_prints_each_runs_command_and_launches_nothing(tmp_path):
+  config = _config_file(tmp_path, "sweep.product(sweep.axis('model.norm_position', ['post', "
+                        "'pre']), sweep.axis('opt.learning_rate', [1e-3, 1e-2]))")
+  root = tmp_path / "dry"
+  r = subprocess.run([sys.executable, "-m", "lnjax.sweep", f"--config={config}", "--sweep=all",
+                      f"--workdir={root}", "--dry_run", "--config.train.num_steps=7"],
+                     cwd=REPO, capture_output=True, text=True, timeout=120)
+  assert r.returncode == 0, r.stderr[-2000:]
+  lines = r.stdout.splitlines()
+  assert lines[0::2] == ["norm=post,lr=0.001", "norm=post,lr=0.01", "norm=pre,lr=0.001",
+                         "norm=pre,lr=0.01"]
+  for name, command in zip(lines[0::2], lines[1::2]):
+    norm, lr = (part.split("=")[1] for part in name.split(","))
+    assert command.split() == [
+        sys.executable, "-m", "lnjax.main", f"--config={config}",
+        f"--workdir={os.path.abspath(root / name)}", "--config.train.num_steps=7",
+        f"--config.model.norm_position={norm}", f"--config.opt.learning_rate={lr}"], command
+  assert not root.exists()  # Nothing launched, nothing written.
+
+
 # ---- The report, from run folders written by hand.
 
 def _write_run(root, name, summary=None, losses=()):
@@ -232,7 +277,8 @@ def _launch(config, root, *extra):
              if not f.startswith("--xla_force_host_platform_device_count"))}
   return subprocess.Popen(
       [sys.executable, "-m", "lnjax.sweep", f"--config={config}", "--sweep=all",
-       f"--workdir={root}", f"--parallel={min(2, len(os.sched_getaffinity(0)))}", *extra],
+       f"--workdir={root}", *extra, *([] if any(a.startswith("--parallel") for a in extra)
+                                       else [f"--parallel={min(2, len(os.sched_getaffinity(0)))}"])],
       cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -263,7 +309,8 @@ def test_killed_sweep_finishes_on_relaunch_without_redoing_finished_runs(tmp_pat
   try:
     deadline = time.time() + 600  # Seconds on an idle machine; minutes on a busy one.
     while time.time() < deadline and not (
-        (done / "summary.json").exists() and launcher.read_metrics(str(long))):
+        (launcher.read_json(str(done / "summary.json")) or {}).get("status") == "completed"
+        and launcher.read_metrics(str(long))):
       assert proc.poll() is None, proc.stdout.read()
       time.sleep(0.1)
     proc.send_signal(signal.SIGTERM)
@@ -302,6 +349,80 @@ def test_killed_sweep_finishes_on_relaunch_without_redoing_finished_runs(tmp_pat
   assert "seed=0" in table and "completed" in table and "20/20" in table
   assert "norm=middle" in table and "failed" in table
   assert re.search(r"seed=1,steps=1500 +completed +1500/1500", table), table
+
+  # --report on what the real runs wrote: states, results and plots.
+  r = subprocess.run([sys.executable, "-m", "lnjax.sweep", f"--config={config}", "--sweep=all",
+                      f"--workdir={root}", "--report"], cwd=REPO, capture_output=True,
+                     text=True, timeout=300)
+  assert r.returncode == 0, r.stderr[-2000:]
+  with open(root / "results.csv") as f:
+    rows = {row["name"]: row for row in csv.DictReader(f)}
+  assert {n: row["state"] for n, row in rows.items()} == {
+      "seed=0": "completed", "norm=middle": "failed", "seed=1,steps=1500": "completed"}
+  for name in ("seed=0", "seed=1,steps=1500"):
+    summary = json.load(open(root / name / "summary.json"))
+    assert float(rows[name]["eval_loss"]) == pytest.approx(summary["eval_loss"])
+    assert float(rows[name]["unigram_baseline"]) == pytest.approx(summary["unigram_baseline"])
+    assert rows[name]["step"] == str(summary["num_steps"])
+  assert rows["norm=middle"]["exit_code"] == "2"
+  assert "norm_position='middle' is not one of" in rows["norm=middle"]["error"]
+  md = (root / "report.md").read_text()
+  assert "3 runs:" in md and "| seed=1,steps=1500 | completed |" in md
+  assert "report.md" in r.stdout
+  for png in ("loss_curves.png", "stability_map.png"):
+    assert (root / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_a_run_of_a_killed_launcher_is_never_started_twice(tmp_path):
+  """The launcher is SIGKILLed while its run trains (the run, in its own session, goes
+  on); a second launch finds the run's lock held, waits for it rather than starting it
+  again, and records it completed once it ends: one launch in its log, every step once."""
+  config = _config_file(tmp_path, "[{'seed': 3, 'train.num_steps': 600}]",
+                        "  c.train.log_every_steps = 1\n  c.train.eval_every_steps = 100000\n"
+                        "  c.train.checkpoint_every_steps = 100000\n")
+  root = tmp_path / "sweep"
+  run = root / "seed=3,steps=600"
+  first = _launch(config, root, "--parallel=1", "--devices_per_run=1")
+  second = None
+  try:
+    deadline = time.time() + 300
+    while time.time() < deadline and not launcher.read_metrics(str(run)):
+      assert first.poll() is None, first.stdout.read()
+      time.sleep(0.1)
+    first.kill()  # SIGKILL: no handler, the run is not told.
+    first.wait(timeout=60)
+    assert _holders(run), "the run died with its launcher"
+    second = _launch(config, root, "--parallel=1", "--devices_per_run=1")
+    out, _ = second.communicate(timeout=600)
+  finally:
+    if second is not None:
+      _stop(second)
+    for pid in _holders(run):  # A run left by a failed test.
+      os.kill(pid, signal.SIGTERM)
+  assert second.returncode == 0, out
+  assert "elsewhere" in out and "waiting for it" in out, out
+  log = (run / "log.txt").read_text()
+  assert log.count("sweep launch") == 1, log
+  assert re.search(r"sweep launch on cpu \d+:", log)  # One core: --devices_per_run=1.
+  steps = [r["step"] for r in launcher.read_metrics(str(run)) if "train_loss" in r]
+  assert steps == list(range(1, 601))
+  manifest = json.load(open(root / "sweep.json"))["runs"]
+  assert manifest["seed=3,steps=600"]["state"] == "completed"
+  assert manifest["seed=3,steps=600"]["attempts"] == 1
+
+
+def _holders(workdir):
+  """Ids of the processes training in `workdir` (lnjax.main with it on the command line)."""
+  pids = []
+  for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+      cmdline = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+    except OSError:
+      continue
+    if b"lnjax.main" in cmdline and f"--workdir={workdir}".encode() in cmdline:
+      pids.append(int(pid))
+  return pids
 
 
 def test_zoo_maps_draw_one_table_with_a_row_per_placement(tmp_path):

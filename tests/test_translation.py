@@ -5,11 +5,13 @@ import os
 import subprocess
 import sys
 
+import jax
+import numpy as np
 import pytest
 import sacrebleu
 
 from configs import multi30k_de_en
-from lnjax import evaluate, metrics, train
+from lnjax import checkpoint, evaluate, metrics, train
 from lnjax.data import mt_builders
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -28,39 +30,91 @@ def test_bleu_refuses_a_count_mismatch():
     evaluate.bleu(["a", "b"], ["a"])
 
 
-@pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
-  wd = str(tmp_path_factory.mktemp("mt") / "run")
+def smoke_config(num_steps: int = 20, bleu: bool = True):
+  """configs/multi30k_de_en.py:smoke (Pre-LN, dropout, label smoothing), evaluated every 10
+  steps, BLEU on the smallest split (a quick decode), the loss logged at every step."""
   config = multi30k_de_en.get_config("smoke")
   with config.unlocked():
     config.mesh.data = 1
-    config.train.num_steps = 30
-    config.train.eval_every_steps = 30
-    config.decode.bleu_split = "test_2017_mscoco"  # The smallest split: a quick decode.
-  summary = train.train_and_evaluate(config, wd)
-  return wd, summary
+    config.train.num_steps = num_steps
+    config.train.eval_every_steps = 10
+    config.train.log_every_steps = 1
+    config.decode.bleu_split = "test_2017_mscoco"
+    config.decode.bleu_in_training = bleu
+  return config
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+  """20 steps, evaluated (with BLEU) at 10 and 20; shared by the tests below."""
+  wd = str(tmp_path_factory.mktemp("mt") / "run")
+  return wd, train.train_and_evaluate(smoke_config(), wd)
+
+
+def _bleu_by_step(wd):
+  return {r["step"]: r["eval_bleu"] for r in metrics.read_metrics(wd) if "eval_bleu" in r}
 
 
 def test_smoke_translation_run_learns(smoke_run):
   wd, summary = smoke_run
   assert summary["status"] == "completed"
   losses = {r["step"]: r["train_loss"] for r in metrics.read_metrics(wd) if "train_loss" in r}
-  assert losses[30] < losses[5] - 0.2, losses
-  assert summary["eval_bleu"] is not None and summary["best_eval_bleu"] >= summary["eval_bleu"]
-  assert os.listdir(os.path.join(wd, "best_checkpoint")) == ["30"]
+  assert losses[20] < losses[5] - 0.2, losses
+  bleu = _bleu_by_step(wd)
+  assert sorted(bleu) == [10, 20] and summary["eval_bleu"] == bleu[20]
+  assert summary["best_eval_bleu"] == max(bleu.values())
+  best = max(bleu, key=lambda s: (bleu[s], -s))  # The first evaluation reaching the best.
+  assert os.listdir(os.path.join(wd, "best_checkpoint")) == [str(best)]
+
+
+def test_translation_resume_reproduces_the_uninterrupted_run(smoke_run, tmp_path):
+  """Stopped at step 10 and run again to 20 (no decoding, which does not touch the state):
+  every step's loss (dropout, label smoothing, token-budget batches from the saved data
+  position), the final state and the data position equal the uninterrupted run's."""
+  full, _ = smoke_run
+  parts = str(tmp_path / "parts")
+  train.train_and_evaluate(smoke_config(10, bleu=False), parts)
+  assert train.train_and_evaluate(smoke_config(20, bleu=False), parts)["status"] == "completed"
+  losses = lambda wd: {r["step"]: r["train_loss"] for r in metrics.read_metrics(wd)
+                       if "train_loss" in r}
+  a, b = losses(full), losses(parts)
+  assert [a[s] for s in range(1, 21)] == [b[s] for s in range(1, 21)]
+  ra, rb = checkpoint.restore_run(full), checkpoint.restore_run(parts)
+  for x, y in zip(jax.tree.leaves(ra.state), jax.tree.leaves(rb.state)):
+    np.testing.assert_array_equal(x, y)
+  assert ra.data_state == rb.data_state
+
+
+def _predict(wd, *args):
+  """--mode=predict on one CPU device (not conftest's 8), as the run trained and decoded."""
+  env = {**os.environ, "XLA_FLAGS": " ".join(
+      f for f in os.environ.get("XLA_FLAGS", "").split()
+      if not f.startswith("--xla_force_host_platform_device_count"))}
+  r = subprocess.run([sys.executable, "-m", "lnjax.main", "--mode=predict", f"--workdir={wd}",
+                      "--split=test_2017_mscoco", *args],
+                     cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert "test_2017_mscoco: BLEU" in r.stdout
+  return r
 
 
 def test_predict_mode_writes_and_scores_hypotheses(smoke_run):
+  """By default the best checkpoint (by BLEU), here not the latest; --checkpoint=latest the
+  latest. Each scores what the training's evaluation of that step scored, and the score is
+  sacreBLEU's of the written file."""
   wd, _ = smoke_run
-  r = subprocess.run([sys.executable, "-m", "lnjax.main", "--mode=predict", f"--workdir={wd}",
-                      "--split=test_2017_mscoco", "--checkpoint=latest"],
-                     cwd=REPO, capture_output=True, text=True, timeout=300)
-  assert r.returncode == 0, r.stderr[-2000:]
-  assert "test_2017_mscoco: BLEU" in r.stdout
-  result = json.load(open(os.path.join(wd, "predictions", "test_2017_mscoco.step30.json")))
-  hyps = open(result["hypotheses_file"]).read().splitlines()
-  assert len(hyps) == 461
-  # The score is what sacreBLEU gives the written file against the references.
+  bleu = _bleu_by_step(wd)
+  best = max(bleu, key=lambda s: (bleu[s], -s))
+  assert best == 10, ("the test needs a best checkpoint that is not the latest", bleu)
+  _predict(wd)
+  _predict(wd, "--checkpoint=latest")
   refs = mt_builders.load_split_pairs(mt_builders.prepare("multi30k_de_en"),
                                      "test_2017_mscoco")[1]
-  assert sacrebleu.corpus_bleu(hyps, [refs]).score == pytest.approx(result["bleu"], abs=1e-6)
+  for step, checkpoint_name in ((10, "best"), (20, "latest")):
+    result = json.load(open(os.path.join(wd, "predictions", f"test_2017_mscoco.step{step}.json")))
+    assert (result["step"], result["checkpoint"]) == (step, checkpoint_name)
+    assert result["bleu"] == pytest.approx(bleu[step], abs=1e-6)
+    hyps = open(result["hypotheses_file"]).read().splitlines()
+    assert len(hyps) == 461
+    # The score is what sacreBLEU gives the written file against the references.
+    assert sacrebleu.corpus_bleu(hyps, [refs]).score == pytest.approx(result["bleu"], abs=1e-6)
