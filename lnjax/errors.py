@@ -40,3 +40,24 @@ def check_range(key: str, value: Any, *, low=None, high=None, low_open=False,
     hi = "inf" if high is None else f"{high}"
     interval = ("(" if low_open else "[") + f"{lo}, {hi}" + (")" if high_open else "]")
     raise ConfigError(f"{key}={value!r} must be a number in {interval}")
+
+
+def check_int(key: str, value: Any, low: int, high: int | None = None) -> None:
+  """Refuses a non-integer (a bool included: True as a batch size is a mistake) or one
+  outside [low, high]."""
+  ok = isinstance(value, int) and not isinstance(value, bool) or (
+      type(value).__module__ == "numpy" and float(value).is_integer())
+  if not ok or value < low or (high is not None and value > high):
+    rng = f">= {low}" if high is None else f"in [{low}, {high}]"
+    raise ConfigError(f"{key}={value!r} is invalid: must be an integer {rng}")
+
+
+def check_path(key: str, value: Any) -> None:
+  """None, or a non-empty path string (a local path or a bucket URL)."""
+  if value is not None and not (isinstance(value, str) and value):
+    raise ConfigError(f"{key}={value!r} is invalid: must be a non-empty path string or None")
+
+
+def check_bool(key: str, value: Any) -> None:
+  if not isinstance(value, bool):
+    raise ConfigError(f"{key}={value!r} is invalid: must be true or false")

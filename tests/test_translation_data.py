@@ -22,16 +22,9 @@ import pytest
 
 from lnjax.data import DataError, paths
 from lnjax.data import mt_builders
-from lnjax.data.translation import (
-    BOS_ID,
-    EOS_ID,
-    MTDataConfig,
-    MTTokenizer,
-    bucket_len,
-    ladder_len,
-    make_mt_data,
-    plan_batches,
-)
+from lnjax.data.batching import bucket_len, ladder_len, plan_batches
+from lnjax.data.mt_tokenizer import BOS_ID, EOS_ID, MTTokenizer
+from lnjax.data.translation import MTDataConfig, make_mt_data
 from lnjax.errors import ConfigError
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]

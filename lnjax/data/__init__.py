@@ -23,6 +23,7 @@ __all__ = [
 
 # Translation (parallel corpora -> joint SentencePiece -> token-budgeted,
 # length-bucketed batches): see lnjax.data.translation.
-from lnjax.data.translation import MTData, MTDataConfig, MTTokenizer, make_mt_data
+from lnjax.data.mt_tokenizer import MTTokenizer
+from lnjax.data.translation import MTData, MTDataConfig, make_mt_data
 
 __all__ += ["MTData", "MTDataConfig", "MTTokenizer", "make_mt_data"]

@@ -37,8 +37,6 @@ import dataclasses
 import hashlib
 import io
 import json
-import math
-import os
 import re
 from typing import Sequence
 
@@ -47,51 +45,12 @@ import numpy as np
 
 from lnjax import errors
 from lnjax.data import builders, paths, pipeline, tokenizers
+from lnjax.data.config import MLMDataConfig
 
 SPECIAL_TOKENS = ("[CLS]", "[SEP]", "[MASK]")
 FIRST_REGULAR_ID = 2  # Random replacements are drawn from [2, text vocab): no pad, no unk.
 MASK_FRACTION, RANDOM_FRACTION = 0.8, 0.1  # Of the chosen tokens; the remaining 10% stay.
 _TRAIN_STREAM, _EVAL_STREAM = 1, 2  # Separate random streams for train and eval masks.
-
-
-@dataclasses.dataclass(frozen=True)
-class MLMDataConfig:
-  """The ``config.data`` block of a BERT pre-training run."""
-
-  name: str = "wikitext2_raw"  # tiny_shakespeare | wikitext2_raw
-  data_dir: str | None = None  # raw corpora; None -> env -> ../shared/data
-  cache_dir: str | None = None  # prepared data; None -> env -> ~/.cache/lnjax
-  mirror: str | None = None  # replaces the download URLs' base; None -> LNJAX_DATA_MIRROR
-  tokenizer: str = "sentencepiece"  # char | sentencepiece
-  vocab_size: int = 8000  # sentencepiece only (the specials come on top)
-  sp_model_type: str = "unigram"  # unigram | bpe
-  seq_len: int = 128  # L: tokens per instance, [CLS] and [SEP]s included
-  batch_size: int = 32  # global batch, over all processes
-  eval_split: str = "validation"
-  eval_batches: int = 16  # held-out batches per evaluation; 0 = every full batch
-  mask_rate: float = 0.15  # fraction of tokens predicted
-  short_seq_prob: float = 0.1  # instances with a shorter random target length
-
-  def __post_init__(self):
-    errors.check_choice("data.name", self.name, tuple(builders.BUILDERS))
-    errors.check_choice("data.tokenizer", self.tokenizer, tokenizers.TOKENIZER_KINDS)
-    errors.check_choice("data.sp_model_type", self.sp_model_type, tokenizers.SP_MODEL_TYPES)
-    errors.check_choice("data.eval_split", self.eval_split, builders.SPLITS[self.name])
-    for key, low in (("vocab_size", 16), ("seq_len", 8), ("batch_size", 1), ("eval_batches", 0)):
-      value = getattr(self, key)
-      if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise errors.ConfigError(f"data.{key}={value!r} must be an integer >= {low}")
-    errors.check_range("data.mask_rate", self.mask_rate, low=0.0, high=1.0, low_open=True)
-    errors.check_range("data.short_seq_prob", self.short_seq_prob, low=0.0, high=1.0)
-    for key in ("data_dir", "cache_dir", "mirror"):
-      value = getattr(self, key)
-      if value is not None and not (isinstance(value, str) and value):
-        raise errors.ConfigError(f"data.{key}={value!r} must be a non-empty path or None")
-
-  @property
-  def max_predictions(self) -> int:
-    """P: prediction slots per sequence (BERT: 20 for 128 tokens)."""
-    return math.ceil(self.mask_rate * self.seq_len)
 
 
 @dataclasses.dataclass(frozen=True)

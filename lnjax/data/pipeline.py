@@ -18,82 +18,25 @@ Batches are dicts of numpy arrays with B = batch_size // process_count:
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import math
-import os
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 import grain
 import numpy as np
 
 from lnjax import errors
 from lnjax.data import builders
+from lnjax.data.config import LMDataConfig
 from lnjax.data import paths
 from lnjax.data import sources
 from lnjax.data import tokenizers
 
-DATASETS = tuple(builders.BUILDERS)  # ('tiny_shakespeare', 'wikitext2_raw')
-_MAX_VOCAB = 1 << 20
 
 
 def _choices(values) -> str:
   return ", ".join(str(v) for v in values)
-
-
-@dataclasses.dataclass(frozen=True)
-class LMDataConfig:
-  """The ``config.data`` block. Every field is validated on construction."""
-
-  name: str = "tiny_shakespeare"  # 'tiny_shakespeare' | 'wikitext2_raw' | 'tfds:NAME[/CONFIG]' | 'hf:PATH[:CONFIG]'
-  data_dir: str | None = None  # raw corpora; None -> LNJAX_DATA_DIR -> embedded/downloaded
-  cache_dir: str | None = None  # prepared data; None -> env -> ~/.cache/lnjax
-  mirror: str | None = None  # replaces the download URLs' base; None -> LNJAX_DATA_MIRROR
-  tfds_data_dir: str | None = None  # tfds: names; None -> TFDS_DATA_DIR -> ~/tensorflow_datasets
-  text_field: str = "text"  # tfds:/hf: names: the feature holding the text
-  tokenizer: str = "char"  # 'char' | 'sentencepiece'
-  vocab_size: int = 4096  # sentencepiece only
-  seq_len: int = 128
-  batch_size: int = 32  # global batch, over all processes
-  eval_split: str = "validation"
-  eval_batches: int = 16  # 0 = the whole eval split
-  sp_model_type: str = "unigram"  # sentencepiece only: 'unigram' | 'bpe'
-
-  def __post_init__(self):
-    def fail(field: str, why: str):
-      raise errors.ConfigError(f"data.{field}={getattr(self, field)!r} {why}")
-
-    def check_choice(field: str, valid):
-      if getattr(self, field) not in valid:
-        fail(field, f"is not one of: {_choices(valid)}")
-
-    def check_int(field: str, lo: int, hi: int | None = None):
-      v = getattr(self, field)
-      # bool is an int subclass; True as a batch size is a config mistake.
-      ok = isinstance(v, (int, np.integer)) and not isinstance(v, bool)
-      if not ok or v < lo or (hi is not None and v > hi):
-        rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-        fail(field, f"is invalid: must be an integer {rng}")
-
-    def check_dir(field: str):
-      v = getattr(self, field)
-      if v is not None and not (isinstance(v, (str, os.PathLike)) and str(v)):
-        fail(field, "is invalid: must be a non-empty path string or None")
-
-    sources.check_name(self.name, "data.name", DATASETS)
-    check_dir("data_dir")
-    check_dir("cache_dir")
-    check_dir("mirror")
-    check_dir("tfds_data_dir")
-    check_choice("tokenizer", tokenizers.TOKENIZER_KINDS)
-    check_int("vocab_size", 16, _MAX_VOCAB)
-    check_int("seq_len", 1)
-    check_int("batch_size", 1)
-    if not sources.is_external(self.name):  # (external splits are checked on opening)
-      check_choice("eval_split", builders.SPLITS[self.name])
-    check_int("eval_batches", 0)
-    check_choice("sp_model_type", tokenizers.SP_MODEL_TYPES)
 
 
 def _windows_needed(n_tokens: int, window: int) -> int:
