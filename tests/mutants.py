@@ -186,10 +186,10 @@ MUTANTS = [
       "fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)",
       ("tests/test_sweep.py::test_a_run_of_a_killed_launcher_is_never_started_twice",),
       "a relaunch starts a run that a killed launcher's process still trains"),
-    M("summary_without_eval_loss", "lnjax/train.py",
-      '"eval_loss": last_eval.get("eval_loss"),', '"final_eval_loss": last_eval.get("eval_loss"),',
+    M("summary_baseline_renamed", "lnjax/train.py",
+      '"unigram_baseline": unigram,', '"unigram_baseline_nats": unigram,',
       ("tests/test_sweep.py::test_killed_sweep_finishes_on_relaunch_without_redoing_finished_runs",),
-      "summary.json names its held-out loss otherwise than the sweep report reads it"),
+      "summary.json names the unigram baseline otherwise than the sweep report reads it"),
 ]
 
 
