@@ -44,7 +44,9 @@ class Checkpoints:
     self._unsealed = None  # The step saved last, until its manifest is written.
     self.manager = ocp.CheckpointManager(
         os.path.join(os.path.abspath(workdir), folder),
-        options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True))
+        # (cleanup: the temporary folders of saves a kill interrupted.)
+        options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
+                                             cleanup_tmp_directories=True))
 
   def save(self, step: int, state: state_lib.TrainState, data_state: dict,
            force: bool = False, replace: bool = False, window: dict | None = None) -> bool:
