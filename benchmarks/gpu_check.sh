@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The GPU check (issue 17): on a machine with an NVIDIA GPU, in under 8 minutes,
+#   1. the tests with a GPU meaning, on the GPU (JAX_PLATFORMS=cuda): bf16 steps against
+#      float32, sharded bf16 steps (2 GPUs or more; tests/test_sharding.py with 8),
+#      cuDNN flash attention against XLA's attention (tests/test_gpu_check.py, and the
+#      attention tests of tests/test_models.py);
+#   2. the bf16 suite against PyTorch autocast with MFU, the LM and the IWSLT-size
+#      encoder-decoder (benchmarks/suite.py; BENCHMARKS.md's suite_gpu section; needs a
+#      CUDA PyTorch, else skipped with a line saying so);
+#   3. the attention kernels (plain, xla, cudnn) checked against each other and timed, and
+#      a 300-step IWSLT-size encoder-decoder run with cuDNN flash attention
+#      (benchmarks/gpu_check.py; BENCHMARKS.md's gpu_check section, with each stage's time).
+# On a CPU it runs the CPU-meaningful parts (the kernels at a small size, a smoke run with
+# model.attention_impl=xla; well under 2 minutes), says it needs a GPU and exits 0.
+#
+#   bash benchmarks/gpu_check.sh            # exit 0: passed (or no GPU); 1: a check failed
+#   GPU_CHECK_OUT=/tmp/b.md bash benchmarks/gpu_check.sh   # write the tables elsewhere
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${GPU_CHECK_OUT:-BENCHMARKS.md}
+
+backend=$(python -c 'import jax; print(jax.default_backend())' 2>/dev/null || echo "none (JAX failed)")
+if [ "$backend" != gpu ]; then
+  python benchmarks/gpu_check.py --quick
+  echo "gpu_check: needs a GPU (JAX's backend here: $backend); ran the CPU parts only," \
+       "nothing written. On a GPU machine: pip install -e \".[cuda]\" (BUILD.md)."
+  exit 0
+fi
+
+stages=""
+failed=0
+stage() {  # stage NAME COMMAND...: runs it, records its seconds and outcome.
+  local name=$1 t0=$SECONDS note="passed"
+  shift
+  echo "=== gpu_check: $name"
+  if ! "$@"; then note="FAILED"; failed=1; fi
+  stages+="${stages:+,}$name=$((SECONDS - t0))=$note"
+}
+
+export JAX_PLATFORMS=cuda
+gpus=$(python -c 'import jax; print(jax.device_count())')
+tests=(tests/test_gpu_check.py tests/test_models.py::test_attention_impl_xla_equals_the_plain_path)
+if [ "$gpus" -ge 8 ]; then tests+=(tests/test_sharding.py::test_sharded_steps_equal_single_device); fi
+# Full float32 matmuls (not TF32) where the tests compare float32 values.
+stage "tests on $gpus GPU(s)" env JAX_DEFAULT_MATMUL_PRECISION=highest \
+    python -m pytest -q -p no:cacheprovider "${tests[@]}"
+
+if python -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+  stage "bf16 suite vs PyTorch autocast" python benchmarks/suite.py --dtype bfloat16 \
+      --models lm,mt_iwslt --rounds 5 --steps 20 --out "$out"
+else
+  echo "=== gpu_check: no CUDA PyTorch here: the bf16 suite is skipped (pip install" \
+       "torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128)"
+  stages+="${stages:+,}bf16 suite vs PyTorch autocast=0=skipped: no CUDA PyTorch"
+fi
+
+python benchmarks/gpu_check.py --out "$out" --stages "$stages" || failed=1
+echo "gpu_check: $([ $failed = 0 ] && echo passed || echo FAILED) in ${SECONDS} s; tables in $out"
+exit $failed

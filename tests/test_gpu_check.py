@@ -1,0 +1,106 @@
+"""The GPU check (benchmarks/gpu_check.sh) and the tests it runs on a GPU.
+
+On the CPU (the suite): the script runs its CPU parts, says it needs a GPU, exits 0 and
+writes nothing. The device tests run on whatever JAX's default backend is: 8 virtual CPU
+devices in the suite, the GPUs when gpu_check.sh runs them with JAX_PLATFORMS=cuda: bf16
+steps against float32 ones, sharded bf16 steps against one device (two devices or more),
+cuDNN's flash attention against XLA's (a GPU only).
+"""
+
+import dataclasses
+import os
+import subprocess
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from lnjax import optim, sharding, state as state_lib, tasks, train
+from lnjax.models import EncoderDecoder, ModelConfig
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+B, T, V, STEPS = 8, 16, 64, 3
+CFG = ModelConfig(vocab_size=V, num_layers=2, d_model=64, num_heads=2, d_ff=128, max_len=T,
+                  dropout_rate=0.0)
+
+
+def _lm_losses(cfg: ModelConfig, mesh) -> np.ndarray:
+  """Train losses of STEPS SGD steps of the LM on `mesh`, from the seed-0 state."""
+  setup = state_lib.make_setup(cfg, optim.OptConfig(name="sgd", learning_rate=0.5), 100,
+                               task=tasks.get("lm"))
+  shardings = state_lib.state_shardings(setup, mesh)
+  batch_sharding = sharding.batch_sharding(mesh)
+  step = jax.jit(lambda s, b: train.train_step(s, b, setup=setup, label_smoothing=0.0, seed=0),
+                 in_shardings=(shardings, batch_sharding),
+                 out_shardings=(shardings, sharding.replicated(mesh)))
+  state = state_lib.init_state(setup, mesh, 0)
+  x = np.random.default_rng(0).integers(1, V, (STEPS, B, T + 1)).astype(np.int32)
+  losses = []
+  for i in range(STEPS):
+    batch = {"inputs": x[i, :, :-1], "targets": x[i, :, 1:], "weights": np.ones((B, T), np.float32)}
+    state, metrics = step(state, sharding.global_batch(batch, batch_sharding))
+    losses.append(float(metrics["train_loss"]))
+  assert all(leaf.dtype == jnp.float32 for leaf in jax.tree.leaves(state.params))
+  return np.array(losses)
+
+
+def test_bf16_steps_track_float32():
+  """bf16 compute (float32 parameters and optimizer) follows the float32 run's losses."""
+  one = sharding.make_mesh(sharding.MeshConfig(data=1), jax.devices()[:1])
+  f32 = _lm_losses(CFG, one)
+  bf16 = _lm_losses(dataclasses.replace(CFG, dtype="bfloat16"), one)
+  assert np.isfinite(bf16).all() and f32[-1] < f32[0]
+  np.testing.assert_allclose(bf16, f32, rtol=2e-2)
+  assert not np.array_equal(bf16, f32)  # The compute really is bf16.
+
+
+def test_sharded_bf16_steps_equal_one_device():
+  """bf16 steps over every device (data × FSDP) equal the one-device bf16 steps."""
+  n = jax.device_count()
+  if n < 2 or n % 2:
+    pytest.skip(f"{n} device(s): sharding needs an even count of 2 or more")
+  cfg = dataclasses.replace(CFG, dtype="bfloat16")
+  one = _lm_losses(cfg, sharding.make_mesh(sharding.MeshConfig(data=1), jax.devices()[:1]))
+  many = _lm_losses(cfg, sharding.make_mesh(sharding.MeshConfig(data=2, fsdp=n // 2)))
+  np.testing.assert_allclose(many, one, rtol=1e-2)
+
+
+def test_cudnn_flash_attention_matches_xla():
+  """model.attention_impl='cudnn' (cuDNN flash attention) against 'xla' in bf16: loss and
+  gradients of an encoder-decoder with padded sources (heads of 128, as IWSLT's)."""
+  if jax.default_backend() != "gpu":
+    pytest.skip("cuDNN flash attention needs an NVIDIA GPU")
+  cfg = dataclasses.replace(CFG, d_model=256, d_ff=512, max_len=64, dtype="bfloat16")
+  rng = np.random.default_rng(0)
+  src = rng.integers(1, V, (B, 64)).astype(np.int32)
+  src[np.arange(64)[None, :] >= rng.integers(32, 65, (B, 1))] = 0
+  tgt = rng.integers(1, V, (B, 65)).astype(np.int32)
+  params = nn.unbox(EncoderDecoder(cfg).init(jax.random.key(0), src, tgt[:, :-1])["params"])
+
+  def loss(params, impl):
+    model = EncoderDecoder(dataclasses.replace(cfg, attention_impl=impl))
+    logits = model.apply({"params": params}, src, tgt[:, :-1]).astype(jnp.float32)
+    return optax.softmax_cross_entropy_with_integer_labels(logits, tgt[:, 1:]).mean()
+
+  grad = jax.jit(jax.value_and_grad(loss), static_argnums=1)
+  (l_xla, g_xla), (l_cudnn, g_cudnn) = grad(params, "xla"), grad(params, "cudnn")
+  np.testing.assert_allclose(l_cudnn, l_xla, rtol=1e-2)
+  flat = lambda g: np.concatenate([np.ravel(x) for x in jax.tree.leaves(g)]).astype(np.float32)
+  a, b = flat(g_cudnn), flat(g_xla)
+  assert np.linalg.norm(a - b) <= 5e-2 * np.linalg.norm(b)
+
+
+@pytest.mark.slow
+def test_gpu_check_script_on_the_cpu():
+  if jax.default_backend() == "gpu":
+    pytest.skip("on a GPU gpu_check.sh runs these tests itself")
+  env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+  r = subprocess.run(["bash", "benchmarks/gpu_check.sh"], cwd=REPO, env=env,
+                     capture_output=True, text=True, timeout=600)
+  out = r.stdout + r.stderr
+  assert r.returncode == 0, out[-3000:]
+  assert "gpu_check: needs a GPU" in out and "nothing written" in out, out[-3000:]
+  assert "| float32 | xla |" in out and "gpu_check.py: passed" in out  # The CPU parts ran.
