@@ -146,7 +146,7 @@ def test_checkpoint_restores_onto_another_mesh(tmp_path):
   ckpt.save(1, saved, {"position": 7}, force=True)
   ckpt.wait()
   for mesh in (sharding.make_mesh(sharding.MeshConfig(*MODES["model"])), one):
-    state, data = ckpt.restore_latest(state_lib.abstract_state(setup, mesh))
+    state, data, _ = ckpt.restore_latest(state_lib.abstract_state(setup, mesh))
     assert data == {"position": 7}
     for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(initial)):
       np.testing.assert_array_equal(a, b)
