@@ -186,6 +186,10 @@ def _common(task: str) -> ml_collections.ConfigDict:
   # over each log_every_steps window like the other train metrics.
   t.divergence_factor = 1e4  # The run ends as diverged when a train loss is NaN/Inf or
   # above this × ln V (the uniform guess's loss, about the initial one); 0 = NaN/Inf only.
+  t.compilation_cache_dir = ""  # JAX's persistent compilation cache (local or gs://):
+  # a relaunch, or another run of the same shapes, skips compilation. "" = off.
+  t.profile_steps = ""  # "START,END": a jax.profiler trace of steps START..END into
+  # <workdir>/profile (TensorBoard's profile plugin). "" = off.
 
   c.mesh = s = ml_collections.ConfigDict()
   s.data = -1  # Devices on the data-parallel axis; -1 = all the others.

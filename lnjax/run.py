@@ -25,6 +25,8 @@ class TrainConfig:
   tensorboard: bool = True
   log_grad_norms: bool = False
   divergence_factor: float = 1e4  # Diverged: train loss > this × ln V; 0 = NaN/Inf only.
+  compilation_cache_dir: str = ""  # JAX's persistent compilation cache (a bucket too).
+  profile_steps: str = ""  # "START,END": a jax.profiler trace of those steps.
 
   def __post_init__(self):
     for key in ("num_steps", "log_every_steps", "eval_every_steps", "checkpoint_every_steps",
@@ -35,6 +37,21 @@ class TrainConfig:
     errors.check_range("train.label_smoothing", self.label_smoothing, low=0.0, high=1.0,
                        high_open=True)
     errors.check_range("train.divergence_factor", self.divergence_factor, low=0.0)
+    self.profile_range()  # Refuses a malformed one now, before any compute.
+
+  def profile_range(self) -> tuple[int, int] | None:
+    """train.profile_steps as (first, last) step, both included; None if unset."""
+    if not self.profile_steps:
+      return None
+    parts = str(self.profile_steps).split(",")
+    try:
+      first, last = (int(p) for p in parts)
+    except ValueError:
+      first = last = 0
+    if len(parts) != 2 or not 1 <= first <= last:
+      raise errors.ConfigError(f"train.profile_steps={self.profile_steps!r} must be "
+                               "'START,END' with 1 <= START <= END")
+    return first, last
 
 
 @dataclasses.dataclass(frozen=True)

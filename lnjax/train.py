@@ -31,6 +31,7 @@ RUNNING = "running"  # summary.json while the run trains (its wall time so far).
 RESUMABLE_KEYS = ("train.num_steps", "train.log_every_steps", "train.eval_every_steps",
                   "train.checkpoint_every_steps", "train.keep_checkpoints", "train.tensorboard",
                   "train.log_grad_norms", "train.divergence_factor",
+                  "train.compilation_cache_dir", "train.profile_steps",
                   "data.data_dir", "data.cache_dir", "mesh.data", "mesh.fsdp", "mesh.model",
                   "mesh.dcn_data", "mesh.dcn_fsdp", "mesh.dcn_model")
 
@@ -148,6 +149,14 @@ def _best_so_far(workdir: str, name: str | None):
   return max(values) if values else None
 
 
+def _use_compilation_cache(path: str) -> None:
+  """JAX's persistent compilation cache in `path`: every compiled program is kept (the
+  default keeps only those that took a second or more to compile)."""
+  jax.config.update("jax_compilation_cache_dir", path)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
 def log(*args) -> None:
   """A console line from process 0 only."""
   if jax.process_index() == 0:
@@ -212,6 +221,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, run: run_lib.RunConfi
   # too, up to their last log line), not the last segment's.
   earlier = _earlier_summary(workdir) if resuming else {}
   earlier_seconds = float(earlier.get("wall_seconds") or 0.0)
+  if run.train.compilation_cache_dir:
+    _use_compilation_cache(run.train.compilation_cache_dir)
 
   # Devices, then data: this process's slice of every global batch, in batches that split
   # evenly over the mesh's batch axes.
@@ -307,7 +318,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, run: run_lib.RunConfi
   # the host ahead of the device); every step's loss is checked for NaN/Inf.
   progress = metrics_lib.Progress(run.train.num_steps, first_step)
   status, last_finite, diverged_at, last_eval = COMPLETED, None, None, {}
-  pending, diverged_loss = None, None
+  pending, diverged_loss, first_step_seconds = None, None, None
+  profile = run.train.profile_range()
+  trace_dir = os.path.join(workdir, "profile")
   # Divergence: a NaN/Inf loss, or one `divergence_factor` times the uniform guess's ln V
   # (about the loss at initialization), which no run that is still learning reaches.
   max_loss = (run.train.divergence_factor * math.log(data.vocab_size)
@@ -355,6 +368,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, run: run_lib.RunConfi
         # A finished run asked again only re-evaluates: its wall time stays the training's.
         "wall_seconds": round(earlier_seconds + (0.0 if finished_before else
                                                  time.perf_counter() - t_start), 1),
+        # This segment's first step, compilation included (a compilation cache shortens it).
+        "first_step_seconds": first_step_seconds,
         "workdir": os.path.abspath(workdir),
     }
 
@@ -371,8 +386,19 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, run: run_lib.RunConfi
       local_batch = next(train_iter)
       progress.add_tokens(float(local_batch["weights"].sum()) * jax.process_count())
       batch = sharding.global_batch(local_batch, batch_sharding)
+      if profile and step + 1 == profile[0]:
+        jax.profiler.start_trace(trace_dir)
+      t_step = time.perf_counter()
       state, step_metrics = p_train_step(state, batch)
       step += 1
+      if step == first_step + 1:
+        jax.block_until_ready(step_metrics)
+        first_step_seconds = round(time.perf_counter() - t_step, 3)
+        log(f"First step in {first_step_seconds:.2f} s (compilation included).")
+      if profile and step == profile[1]:
+        jax.block_until_ready(state)
+        jax.profiler.stop_trace()
+        log(f"Profile of steps {profile[0]}..{profile[1]} in {trace_dir} (TensorBoard: profile).")
       if pending is not None and not absorb(*pending):
         diverged_at = pending[0]
         break

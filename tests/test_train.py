@@ -62,6 +62,7 @@ def uninterrupted(tmp_path_factory):
   return wd
 
 
+@pytest.mark.slow
 def test_resume_reproduces_the_uninterrupted_run(uninterrupted, tmp_path):
   """Stop at step 10, run the same command again: steps 11..20 match exactly (CPU)."""
   overrides = UNINTERRUPTED
@@ -83,6 +84,7 @@ def test_resume_reproduces_the_uninterrupted_run(uninterrupted, tmp_path):
   assert ra.data_state == rb.data_state
 
 
+@pytest.mark.slow
 def test_label_smoothing_changes_the_update(tmp_path):
   """train.label_smoothing reaches the objective: step 1's reported loss (the NLL, from the
   same initialization) is the same with and without it, step 2's (after one update of
@@ -116,6 +118,7 @@ def test_divergence_exits_with_code_3(tmp_path):
   assert all(int(s) < summary["step"] for s in saved), saved
 
 
+@pytest.mark.slow
 def test_restore_onto_another_mesh(tmp_path):
   """Trained on a data×model mesh of 8 devices; restored onto one device and onto 2×2×2."""
   wd = str(tmp_path / "mesh")
@@ -133,6 +136,7 @@ def test_restore_onto_another_mesh(tmp_path):
   assert one.step == 10 and int(one.state.step) == 10
 
 
+@pytest.mark.slow
 def test_corrupt_latest_checkpoint_falls_back_to_the_previous(uninterrupted, tmp_path, capsys):
   import shutil
   wd = str(tmp_path / "corrupt")
@@ -196,6 +200,7 @@ def _one_line_error(r, *needles):
     (["--config.opt.warmup_steps=-5"], ["opt.warmup_steps=-5"]),
     (["--config.opt.schedule=noam"], ["opt.schedule='noam'", "inverse_sqrt"]),
 ])
+@pytest.mark.slow
 def test_cli_refuses_bad_config_before_compute(finished_workdir, args, needles):
   before = snapshot(finished_workdir)
   r = run_cli("--config=configs/default.py:smoke", f"--workdir={finished_workdir}", *args)
@@ -209,6 +214,7 @@ def test_cli_refuses_unknown_preset(tmp_path):
   assert not os.path.exists(tmp_path / "x")
 
 
+@pytest.mark.slow
 def test_cli_missing_and_empty_corpus(tmp_path):
   empty_dir = tmp_path / "nodata"
   empty_dir.mkdir()
@@ -223,6 +229,7 @@ def test_cli_missing_and_empty_corpus(tmp_path):
   assert not os.path.exists(tmp_path / "a") or os.listdir(tmp_path / "a") == []
 
 
+@pytest.mark.slow
 def test_cli_unwritable_workdir(tmp_path):
   ro = tmp_path / "ro"
   ro.mkdir()
@@ -239,6 +246,7 @@ def test_cli_unwritable_workdir(tmp_path):
     ro.chmod(0o700)
 
 
+@pytest.mark.slow
 def test_cli_all_checkpoints_corrupt(finished_workdir, tmp_path):
   import shutil
   wd = str(tmp_path / "copy")
@@ -252,6 +260,7 @@ def test_cli_all_checkpoints_corrupt(finished_workdir, tmp_path):
   assert snapshot(wd) == before
 
 
+@pytest.mark.slow
 def test_cli_sigterm_saves_and_the_same_command_resumes(tmp_path):
   wd = str(tmp_path / "preempt")
   args = ["--config=configs/default.py:smoke", f"--workdir={wd}", "--config.mesh.data=1",
@@ -278,6 +287,7 @@ def test_cli_sigterm_saves_and_the_same_command_resumes(tmp_path):
   assert f"from step {saved['step']}" in r.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scan_layers", [False, True])
 def test_per_weight_gradient_norms_are_logged(tmp_path, scan_layers):
   """train.log_grad_norms: ‖∂L/∂W‖ of every weight per layer and sub-layer (scanned layers
@@ -311,3 +321,28 @@ def test_resume_accepts_fields_added_since_at_their_defaults(tmp_path):
     changed.model[key] = value
     with pytest.raises(errors.WorkdirError, match=f"model.{key}"):
       train.prepare_workdir(str(tmp_path), changed)
+
+
+def test_cli_compilation_cache_and_profile(tmp_path):
+  """train.compilation_cache_dir: a second launch finds its programs compiled (its first
+  step is faster); train.profile_steps: a jax.profiler trace in the workdir."""
+  cache = str(tmp_path / "cache")
+  first_steps = []
+  for name in ("a", "b"):
+    wd = str(tmp_path / name)
+    r = run_cli("--config=configs/lm.py:smoke", f"--workdir={wd}", "--config.mesh.data=1",
+                "--config.train.num_steps=6", f"--config.train.compilation_cache_dir={cache}",
+                "--config.train.profile_steps=2,4")
+    assert r.returncode == 0, r.stderr[-2000:]
+    first_steps.append(json.load(open(os.path.join(wd, "summary.json")))["first_step_seconds"])
+    traces = [f for _, _, fs in os.walk(os.path.join(wd, "profile")) for f in fs]
+    assert any(f.endswith(".xplane.pb") for f in traces), traces
+  assert any("train_step" in f for f in os.listdir(cache))
+  assert first_steps[1] < first_steps[0], first_steps
+
+
+def test_profile_steps_are_checked():
+  from lnjax import run as run_lib
+  for bad in ("5", "4,2", "0,3", "a,b"):
+    with pytest.raises(errors.ConfigError, match="train.profile_steps"):
+      run_lib.resolve_config(smoke_config(**{"train.profile_steps": bad}))
