@@ -97,6 +97,11 @@ MUTANTS = [
       'return norm("norm")((1.0 if name == "cross_attn" else alpha) * x + dropout(sublayer(x)))',
       ("tests/test_placements.py::test_deepnorm_encoder_decoder_residuals_and_cross_attention",),
       "DeepNorm's cross-attention residual without α: LN(x + F(x))"),
+    M("tied_output_reads_the_scaled_embedding", "lnjax/models/transformer.py",
+      "return x_BxTxD @ self.embedding.T.astype(self.cfg.dtype)",
+      "return x_BxTxD @ (self.embedding * self.cfg.d_model**0.5).T.astype(self.cfg.dtype)",
+      ("tests/test_models.py::test_tied_embeddings_share_the_matrix",),
+      "the tied output projection is √D·E, not the embedding E itself"),
     # ---- Schedules.
     M("cosine_schedule_is_linear", "lnjax/optim.py",
       "decay = optax.cosine_decay_schedule(peak, after_w, alpha=cfg.end_learning_rate / peak)",

@@ -85,6 +85,7 @@ def test_analyze_cli_refuses_a_non_workdir(tmp_path):
   assert len(r.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_analyze_reads_a_scanned_checkpoint_per_layer(tmp_path_factory):
   """A run trained with model.scan_layers is analysed layer by layer: its gradients taken
   through the scanned model, unstacked, are what the analysis reports per layer."""

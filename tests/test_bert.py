@@ -159,6 +159,7 @@ def pretrained(tmp_path_factory):
   return wd, train.train_and_evaluate(bert_smoke_config(), wd)
 
 
+@pytest.mark.slow
 def test_smoke_pretraining_loss_falls(pretrained):
   wd, summary = pretrained
   assert summary["status"] == "completed" and summary["step"] == 30
@@ -172,6 +173,7 @@ def test_smoke_pretraining_loss_falls(pretrained):
   assert saved["fingerprint"]  # The data position is saved with the state (resume).
 
 
+@pytest.mark.slow
 def test_bert_resume_reproduces_the_uninterrupted_run(pretrained, tmp_path):
   """Stopped at step 10 and run again to 30: every step's loss (masking and dropout are
   functions of (seed, step); the pair order comes from the saved data position), the
@@ -190,6 +192,7 @@ def test_bert_resume_reproduces_the_uninterrupted_run(pretrained, tmp_path):
   assert ra.data_state == rb.data_state
 
 
+@pytest.mark.slow
 def test_smoke_finetune_reports_accuracy_f1_and_intervals(pretrained, tmp_path, capsys):
   wd, _ = pretrained
   sys_path = os.path.join(REPO, "configs")
@@ -260,6 +263,7 @@ def test_glue_reader_bom_no_quotes_and_missing_file(tmp_path):
     glue.load_split("rte", "train", str(tmp_path))
 
 
+@pytest.mark.slow
 def test_analyze_reads_a_bert_checkpoint(pretrained):
   """lnjax.analyze on a masked-LM run: its loss is the masked-LM NLL (task.loss), and
   per-layer gradients and norm statistics come from the encoder's layers."""

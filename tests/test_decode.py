@@ -39,6 +39,7 @@ def _loss(model, params, src, tgt):
   return -jnp.take_along_axis(logp, tgt[:, 1:, None], -1).sum()
 
 
+@pytest.mark.slow
 def test_padded_source_equals_the_sentence_alone():
   """Row 1 of the batch, [4, 4, EOS] padded with three 0s, encodes, scores, trains (its
   loss's gradient) and decodes (greedy and beam: tokens and score) exactly as the

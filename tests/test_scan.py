@@ -61,6 +61,7 @@ def test_scanned_lm_equals_unrolled(position):
   _close(scan_params(unscan_params(params, model.cfg), model.cfg), params, atol=0)
 
 
+@pytest.mark.slow
 def test_scanned_gradients_equal_unrolled_with_remat():
   """Loss and gradients of the scanned stack under remat (nothing saved) against the
   unrolled stack without remat, for the same (unrolled-initialized) parameters; Mix-LN,
@@ -77,6 +78,7 @@ def test_scanned_gradients_equal_unrolled_with_remat():
   _close(unscan_params(grads_s, cfg), grads_u)
 
 
+@pytest.mark.slow
 def test_scanned_encoder_decoder():
   """Encoder-decoder (Post-LN encoder, DeepNorm decoder: per-stack constants, 2+3
   layers): the unrolled model's logits, and its beam search (the scanned decode cache
@@ -104,6 +106,7 @@ def test_scanned_encoder_decoder():
   np.testing.assert_allclose(score_s, score_u, atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
 def test_scanned_bert_equals_unrolled():
   model = BertPretraining(dataclasses.replace(CFG, norm_position="post"), next_sentence=True)
   inputs = (TOKENS, jnp.zeros_like(TOKENS), TOKENS[:, :2] % 9)

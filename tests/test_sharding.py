@@ -110,6 +110,7 @@ def _bytes_on(state, device) -> int:
              if s.device == device)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 def test_sharded_steps_equal_single_device(mode, single_device):
   initials, losses, states = single_device

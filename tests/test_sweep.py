@@ -292,6 +292,7 @@ def _stop(proc):
       proc.kill()
 
 
+@pytest.mark.slow
 def test_killed_sweep_finishes_on_relaunch_without_redoing_finished_runs(tmp_path):
   """Three runs, two at a time: `seed=0` finishes, `norm=middle` fails (a value the run
   refuses), `seed=1,steps=1500` is running when the launcher gets SIGTERM. The next

@@ -55,6 +55,7 @@ def _bleu_by_step(wd):
   return {r["step"]: r["eval_bleu"] for r in metrics.read_metrics(wd) if "eval_bleu" in r}
 
 
+@pytest.mark.slow
 def test_smoke_translation_run_learns(smoke_run):
   wd, summary = smoke_run
   assert summary["status"] == "completed"
@@ -67,6 +68,7 @@ def test_smoke_translation_run_learns(smoke_run):
   assert os.listdir(os.path.join(wd, "best_checkpoint")) == [str(best)]
 
 
+@pytest.mark.slow
 def test_translation_resume_reproduces_the_uninterrupted_run(smoke_run, tmp_path):
   """Stopped at step 10 and run again to 20 (no decoding, which does not touch the state):
   every step's loss (dropout, label smoothing, token-budget batches from the saved data
@@ -98,6 +100,7 @@ def _predict(wd, *args):
   return r
 
 
+@pytest.mark.slow
 def test_predict_mode_writes_and_scores_hypotheses(smoke_run):
   """By default the best checkpoint (by BLEU), here not the latest; --checkpoint=latest the
   latest. Each scores what the training's evaluation of that step scored, and the score is
