@@ -34,7 +34,7 @@ import shutil
 import sys
 import tempfile
 
-from lnjax.data import paths
+from lnjax import errors
 
 _log = logging.getLogger(__name__)
 
@@ -174,30 +174,35 @@ def sgm_segments(text: str) -> list[str]:
   return [" ".join(html.unescape(m.group(1)).split()) for m in map(_SEG.search, text.splitlines()) if m]
 
 
-def fetch(subdir: str, filename: str, cache_dir=None, mirror: str | None = None) -> pathlib.Path | None:
-  """Downloads ``<subdir>/<filename>`` (``filename`` may lack its ``.gz``) into
-  the download folder and returns its path; None if it has no `REMOTE` entry.
+class DownloadError(errors.LnjaxError):
+  """A corpus file that could not be downloaded (one line: URL, file, folder)."""
 
-  `paths.DataError` (one line naming the URL, the file and the folder to put
-  it in) when a part cannot be downloaded or its checksum does not match.
+
+def fetch(subdir: str, filename: str, downloads: pathlib.Path,
+          mirror: str | None = None) -> pathlib.Path | None:
+  """Downloads ``<subdir>/<filename>`` (``filename`` may lack its ``.gz``) into
+  ``<downloads>/<subdir>/`` and returns its path; None if it has no `REMOTE` entry.
+
+  `DownloadError` (one line naming the URL, the file and the folder to put it
+  in) when a part cannot be downloaded or its checksum does not match.
   """
   found = remote_for(subdir, filename)
   if found is None:
     return None
   name, remote = found
-  folder = paths.download_dir(cache_dir) / subdir
+  folder = downloads / subdir
   target = folder / name
   mirror = resolve_mirror(mirror)
   urls = part_urls(subdir, remote, mirror)
   if offline():
-    raise paths.DataError(
+    raise DownloadError(
         f"downloads are off ({OFFLINE_ENV} is set): download {_describe(urls)} and put"
         f" {name} into {folder}/ or into <data dir>/{subdir}/")
   parts_dir = folder / ".parts"
   try:
     parts_dir.mkdir(parents=True, exist_ok=True)
   except OSError as e:
-    raise paths.DataError(f"cannot create the download folder {parts_dir}: {e}") from None
+    raise DownloadError(f"cannot create the download folder {parts_dir}: {e}") from None
   import pooch  # (imported here: only a first use downloads)
 
   logging.getLogger("pooch").setLevel(logging.WARNING)
@@ -212,7 +217,7 @@ def fetch(subdir: str, filename: str, cache_dir=None, mirror: str | None = None)
       reason = " ".join(str(e).split())
       if isinstance(e, ValueError) and "hash" in reason.lower():
         reason = f"checksum mismatch: the file served is not the published one (expected sha256 {sha})"
-      raise paths.DataError(
+      raise DownloadError(
           f"cannot download {url} ({type(e).__name__}: {reason[:200]}); put {name}"
           f" (from that URL{', set ' + MIRROR_ENV + ' to a mirror' if not mirror else ''})"
           f" into {folder}/ or into <data dir>/{subdir}/"

@@ -33,6 +33,7 @@ import pathlib
 from typing import Iterator, Sequence
 
 from lnjax import errors
+from lnjax.data import download
 
 DATA_DIR_ENV = "LNJAX_DATA_DIR"
 CACHE_DIR_ENV = "LNJAX_CACHE_DIR"
@@ -131,8 +132,6 @@ def find_corpus_file(
   found is empty. ``how_to_get`` may contain ``{data_dir}``, replaced by the
   first candidate.
   """
-  from lnjax.data import download  # (download imports this module)
-
   candidates = data_dir_candidates(data_dir) + [download_dir(cache_dir)]
   how_to_get = how_to_get.replace("{data_dir}", str(candidates[0]))
   searched: list[str] = []
@@ -148,8 +147,8 @@ def find_corpus_file(
           )
         return path
   try:
-    fetched = download.fetch(subdir, filename, cache_dir, mirror)
-  except DataError as e:
+    fetched = download.fetch(subdir, filename, download_dir(cache_dir), mirror)
+  except download.DownloadError as e:
     raise DataError(
         f"{subdir} corpus file {filename} not found in {', '.join(map(str, candidates))}; {e}"
     ) from None
