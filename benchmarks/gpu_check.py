@@ -87,18 +87,22 @@ def check_attention(cfg: ModelConfig, batch: dict, dtypes, impls, reps: int) -> 
     for impl in impls:
       row = {"dtype": dtype, "impl": impl}
       rows.append(row)
+      # float32 rows in full float32 (a GPU's default is TF32 matmuls).
+      precision = "highest" if dtype == "float32" else "default"
       try:
         c = dataclasses.replace(cfg, dtype=dtype, attention_impl=impl)
         step = jax.jit(jax.value_and_grad(_loss_fn(c, batch)))
-        loss, grads = jax.block_until_ready(step(params))
+        with jax.default_matmul_precision(precision):
+          loss, grads = jax.block_until_ready(step(params))
       except Exception as e:  # noqa: BLE001  A kernel JAX does not offer for this device.
         row["error"] = str(e).strip().splitlines()[0][:160] if str(e).strip() else repr(e)
         continue
       times = []
-      for _ in range(reps):
-        t0 = time.perf_counter()
-        jax.block_until_ready(step(params))
-        times.append(time.perf_counter() - t0)
+      with jax.default_matmul_precision(precision):
+        for _ in range(reps):
+          t0 = time.perf_counter()
+          jax.block_until_ready(step(params))
+          times.append(time.perf_counter() - t0)
       g = np.concatenate([np.ravel(x) for x in jax.tree.leaves(jax.device_get(grads))])
       row.update(loss=float(loss), ms=1e3 * float(np.median(times)), grads=g)
       if reference is None:
@@ -137,19 +141,25 @@ def render_attention(rows: list[dict]) -> str:
 _STEP_LINE = re.compile(r"^step\s+(\d+)/\d+\s+loss\s+(\S+).*?(\d+) tok/s", re.M)
 
 
-def train_run(config: str, steps: int, workdir: str, log_every: int, flags=()) -> dict:
-  """`python -m lnjax.main` for `steps` steps; its summary, step lines and wall time."""
+def train_run(config: str, steps: int, workdir: str, log_every: int, flags=(),
+              timeout_s: int = 300) -> dict:
+  """`python -m lnjax.main` for `steps` steps (killed after `timeout_s`); its summary,
+  step lines and wall time."""
   cmd = [sys.executable, "-m", "lnjax.main", f"--config={config}", f"--workdir={workdir}",
          f"--config.train.num_steps={steps}", f"--config.train.log_every_steps={log_every}",
          f"--config.train.eval_every_steps={steps}",
          f"--config.train.checkpoint_every_steps={steps}", *flags]
   t0 = time.perf_counter()
-  proc = subprocess.run(cmd, cwd=_REPO, capture_output=True, text=True)
+  try:
+    proc = subprocess.run(cmd, cwd=_REPO, capture_output=True, text=True, timeout=timeout_s)
+    out, returncode = proc.stdout + proc.stderr, proc.returncode
+  except subprocess.TimeoutExpired as e:  # Killed: the check's time budget is spent.
+    text = lambda b: b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+    out, returncode = text(e.stdout) + text(e.stderr) + f"\ntimed out after {timeout_s} s", 124
   wall = time.perf_counter() - t0
-  out = proc.stdout + proc.stderr
   summary = _read_json(os.path.join(workdir, "summary.json"))
   lines = [(int(s), float(l), int(t)) for s, l, t in _STEP_LINE.findall(out)]
-  return {"command": " ".join(cmd[1:]), "returncode": proc.returncode, "output": out,
+  return {"command": "python " + " ".join(cmd[1:]), "returncode": returncode, "output": out,
           "summary": summary, "lines": lines, "wall_s": wall}
 
 
@@ -173,10 +183,10 @@ def run_on_iwslt_or_multi30k(impl: str, steps: int, log_every: int) -> dict:
                   log_every, flags)
     r["data"] = "IWSLT14 de→en"
     if r["returncode"] and not r["lines"]:
-      reason = (r["output"].strip().splitlines() or ["?"])[-1]
+      reason = (r["output"].strip().splitlines() or ["?"])[-1].split(";")[0]
       r = train_run("configs/multi30k_de_en.py:norm=pre", steps, os.path.join(tmp, "m30k"),
                     log_every, flags + iwslt_model)
-      r["data"] = f"Multi30k de→en (IWSLT14 not prepared here: {reason[:120]})"
+      r["data"] = f"Multi30k de→en (IWSLT14 not prepared here: {reason[:100]})"
   return r
 
 
@@ -188,9 +198,10 @@ def render_run(r: dict, impl: str) -> str:
   fmt = lambda v: "—" if v is None else f"{v:.3f}"
   return "\n".join([
       "| data | steps | attention | status | first logged loss | last train loss | "
-      "held-out loss | tokens/s (median, after compile) | wall s |",
+      "held-out loss | tokens/s (median of the logged windows after the first) | wall s |",
       "|---|---:|---|---|---:|---:|---:|---:|---:|",
-      f"| {r['data']} | {s.get('step', '—')} | {impl} | {s.get('status', 'exit ' + str(r['returncode']))} "
+      f"| {r['data']} | {s.get('step', '—')} | {impl} | "
+      f"{'timed out' if r['returncode'] == 124 else s.get('status', 'exit ' + str(r['returncode']))} "
       f"| {first} | {fmt(s.get('last_finite_train_loss'))} | {fmt(s.get('eval_loss'))} | "
       f"{tok_s} | {r['wall_s']:.0f} |"])
 
