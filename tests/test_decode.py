@@ -39,12 +39,10 @@ def _loss(model, params, src, tgt):
   return -jnp.take_along_axis(logp, tgt[:, 1:, None], -1).sum()
 
 
-@pytest.mark.slow
-def test_padded_source_equals_the_sentence_alone():
-  """Row 1 of the batch, [4, 4, EOS] padded with three 0s, encodes, scores, trains (its
-  loss's gradient) and decodes (greedy and beam: tokens and score) exactly as the
-  sentence alone, unpadded: padding is masked in the encoder's self-attention and in the
-  decoder's cross-attention."""
+def test_padded_source_encodes_and_scores_as_the_sentence_alone():
+  """Row 1 of the batch, [4, 4, EOS] padded with three 0s, encodes and scores a target
+  exactly as the sentence alone, unpadded: padding is masked in the encoder's
+  self-attention and in the decoder's cross-attention."""
   model, params, src = _model()
   alone = src[1:, :3]
   assert alone.tolist() == [[4, 4, EOS]] and src[1, 3:].tolist() == [0, 0, 0]
@@ -54,12 +52,19 @@ def test_padded_source_equals_the_sentence_alone():
   padded_logits = model.apply({"params": params}, src, jnp.tile(tgt, (2, 1)))[1]
   np.testing.assert_allclose(padded_logits, model.apply({"params": params}, alone, tgt)[0],
                              atol=1e-5)
-  # Training: the same loss and gradient.
+
+
+@pytest.mark.slow
+def test_padded_source_trains_and_decodes_as_the_sentence_alone():
+  """The same sentence, padded and alone: the loss's gradient (training), greedy decoding
+  and beam search (tokens and score) are the same."""
+  model, params, src = _model()
+  alone = src[1:, :3]
+  tgt = jnp.array([[BOS, 5, 6, 7, EOS]])
   grad = jax.jit(jax.grad(lambda p, s: _loss(model, p, s, tgt)))
   pad_grads, grads = grad(params, src[1:]), grad(params, alone)
   for a, b in zip(jax.tree.leaves(pad_grads), jax.tree.leaves(grads)):
     np.testing.assert_allclose(a, b, atol=2e-5)
-  # Decoding.
   kw = dict(max_len=6, bos_id=BOS, eos_id=EOS)
   assert (decode.strip(decode.greedy(model, params, src, **kw), EOS)[1]
           == decode.strip(decode.greedy(model, params, alone, **kw), EOS)[0])
