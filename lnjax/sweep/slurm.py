@@ -6,8 +6,8 @@ one run per array task, in the local launcher's run folders, manifest and progre
       [--sbatch_args="--partition=gpu --gpus-per-node=8 --time=04:00:00"] [--nowait]
 
 Each launch writes ROOT/slurm/array_<k>.sbatch, in which array task i trains the i-th
-run left to do, and submits it with sbatch. A task takes the run's sweep lock
-(ROOT/<name>/.sweep.lock, flock: a run is never trained by two jobs at once) and starts
+run left to do, and submits it with sbatch. A task takes the run's lock
+(ROOT/<name>/.lock, flock: a run is never trained by two jobs at once) and starts
 `python -m lnjax.main`; a run on several nodes through srun, one process per node,
 joined by `--distributed` (jax.distributed reads the SLURM environment). SIGTERM makes
 the run save a checkpoint and exit 143 (SlurmLauncher.script says how it reaches the
@@ -42,7 +42,6 @@ from lnjax.sweep import launcher
 
 QUEUED = "queued"  # Submitted; waiting for an allocation.
 EXIT_LOCKED = 75  # An array task whose run another job holds.
-RUN_LOCK = ".sweep.lock"  # Beside lnjax.main's own .lock, which the run takes itself.
 SIGNAL_SECONDS = 120  # SIGUSR1 this long before the time limit: the task requeues itself.
 _EXIT_LINE = re.compile(r"^=== slurm exit (-?\d+)$", re.M)
 
@@ -103,7 +102,7 @@ case "$SLURM_ARRAY_TASK_ID" in
 {cases}
 esac
 # The run's lock, held until the task ends: never two jobs on one run.
-exec 9>>"$RUN/{RUN_LOCK}"
+exec 9>>"$RUN/.lock"
 if ! flock -n 9; then
   echo "$RUN: another job or launcher trains it; skipped"
   exit {EXIT_LOCKED}
