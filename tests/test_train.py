@@ -323,6 +323,7 @@ def test_resume_accepts_fields_added_since_at_their_defaults(tmp_path):
       train.prepare_workdir(str(tmp_path), changed)
 
 
+@pytest.mark.slow
 def test_cli_compilation_cache_and_profile(tmp_path):
   """train.compilation_cache_dir: a second launch finds its programs compiled (its first
   step is faster); train.profile_steps: a jax.profiler trace in the workdir."""
