@@ -42,7 +42,7 @@ def runs() -> list[tuple[str, str, dict]]:
 def train_one(name: str, preset: str, overrides: dict, root: str) -> None:
   sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
   from configs import multi30k_de_en
-  from lnjax import evaluate, train
+  from lnjax import predict, train
 
   config = multi30k_de_en.get_config(preset)
   with config.unlocked():
@@ -55,7 +55,7 @@ def train_one(name: str, preset: str, overrides: dict, root: str) -> None:
   print(f"\n=== {name}: {preset} {overrides}", flush=True)
   summary = train.train_and_evaluate(config, workdir)
   if summary["status"] == "completed" and summary.get("best_eval_bleu") is not None:
-    result = evaluate.predict(workdir, TEST_SPLIT, "best")
+    result = predict.predict(workdir, TEST_SPLIT, "best")
     print(f"{name}: {TEST_SPLIT} BLEU {result['bleu']:.2f} (best checkpoint, step "
           f"{result['step']})", flush=True)
 

@@ -8,13 +8,16 @@ BLEU on that text (sacreBLEU with tokenize='none', which is what fairseq's
 """
 
 import dataclasses
-import os
+import sys
 import time
 
+import jax
 import numpy as np
 import sacrebleu
+from jax.experimental import multihost_utils
 
-from lnjax import decode, errors, fileio, sharding
+from lnjax import decode, errors, fileio, progress, sharding
+from lnjax.data import batching
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,36 +40,74 @@ class DecodeConfig:
 
 
 def translate(setup, params, data, split: str, cfg: DecodeConfig, mesh) -> list[str]:
-  """Hypotheses for every sentence of `split`, in the split's original order."""
+  """Hypotheses for every sentence of `split`, in the split's original order: its source
+  text decoded as `python -m lnjax.translate` decodes any text (decode_lines)."""
+  return decode_lines(setup.model, params, data.tokenizer, data.sources(split), cfg, mesh,
+                      max_tokens=data.cfg.max_tokens, desc=f"decoding {split}")
+
+
+def decode_lines(model, params, tokenizer, lines: list[str], cfg: DecodeConfig, mesh, *,
+                 max_tokens: int, max_len: int | None = None, desc: str = "decoding"
+                 ) -> list[str]:
+  """Detokenized hypotheses of `lines` (source text, one sentence each), in their order.
+
+  Batches depend on the source alone (never on a reference): sentences sorted by
+  tokenized length, padded to the length ladder of lnjax.data.batching and cut into
+  batches of about `max_tokens` source tokens. So a split decoded by --mode=predict and
+  the same lines decoded by lnjax.translate give the same hypotheses. A hypothesis is
+  at most `max_len` tokens (EOS included; default: its batch's source length +
+  decode.max_extra_len), never more than model.max_len.
+  """
+  ids = [np.asarray(tokenizer.encode(line), np.int32) for line in lines]
+  limit = model.cfg.max_len
+  for i, x in enumerate(ids):
+    if len(x) + 1 > limit:
+      print(f"warning: input line {i + 1} has {len(x)} tokens; cut to model.max_len - 1 = "
+            f"{limit - 1}", file=sys.stderr, flush=True)
+      ids[i] = x[:limit - 1]
+  tokens = decode_ids(model, params, ids, cfg, mesh, bos_id=tokenizer.bos_id,
+                      eos_id=tokenizer.eos_id, max_tokens=max_tokens, max_len=max_len, desc=desc)
+  return [tokenizer.decode(t) for t in tokens]
+
+
+def decode_ids(model, params, sources: list[np.ndarray], cfg: DecodeConfig, mesh, *,
+               bos_id: int, eos_id: int, max_tokens: int, max_len: int | None = None,
+               desc: str = "decoding") -> list[list[int]]:
+  """Token ids of the hypothesis of every source (ids without EOS), in their order."""
+  if not sources:
+    return []
+  batch_multiple = mesh.shape["data"] * mesh.shape["fsdp"]
   batch_sharding = sharding.batch_sharding(mesh)
-  hyps: dict[int, str] = {}
-  for batch in data.eval_batches(split):
-    src = sharding.global_batch({"inputs": batch["inputs"]}, batch_sharding)["inputs"]
-    max_len = min(batch["inputs"].shape[1] + cfg.max_extra_len, setup.model.cfg.max_len)
+  len_N = np.array([len(s) + 1 for s in sources], np.int64)  # EOS included.
+  order_N = np.lexsort((np.arange(len(len_N)), len_N))  # By length, then position.
+  padded_N = batching.bucket_lens(len_N[order_N], model.cfg.max_len)
+  plan = batching.plan_batches(padded_N, max_tokens, batch_multiple)
+  out: list[list[int] | None] = [None] * len(sources)
+  bar = progress.Bar(len(sources), desc, unit="sentences")
+  for b in range(plan.num_batches):
+    ids_n = order_N[plan.starts[b]:plan.starts[b] + plan.counts[b]]
+    rows, length = int(plan.rows[b]), int(plan.lens[b])
+    src_RxS = np.zeros((rows, length), np.int32)
+    for r, i in enumerate(ids_n):
+      src_RxS[r, :len(sources[i])] = sources[i]
+      src_RxS[r, len(sources[i])] = eos_id
+    per_process = rows // jax.process_count()
+    local = src_RxS[jax.process_index() * per_process:(jax.process_index() + 1) * per_process]
+    src = sharding.global_batch({"inputs": local}, batch_sharding)["inputs"]
+    steps = min(max_len or length + cfg.max_extra_len, model.cfg.max_len)
     if cfg.beam_size == 1:
-      tokens = decode.greedy(setup.model, params, src, max_len=max_len, bos_id=data.bos_id,
-                             eos_id=data.eos_id)
+      tokens = decode.greedy(model, params, src, max_len=steps, bos_id=bos_id, eos_id=eos_id)
     else:
-      tokens, _ = decode.beam_search(setup.model, params, src, beam_size=cfg.beam_size,
-                                     max_len=max_len, bos_id=data.bos_id, eos_id=data.eos_id,
+      tokens, _ = decode.beam_search(model, params, src, beam_size=cfg.beam_size,
+                                     max_len=steps, bos_id=bos_id, eos_id=eos_id,
                                      length_penalty=cfg.length_penalty)
-    rows = _local_rows(tokens)
-    for index, ids in zip(batch["index"], decode.strip(rows, data.eos_id)):
-      if index >= 0:
-        hyps[int(index)] = data.tokenizer.decode(ids)
-  return [hyps[i] for i in range(len(hyps))]
-
-
-def _local_rows(tokens):
-  """This process's rows of a batch-sharded array, in order."""
-  shards = sorted(tokens.addressable_shards, key=lambda s: s.index[0].start or 0)
-  seen, rows = set(), []
-  for s in shards:
-    start = s.index[0].start or 0
-    if start not in seen:
-      seen.add(start)
-      rows.append(np.asarray(s.data))
-  return np.concatenate(rows, axis=0)
+    if jax.process_count() > 1:  # Every process gets every hypothesis.
+      tokens = multihost_utils.process_allgather(tokens, tiled=True)
+    for i, row in zip(ids_n, decode.strip(tokens, eos_id)):
+      out[i] = row
+    bar.update(len(ids_n))
+  bar.close()
+  return out
 
 
 def bleu(hypotheses: list[str], references: list[str], tokenize: str = "13a") -> dict:
@@ -95,42 +136,3 @@ def score_split(setup, params, data, split: str, cfg: DecodeConfig, mesh) -> dic
 
 def write_hypotheses(path: str, hypotheses: list[str]) -> None:
   fileio.write_text(path, "".join(h.replace("\n", " ") + "\n" for h in hypotheses))
-
-
-
-
-def predict(workdir: str, split: str | None = None, checkpoint: str = "best") -> dict:
-  """Decodes `split` (default: data.test_split) with the run's checkpoint ('best', 'latest'
-  or a step), writes the hypotheses to predictions/ and scores them."""
-  import json
-
-  from lnjax import checkpoint as ckpt_lib
-
-  folder = "best_checkpoint" if checkpoint == "best" else "checkpoints"
-  if checkpoint not in ("best", "latest") and not checkpoint.isdigit():
-    raise errors.LnjaxError(f"--checkpoint={checkpoint!r} must be best, latest or a step")
-  step = None if checkpoint in ("best", "latest") else int(checkpoint)
-  config = ckpt_lib.load_config(workdir)
-  if config is None:
-    raise errors.CheckpointError(f"{workdir} holds no {ckpt_lib.CONFIG_FILE}: not an lnjax "
-                                 "workdir")
-  task = config.get("task", "lm")
-  if task != "translation":
-    raise errors.LnjaxError(f"--mode=predict decodes translation runs; {workdir} is a "
-                            f"{task} run")
-  mesh = sharding.make_mesh(sharding.MeshConfig())
-  restored = ckpt_lib.restore_run(workdir, step=step, mesh=mesh, folder=folder)
-  run = restored.run
-  data = run.task.make_data(run.data, run.seed, 0, 1, mesh.shape["data"] * mesh.shape["fsdp"])
-  split = split or run.data.test_split
-  if split not in data.splits:
-    raise errors.LnjaxError(f"split {split!r} is not in {run.data.name}; available: "
-                            f"{', '.join(data.splits)}")
-  result = score_split(restored.setup, restored.state.params, data, split, run.extra["decode"],
-                       mesh)
-  stem = os.path.join(workdir, "predictions", f"{split}.step{restored.step}")
-  write_hypotheses(stem + ".hyp", result.pop("hypotheses"))
-  result.update(split=split, step=restored.step, checkpoint=checkpoint,
-                beam_size=run.extra["decode"].beam_size, hypotheses_file=stem + ".hyp")
-  fileio.write_text(stem + ".json", json.dumps(result, indent=2) + "\n")
-  return result

@@ -31,8 +31,13 @@ _MODE = flags.DEFINE_enum("mode", "train", ["train", "predict"],
                           "train: train (or resume) the run in --workdir; predict: decode "
                           "--split with the run's --checkpoint and score it (translation).")
 _SPLIT = flags.DEFINE_string("split", None, "predict: the split (default data.test_split).")
-_CHECKPOINT = flags.DEFINE_string("checkpoint", "best", "predict: best | latest | a step.")
-flags.mark_flags_as_required(["workdir"])
+_CHECKPOINT = flags.DEFINE_string("checkpoint", "best", "predict: best | latest | a step | "
+                                  "avg:N (the mean of the last N checkpoints' parameters). "
+                                  "Decode settings: --config.decode.beam_size=K, ... (no "
+                                  "--config: the run's own config.json is used).")
+_PRINT_CONFIG = flags.DEFINE_bool("print_config", False, "Print every key of --config with "
+                                  "its value and comment, and exit.")
+_DECODE_OVERRIDES = {}  # --mode=predict: the --config.decode.KEY=VALUE flags (no --config).
 
 EXIT_CODES = {"completed": 0, "diverged": 3, "preempted": 143}
 
@@ -44,6 +49,13 @@ def _fail(message: str, code: int = 2):
 
 def _parse_flags(argv):
   """absl's parsing, with any error reported as one line (no traceback, no usage text)."""
+  if not any(a == "--config" or a.startswith("--config=") for a in argv):
+    # Without --config, --config.decode.* are predict's decode settings (config_flags
+    # would refuse them as keys of a config it does not have).
+    for arg in [a for a in argv if a.startswith("--config.decode.") and "=" in a]:
+      key, value = arg[len("--config.decode."):].split("=", 1)
+      _DECODE_OVERRIDES[key] = _literal(value)
+      argv = [a for a in argv if a != arg]
   try:
     remaining = flags.FLAGS(argv)
   except Exception as e:  # Flag, config-file and config-value errors all land here.
@@ -55,6 +67,16 @@ def _parse_flags(argv):
       lines = [l.strip() for l in str(e.__cause__ or e).splitlines() if l.strip()]
       _fail(f"--config: {lines[-1] if lines else e}")
   return remaining
+
+
+def _literal(text: str):
+  """'4' -> 4, '0.6' -> 0.6, 'true' -> True, anything else the string itself."""
+  for kind in (int, float):
+    try:
+      return kind(text)
+    except ValueError:
+      pass
+  return {"true": True, "false": False}.get(text.lower(), text)
 
 
 def _fail_parsing(e: Exception, argv):
@@ -97,14 +119,30 @@ def main(argv):
   # No absl log lines: orbax logs a failed background save (a full disk) with its
   # traceback; the error then reaches the loop, which reports it in one line.
   logging.set_verbosity(logging.FATAL)
+  if _PRINT_CONFIG.value:
+    if _CONFIG.value is None:
+      _fail("--print_config needs --config=FILE[:presets]")
+    from lnjax import config_doc
+    print(config_doc.describe(_CONFIG.value,
+                              config_flags.get_config_filename(flags.FLAGS["config"])))
+    return
+  if not _WORKDIR.value:
+    _fail("--workdir is required")
+  if _MODE.value == "predict" and _CONFIG.value is not None:
+    _fail("--mode=predict decodes with the run's own config.json: drop --config (decode "
+          "settings: --config.decode.beam_size=K, --config.decode.length_penalty=A, "
+          "--config.decode.max_extra_len=N)")
   if _DISTRIBUTED.value or _COORDINATOR.value:
     _initialize_distributed()
-  from lnjax import evaluate, train  # Imported late: JAX starts after flags are checked.
+  from lnjax import predict, train  # Imported late: JAX starts after flags are checked.
   try:
     if _MODE.value == "predict":
-      result = evaluate.predict(_WORKDIR.value, _SPLIT.value, _CHECKPOINT.value)
+      result = predict.predict(_WORKDIR.value, _SPLIT.value, _CHECKPOINT.value,
+                               _DECODE_OVERRIDES)
+      steps = ", ".join(map(str, result["steps"]))
       print(f"{result['split']}: BLEU {result['bleu']:.2f} ({result['signature']}), "
-            f"step {result['step']}, beam {result['beam_size']}, "
+            f"checkpoint {_CHECKPOINT.value} (step{'s' if len(result['steps']) > 1 else ''} "
+            f"{steps}), beam {result['beam_size']}, length penalty {result['length_penalty']}, "
             f"{result['sentences_per_second']:.1f} sentences/s; "
             f"hypotheses in {result['hypotheses_file']}")
       return

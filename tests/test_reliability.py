@@ -20,7 +20,7 @@ import jax
 import numpy as np
 import pytest
 
-from lnjax import checkpoint, errors, evaluate, lock, metrics, run as run_lib, train
+from lnjax import checkpoint, errors, lock, metrics, predict, run as run_lib, train
 from test_train import REPO, _one_line_error, run_cli, smoke_config, snapshot
 
 
@@ -282,6 +282,6 @@ def test_7_wall_seconds_count_segments_ended_by_kill_9(killed_run, resumed_kille
 def test_7_predict_on_a_language_model_workdir(reference):
   before = snapshot(reference)
   with pytest.raises(errors.LnjaxError, match="decodes translation runs"):
-    evaluate.predict(reference)
+    predict.predict(reference)
   assert not os.path.exists(os.path.join(reference, "best_checkpoint"))
   assert snapshot(reference) == before

@@ -1,0 +1,127 @@
+r"""Which parameters of a run to use, by name: best, latest, a step, or the average of the
+last N checkpoints (fairseq's scripts/average_checkpoints.py, standard WMT practice).
+
+  python -m lnjax.averaging --workdir=DIR --last=N [--output=DIR_avgN]
+
+writes the average of DIR's last N checkpoints as a new workdir (config.json and one
+checkpoint at the latest step), which every tool reads as any run: lnjax.translate,
+--mode=predict, lnjax.analyze, lnjax.export. The same average is computed on the fly by
+`--checkpoint=avg:N` of those tools.
+
+The average is the element-wise mean of the parameters, accumulated in float32 and cast
+back to each parameter's dtype, as fairseq does. The optimizer state and the data
+position kept with the averaged checkpoint are the latest checkpoint's (an average of
+Adam's moments has no use), so training does not resume from it meaningfully: it is
+for decoding and analysis.
+"""
+
+import dataclasses
+import json
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+from absl import app, flags, logging
+
+import lnjax  # noqa: F401  (allocator settings before JAX starts)
+from lnjax import checkpoint as ckpt_lib
+from lnjax import errors, fileio, sharding
+
+AVERAGE_FILE = "averaged_from.json"
+
+
+@dataclasses.dataclass
+class Chosen:
+  """A run's parameters picked by `restore`."""
+
+  restored: ckpt_lib.RestoredRun  # The (latest, for an average) checkpoint restored whole.
+  params: object
+  label: str  # 'step20', or 'avg2-step20' for the mean of the 2 checkpoints up to step 20.
+  steps: list[int]  # The checkpoints the parameters come from.
+
+
+def parse_spec(spec: str) -> tuple[str, int | None]:
+  """'best' | 'latest' | 'STEP' | 'avg:N' -> (kind, number)."""
+  if spec in ("best", "latest"):
+    return spec, None
+  if spec.isdigit():
+    return "step", int(spec)
+  if spec.startswith("avg:") and spec[4:].isdigit() and int(spec[4:]) >= 1:
+    return "avg", int(spec[4:])
+  raise errors.LnjaxError(f"--checkpoint={spec!r} must be best, latest, a step or avg:N "
+                          "(the mean of the last N checkpoints' parameters)")
+
+
+def checkpoint_steps(workdir: str, folder: str = "checkpoints") -> list[int]:
+  """The steps saved in `workdir/folder`, ascending (orbax's step folders)."""
+  directory = os.path.join(workdir, folder)
+  if not fileio.isdir(directory):
+    return []
+  return sorted(int(n) for n in os.listdir(directory) if n.isdigit())
+
+
+def restore(workdir: str, spec: str = "latest", mesh=None) -> Chosen:
+  """The parameters named by `spec` (parse_spec), restored onto `mesh` (default: one
+  local device)."""
+  kind, number = parse_spec(spec)
+  if kind in ("best", "latest", "step"):
+    folder = "best_checkpoint" if kind == "best" else "checkpoints"
+    restored = ckpt_lib.restore_run(workdir, step=number, mesh=mesh, folder=folder)
+    return Chosen(restored, restored.state.params, f"step{restored.step}", [restored.step])
+  steps = checkpoint_steps(workdir)
+  if len(steps) < number:
+    raise errors.CheckpointError(
+        f"--checkpoint=avg:{number}: {workdir} keeps {len(steps)} checkpoint(s) "
+        f"({', '.join(map(str, steps)) or 'none'}); raise train.keep_checkpoints to keep more")
+  steps = steps[-number:]
+  total, restored = None, None
+  for step in steps:  # One checkpoint in memory at a time beside the running sum.
+    restored = ckpt_lib.restore_run(workdir, step=step, mesh=mesh)
+    params = jax.tree.map(lambda x: x.astype(jnp.float32), restored.state.params)
+    total = params if total is None else jax.tree.map(jnp.add, total, params)
+  last = restored.state.params
+  mean = jax.tree.map(lambda s, x: (s / len(steps)).astype(x.dtype), total, last)
+  return Chosen(restored, mean, f"avg{len(steps)}-step{steps[-1]}", steps)
+
+
+def write_average(workdir: str, last: int, output: str) -> dict:
+  """Writes the mean of `workdir`'s last `last` checkpoints as the run in `output`."""
+  if ckpt_lib.load_config(output) is not None or checkpoint_steps(output):
+    raise errors.WorkdirError(f"{output} already holds a run; choose a new --output")
+  mesh = sharding.make_mesh(sharding.MeshConfig(data=1), jax.local_devices()[:1])
+  chosen = restore(workdir, f"avg:{last}", mesh)
+  r = chosen.restored
+  fileio.makedirs(output)
+  ckpt_lib.save_config(output, r.config)
+  saver = ckpt_lib.Checkpoints(output, every_steps=1, keep=1)
+  saver.save(r.step, r.state.replace(params=chosen.params), r.data_state, force=True)
+  saver.close()
+  record = {"workdir": os.path.abspath(workdir), "steps": chosen.steps,
+            "method": "element-wise mean of the parameters (float32), fairseq's "
+                      "average_checkpoints; optimizer state and data position of the latest"}
+  fileio.write_text(os.path.join(output, AVERAGE_FILE), json.dumps(record, indent=2) + "\n")
+  return {**record, "output": output, "step": r.step}
+
+
+def main(argv):
+  if len(argv) > 1:
+    print(f"lnjax: error: unexpected arguments: {' '.join(argv[1:])}", file=sys.stderr)
+    sys.exit(2)
+  logging.set_verbosity(logging.FATAL)
+  workdir, last = flags.FLAGS.workdir, flags.FLAGS.last
+  output = flags.FLAGS.output or f"{workdir.rstrip('/')}_avg{last}"
+  try:
+    result = write_average(workdir, last, output)
+  except errors.LnjaxError as e:
+    print(f"lnjax: error: {e}", file=sys.stderr)
+    sys.exit(e.exit_code)
+  print(f"averaged steps {', '.join(map(str, result['steps']))} of {workdir} into {output} "
+        f"(step {result['step']}); use --workdir={output} with any lnjax tool")
+
+
+if __name__ == "__main__":  # Flags only for the command line (the module is a library too).
+  flags.DEFINE_string("workdir", None, "The run whose checkpoints to average.", required=True)
+  flags.DEFINE_integer("last", 5, "Average the last N checkpoints (checkpoints/).", lower_bound=1)
+  flags.DEFINE_string("output", None, "The new workdir (default: WORKDIR_avgN).")
+  app.run(main)

@@ -1,0 +1,163 @@
+"""`lnjax.main --config=FILE --print_config`: every key of a config with its value and the
+comment written beside it in the source.
+
+The comments are read from the code that builds configs, where every key has one:
+lnjax/config_lib.py (the keys and defaults of each task), then the config file itself
+(what a preset changes), then the dataclasses the sections map onto. A comment that
+ends without a full stop continues on the comment lines right below it.
+"""
+
+import ast
+import importlib
+import io
+import pathlib
+import tokenize
+
+import ml_collections
+
+from lnjax import config_lib
+
+_DATACLASS_MODULES = ("lnjax.models.config", "lnjax.run", "lnjax.evaluate", "lnjax.optim",
+                      "lnjax.sharding", "lnjax.data.config")
+
+
+def _chain(node) -> list[str] | None:
+  """['c', 'model', 'd_model'] for c.model.d_model; None for anything else."""
+  parts = []
+  while isinstance(node, ast.Attribute):
+    parts.append(node.attr)
+    node = node.value
+  if isinstance(node, ast.Name):
+    return [node.id] + parts[::-1]
+  return None
+
+
+def _statement(code: str):
+  """(target chains, value chain or None) of an assignment (`a.b = c = x`, `a.b, a.c = x, y`,
+  `m = c.model`); (['field', name]) for a dataclass field (`beam_size: int = 4`)."""
+  try:
+    tree = ast.parse(code.strip())
+  except SyntaxError:
+    return None
+  if len(tree.body) != 1:
+    return None
+  stmt = tree.body[0]
+  if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+    return [["field", stmt.target.id]], None
+  if not isinstance(stmt, ast.Assign):
+    return None
+  nodes = []
+  for t in stmt.targets:
+    nodes += t.elts if isinstance(t, ast.Tuple) else [t]
+  return [c for c in map(_chain, nodes) if c], _chain(stmt.value)
+
+
+def comments_in(source: str) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+  """({'lm_config': {'model.d_model': 'D', ...}, ...}, {'beam_size': '1 = greedy.', ...}):
+  the comments of the config keys assigned in `source` by each top-level function
+  (c.model.d_model, or m.d_model after `c.model = m = ...` or `m = c.model`), and of the
+  dataclass fields it declares."""
+  by_function, fields, aliases = {"": {}}, {}, {}
+  keys = by_function[""]
+  last, last_comment = [], ""
+
+  def resolve(chain):
+    if chain[0] == "c":
+      return chain[1:]
+    return aliases[chain[0]] + chain[1:] if chain[0] in aliases else None
+
+  for line in source.splitlines(keepends=True):
+    stripped = line.strip()
+    if line.startswith("def "):
+      keys = by_function.setdefault(line[4:].partition("(")[0], {})
+    if stripped.startswith("#"):  # The comment of the line above, continued.
+      if last and last_comment and not last_comment.endswith("."):
+        last_comment = f"{last_comment} {stripped.lstrip('#').strip()}"
+        for store, name in last:
+          store[name] = last_comment
+      continue
+    last, last_comment = [], ""
+    try:
+      toks = list(tokenize.generate_tokens(io.StringIO(line).readline))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+      continue
+    comment = next((t.string for t in toks if t.type == tokenize.COMMENT), None)
+    parsed = _statement(line[:line.index(comment)] if comment else line)
+    if not parsed:
+      continue
+    chains, value = parsed
+    if not chains:
+      continue
+    if chains[0][0] == "field":
+      named = [(fields, chains[0][1])]
+    else:
+      sections = [resolve(c) for c in chains if len(c) > 1] + (
+          [resolve(value)] if value and len(value) > 1 else [])
+      section = next((p for p in sections if p), None)
+      for c in chains:  # `c.model = m = ...` / `m = c.model`: m stands for model.
+        if len(c) == 1 and section:
+          aliases[c[0]] = section
+      named = [(keys, ".".join(p)) for p in (resolve(c) for c in chains if len(c) > 1) if p]
+    if comment:
+      last_comment = comment.lstrip("#").strip()
+      for store, name in named:
+        store[name] = last_comment
+      last = named
+  return by_function, fields
+
+
+# The function of config_lib that builds each task's keys (its comments come first).
+_TASK_FUNCTIONS = {"lm": "lm_config", "translation": "translation_config",
+                   "mlm": "bert_config", "mlm_nsp": "bert_config"}
+
+
+def key_comments(task: str, config_file: str | None) -> dict[str, str]:
+  """Comments of every key: config_lib's for `task` (its builder, then the shared helpers),
+  then the config file's, then the section dataclasses' fields by field name ('*.name')."""
+  library, _ = comments_in(pathlib.Path(config_lib.__file__).read_text())
+  first = [_TASK_FUNCTIONS.get(task, ""), "_common", "_data_dirs", "_external_source"]
+  ordered = [library.get(f, {}) for f in first]  # (Other tasks' comments do not apply.)
+  if config_file:
+    path = pathlib.Path(config_file.partition(":")[0])
+    if path.is_file():
+      ordered += list(comments_in(path.read_text())[0].values())
+  keys = {}
+  for group in ordered:
+    for k, v in group.items():
+      keys.setdefault(k, v)
+  for name in _DATACLASS_MODULES:
+    try:
+      module = importlib.import_module(name)
+    except ImportError:
+      continue
+    for k, v in comments_in(pathlib.Path(module.__file__).read_text())[1].items():
+      keys.setdefault(f"*.{k}", v)
+  return keys
+
+
+def _flatten(config, prefix: str = "") -> list[tuple[str, object]]:
+  out = []
+  for key in config.keys():
+    value = config[key]
+    if isinstance(value, ml_collections.ConfigDict):
+      out += _flatten(value, f"{prefix}{key}.")
+    else:
+      out.append((prefix + key, value))
+  return out
+
+
+def describe(config: ml_collections.ConfigDict, config_file: str | None = None) -> str:
+  """One line per key: `section.key = value  # comment`, grouped by section."""
+  comments = key_comments(config.get("task", "lm"), config_file)
+  items = sorted(_flatten(config), key=lambda kv: ("." in kv[0], kv[0]))
+  width = max((len(f"{k} = {v!r}") for k, v in items), default=0)
+  lines, section = [], None
+  for key, value in items:
+    head = key.split(".")[0] if "." in key else ""
+    if head != section:
+      section = head
+      lines.append(f"\n[{head}]" if head else "[top level]")
+    text = comments.get(key) or comments.get("*." + key.rpartition(".")[2], "")
+    line = f"{key} = {value!r}"
+    lines.append(f"{line:<{width}}  # {text}" if text else line)
+  return "\n".join(lines).lstrip("\n")
