@@ -53,7 +53,8 @@ def decode_config(base: evaluate.DecodeConfig, overrides: dict | None) -> evalua
 
 def load(workdir: str, checkpoint: str = "best", overrides: dict | None = None) -> Translator:
   """The translation run in `workdir` with the parameters `checkpoint` names."""
-  averaging.parse_spec(checkpoint)  # A bad name is refused before anything loads.
+  averaging.parse_spec(checkpoint)  # Bad names and settings are refused before any load.
+  decode_config(evaluate.DecodeConfig(), overrides)
   config = ckpt_lib.load_config(workdir)
   if config is None:
     raise errors.CheckpointError(f"{workdir} holds no {ckpt_lib.CONFIG_FILE}: not an lnjax "
