@@ -11,7 +11,7 @@ For each mutant, lnjax/, tests/, configs/ and pyproject.toml are copied to a tem
 folder (the real tree is never modified; ../shared is linked beside the copy, as the data
 sets expect), the mutation applied there, and only the named tests run in the copy
 (`pytest -x -q`, PYTHONPATH at the copy). A failing test kills the mutant; passing tests
-let it survive. Every mutant must be killed.
+let it survive; a pattern no longer in its file is an error. Every mutant must be killed.
 """
 
 import argparse
@@ -217,14 +217,18 @@ def copy_repo(dest: str) -> str:
   return root
 
 
+class PatternError(Exception):
+  """The mutant's pattern is not in its file exactly once (the code moved: update it)."""
+
+
 def apply(mutant: Mutant, root: str) -> None:
   path = os.path.join(root, mutant.path)
   with open(path) as f:
     text = f.read()
   count = text.count(mutant.find)
   if count != 1:
-    raise SystemExit(f"mutant {mutant.name}: the pattern occurs {count} times in "
-                     f"{mutant.path} (expected once): {mutant.find!r}")
+    raise PatternError(f"the pattern occurs {count} times in {mutant.path} (expected once): "
+                       f"{mutant.find[:80]!r}")
   with open(path, "w") as f:
     f.write(text.replace(mutant.find, mutant.replace))
 
@@ -259,12 +263,15 @@ def failed_test(output: str) -> str:
 
 
 def run_mutant(mutant: Mutant, timeout: float) -> tuple[bool, str, float]:
-  """(killed, by which test or why it survived, seconds)."""
+  """(killed, by which test or why it survived (or was not applied), seconds)."""
   t0 = time.perf_counter()
   with tempfile.TemporaryDirectory(prefix=f"lnjax_mutant_{mutant.name}_") as tmp:
     root = copy_repo(tmp)
     check_copy_is_imported(root)
-    apply(mutant, root)
+    try:
+      apply(mutant, root)
+    except PatternError as e:
+      return False, f"NOT APPLIED: {e}", time.perf_counter() - t0
     code, output = run_tests(root, mutant.tests, timeout)
   seconds = time.perf_counter() - t0
   if code == 0:
@@ -297,7 +304,8 @@ def main() -> int:
   survived = []
   for i, m in enumerate(chosen, 1):
     killed, detail, seconds = run_mutant(m, args.timeout)
-    verdict = "killed  " if killed else "SURVIVED"
+    verdict = ("killed  " if killed else "ERROR   " if detail.startswith("NOT APPLIED")
+               else "SURVIVED")
     print(f"[{i:>2}/{len(chosen)}] {verdict} {m.name:<40} {seconds:6.1f} s  "
           f"{'by ' if killed else ''}{detail}", flush=True)
     if not killed:
