@@ -190,6 +190,8 @@ def _common(task: str) -> ml_collections.ConfigDict:
   # a relaunch, or another run of the same shapes, skips compilation. "" = off.
   t.profile_steps = ""  # "START,END": a jax.profiler trace of steps START..END into
   # <workdir>/profile (TensorBoard's profile plugin). "" = off.
+  t.wandb_project = ""  # Weights & Biases project receiving the same scalars and the
+  # config (WANDB_MODE=offline: files under <workdir>/wandb/ for `wandb sync`). "" = off.
 
   c.mesh = s = ml_collections.ConfigDict()
   s.data = -1  # Devices on the data-parallel axis; -1 = all the others.

@@ -1,10 +1,12 @@
 """One metrics path: scalars to `metrics.jsonl` in the workdir (the source of truth), mirrored
-to TensorBoard event files; plus the console progress line. Only process 0 writes.
+to TensorBoard event files and, with train.wandb_project, to Weights & Biases; plus the
+console progress line. Only process 0 writes.
 """
 
 import json
 import math
 import os
+import secrets
 import sys
 import time
 
@@ -18,9 +20,12 @@ METRICS_FILE = "metrics.jsonl"
 class MetricWriter:
   """Appends {"step": s, name: value, ...} lines; names carry train_/eval_ prefixes."""
 
-  def __init__(self, workdir: str, tensorboard: bool = True):
+  def __init__(self, workdir: str, tensorboard: bool = True, wandb_project: str = "",
+               config: dict | None = None):
     self.enabled = jax.process_index() == 0
     self.path = os.path.join(workdir, METRICS_FILE)
+    self._wandb = (_start_wandb(workdir, wandb_project, config)
+                   if self.enabled and wandb_project else None)
     self._tb = None
     if self.enabled and tensorboard:
       from tensorboardX import SummaryWriter  # No TensorFlow needed.
@@ -31,13 +36,38 @@ class MetricWriter:
       return
     record = {"step": int(step), **{k: _jsonable(v) for k, v in scalars.items()}}
     fileio.append_text(self.path, json.dumps(record) + "\n")
+    if self._wandb is not None:
+      self._wandb.log({k: float(v) for k, v in scalars.items()}, step=int(step))
     if self._tb is not None:
       for k, v in scalars.items():
         self._tb.add_scalar(k, float(v), int(step))
 
   def close(self) -> None:
+    if self._wandb is not None:
+      self._wandb.finish()
+      self._wandb = None
     if self._tb is not None:
       self._tb.close()
+
+
+WANDB_ID_FILE = "wandb_run_id"
+
+
+def _start_wandb(workdir: str, project: str, config: dict | None):
+  """A Weights & Biases run named after the workdir, with the run's config; a resumed
+  run logs on into the same W&B run (its id is kept in the workdir). WANDB_MODE=offline
+  writes it under <workdir>/wandb/ for a later `wandb sync`."""
+  import wandb
+
+  id_path = os.path.join(workdir, WANDB_ID_FILE)
+  run_id = (fileio.read_text(id_path) or "").strip() or secrets.token_hex(4)
+  fileio.write_text(id_path, run_id + "\n")
+  local = "://" not in workdir  # W&B writes its files locally.
+  run = wandb.init(project=project, name=os.path.basename(os.path.normpath(workdir)),
+                   id=run_id, resume="allow", config=config or {},
+                   dir=workdir if local else None,
+                   settings=wandb.Settings(console="off", quiet=True))
+  return run
 
 
 def _jsonable(v) -> float | None:

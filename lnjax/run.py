@@ -27,6 +27,7 @@ class TrainConfig:
   divergence_factor: float = 1e4  # Diverged: train loss > this × ln V; 0 = NaN/Inf only.
   compilation_cache_dir: str = ""  # JAX's persistent compilation cache (a bucket too).
   profile_steps: str = ""  # "START,END": a jax.profiler trace of those steps.
+  wandb_project: str = ""  # Weights & Biases project mirroring the metrics; "" = off.
 
   def __post_init__(self):
     for key in ("num_steps", "log_every_steps", "eval_every_steps", "checkpoint_every_steps",

@@ -31,7 +31,7 @@ RUNNING = "running"  # summary.json while the run trains (its wall time so far).
 RESUMABLE_KEYS = ("train.num_steps", "train.log_every_steps", "train.eval_every_steps",
                   "train.checkpoint_every_steps", "train.keep_checkpoints", "train.tensorboard",
                   "train.log_grad_norms", "train.divergence_factor",
-                  "train.compilation_cache_dir", "train.profile_steps",
+                  "train.compilation_cache_dir", "train.profile_steps", "train.wandb_project",
                   "data.data_dir", "data.cache_dir", "mesh.data", "mesh.fsdp", "mesh.model",
                   "mesh.dcn_data", "mesh.dcn_fsdp", "mesh.dcn_model")
 
@@ -276,7 +276,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, run: run_lib.RunConfi
   # Records after the checkpoint are logged again, as an uninterrupted run logged them.
   metrics_lib.truncate_metrics(workdir, int(state.step))
   ckpt_lib.save_config(workdir, config)
-  writer = metrics_lib.MetricWriter(workdir, run.train.tensorboard)
+  writer = metrics_lib.MetricWriter(workdir, run.train.tensorboard, run.train.wandb_project,
+                                    config.to_dict())
   num_params = count_params(state.params)
   first_step = int(state.step)
   unigram = getattr(data, "unigram_entropy", None)
