@@ -124,11 +124,29 @@ def truncate_metrics(workdir: str, step: int) -> None:
 
 
 class Progress:
-  """The console line: step, loss, lr, gradient norm, target tokens/s, ETA."""
+  """The console line: step, loss, lr, gradient norm, target tokens/s, ETA. The first step
+  of each batch shape compiles (a translation run has one shape per length bucket): that
+  time is kept out of tokens/s and the ETA."""
 
-  def __init__(self, num_steps: int, first_step: int):
+  def __init__(self, num_steps: int, first_step: int, num_shapes: int = 1):
     self.num_steps = num_steps
+    self.num_shapes = num_shapes
+    self._shapes = set()
     self.restart_clock(first_step)
+
+  def compiling(self, shape: tuple) -> str | None:
+    """'compiling bucket 3/7 (128×16)' the first time a batch shape comes, else None."""
+    if shape in self._shapes:
+      return None
+    self._shapes.add(shape)
+    if self.num_shapes <= 1:
+      return "compiling the train step"
+    return (f"compiling bucket {len(self._shapes)}/{self.num_shapes} "
+            f"({'×'.join(map(str, shape))})")
+
+  def exclude(self, seconds: float) -> None:
+    """Keeps `seconds` (a compilation) out of the rate and the ETA."""
+    self._t0 += seconds
 
   def restart_clock(self, step: int) -> None:
     """Excludes time spent outside training steps (evaluation, checkpoints) from the rate."""

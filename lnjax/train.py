@@ -19,6 +19,7 @@ from jax.experimental import multihost_utils
 
 from lnjax import checkpoint as ckpt_lib
 from lnjax import errors, fileio, lock as lock_lib, metrics as metrics_lib, optim
+from lnjax import progress as progress_lib
 from lnjax import run as run_lib, sharding
 from lnjax import state as state_lib, tasks
 from lnjax.models import count_params, transformer
@@ -231,8 +232,12 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, run: run_lib.RunConfi
   if getattr(run.data, "batch_size", 0) % batch_shards:
     raise errors.ConfigError(f"data.batch_size={run.data.batch_size} must be divisible by "
                              f"mesh data×fsdp={batch_shards}")
-  data = run.task.make_data(run.data, run.seed, jax.process_index(), jax.process_count(),
-                            batch_shards)
+  with progress_lib.Phase(f"preparing {run.data.name} (corpus, tokenizer)") as phase:
+    data = run.task.make_data(run.data, run.seed, jax.process_index(), jax.process_count(),
+                              batch_shards)
+  if phase.seconds >= 2:
+    log(f"Data ready in {phase.seconds:.1f} s ({run.data.name}: corpus, tokenizer; cached "
+        "for the next run).")
   if run.model.vocab_size not in (0, data.vocab_size):
     raise errors.ConfigError(f"model.vocab_size={run.model.vocab_size} differs from the "
                              f"tokenizer's {data.vocab_size}; leave it 0")
@@ -317,7 +322,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, run: run_lib.RunConfi
 
   # ---- The loop. Metrics of step s are fetched while step s+1 runs (one step of lag keeps
   # the host ahead of the device); every step's loss is checked for NaN/Inf.
-  progress = metrics_lib.Progress(run.train.num_steps, first_step)
+  progress = metrics_lib.Progress(run.train.num_steps, first_step,
+                                  len(getattr(data, "train_shapes", ())) or 1)
   status, last_finite, diverged_at, last_eval = COMPLETED, None, None, {}
   pending, diverged_loss, first_step_seconds = None, None, None
   profile = run.train.profile_range()
@@ -390,7 +396,16 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, run: run_lib.RunConfi
       if profile and step + 1 == profile[0]:
         jax.profiler.start_trace(trace_dir)
       t_step = time.perf_counter()
-      state, step_metrics = p_train_step(state, batch)
+      compiling = progress.compiling(tuple(batch["inputs"].shape))
+      if compiling:  # (jit compiles in the call; the step itself runs asynchronously.)
+        with progress_lib.Phase(compiling):
+          state, step_metrics = p_train_step(state, batch)
+        progress.exclude(time.perf_counter() - t_step)
+        if step > first_step:  # (The first step has its own line below.)
+          log(f"{compiling[0].upper()}{compiling[1:]}: {time.perf_counter() - t_step:.1f} s, "
+              "kept out of tok/s and the ETA.")
+      else:
+        state, step_metrics = p_train_step(state, batch)
       step += 1
       if step == first_step + 1:
         jax.block_until_ready(step_metrics)
