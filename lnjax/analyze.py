@@ -25,7 +25,8 @@ import lnjax  # noqa: F401  (allocator settings before JAX starts)
 from lnjax import fileio
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The run's workdir.", required=True)
-_STEP = flags.DEFINE_string("step", "latest", "init | latest | a checkpoint step.")
+_STEP = flags.DEFINE_string("step", "latest", "init | latest | best | a checkpoint step | "
+                            "avg:N (the mean of the last N checkpoints' parameters).")
 _BATCHES = flags.DEFINE_integer("batches", 4, "Held-out batches to average over.")
 _LR = flags.DEFINE_float("lr", None, "Learning rate of the update ratios (default: the "
                          "run's peak opt.learning_rate).")
@@ -47,12 +48,11 @@ def load(workdir: str, step: str):
     setup = state_lib.make_setup(run.model, run.opt, run.train.num_steps, task=run.task)
     return (*unrolled(run, setup, state_lib.init_state(setup, mesh, run.seed).params),
             "init")
-  if step != "latest" and not step.isdigit():
-    from lnjax import errors
-    raise errors.LnjaxError(f"--step={step!r} must be init, latest or a checkpoint step")
-  restored = checkpoint.restore_run(workdir, None if step == "latest" else int(step), mesh)
-  return (*unrolled(restored.run, restored.setup, restored.state.params),
-          str(restored.step))
+  from lnjax import averaging
+  chosen = averaging.restore(workdir, step, mesh, flag="--step")
+  r = chosen.restored
+  return (*unrolled(r.run, r.setup, chosen.params),
+          chosen.label if step.startswith("avg:") else str(r.step))
 
 
 def unrolled(run, setup, params):
@@ -179,8 +179,10 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
   from lnjax import errors
+  from lnjax import progress
   try:
-    result, out = analyze(_WORKDIR.value, _STEP.value, _BATCHES.value, _LR.value)
+    with progress.Phase(f"analyzing {_WORKDIR.value} at {_STEP.value}"):
+      result, out = analyze(_WORKDIR.value, _STEP.value, _BATCHES.value, _LR.value)
   except errors.LnjaxError as e:
     print(f"lnjax: error: {e}", file=sys.stderr)
     sys.exit(e.exit_code)

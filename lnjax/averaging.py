@@ -41,7 +41,7 @@ class Chosen:
   steps: list[int]  # The checkpoints the parameters come from.
 
 
-def parse_spec(spec: str) -> tuple[str, int | None]:
+def parse_spec(spec: str, flag: str = "--checkpoint") -> tuple[str, int | None]:
   """'best' | 'latest' | 'STEP' | 'avg:N' -> (kind, number)."""
   if spec in ("best", "latest"):
     return spec, None
@@ -49,7 +49,7 @@ def parse_spec(spec: str) -> tuple[str, int | None]:
     return "step", int(spec)
   if spec.startswith("avg:") and spec[4:].isdigit() and int(spec[4:]) >= 1:
     return "avg", int(spec[4:])
-  raise errors.LnjaxError(f"--checkpoint={spec!r} must be best, latest, a step or avg:N "
+  raise errors.LnjaxError(f"{flag}={spec!r} must be best, latest, a step or avg:N "
                           "(the mean of the last N checkpoints' parameters)")
 
 
@@ -61,10 +61,10 @@ def checkpoint_steps(workdir: str, folder: str = "checkpoints") -> list[int]:
   return sorted(int(n) for n in os.listdir(directory) if n.isdigit())
 
 
-def restore(workdir: str, spec: str = "latest", mesh=None) -> Chosen:
+def restore(workdir: str, spec: str = "latest", mesh=None, flag: str = "--checkpoint") -> Chosen:
   """The parameters named by `spec` (parse_spec), restored onto `mesh` (default: one
   local device)."""
-  kind, number = parse_spec(spec)
+  kind, number = parse_spec(spec, flag)
   if kind in ("best", "latest", "step"):
     folder = "best_checkpoint" if kind == "best" else "checkpoints"
     restored = ckpt_lib.restore_run(workdir, step=number, mesh=mesh, folder=folder)
@@ -72,7 +72,7 @@ def restore(workdir: str, spec: str = "latest", mesh=None) -> Chosen:
   steps = checkpoint_steps(workdir)
   if len(steps) < number:
     raise errors.CheckpointError(
-        f"--checkpoint=avg:{number}: {workdir} keeps {len(steps)} checkpoint(s) "
+        f"{flag}=avg:{number}: {workdir} keeps {len(steps)} checkpoint(s) "
         f"({', '.join(map(str, steps)) or 'none'}); raise train.keep_checkpoints to keep more")
   steps = steps[-number:]
   total, restored = None, None
