@@ -147,7 +147,7 @@ class TrainStep:
   it, on one CPU device, on a fixed host batch (benchmarks/depth.py and suite.py use it
   for other models and depths)."""
 
-  def __init__(self, cfg: ModelConfig, host_batch: dict, task=tasks.LANGUAGE_MODELING,
+  def __init__(self, cfg: ModelConfig, host_batch: dict, task=tasks.get("lm"),
                keep_initial_params: bool = True):
     self.cfg = cfg
     setup = state_lib.make_setup(cfg, optim.OptConfig(name="adam", learning_rate=1e-3),

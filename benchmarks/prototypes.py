@@ -40,7 +40,8 @@ import numpy as np  # noqa: E402
 
 import lm_step  # noqa: E402
 
-from lnjax import optim, sharding, state as state_lib, train  # noqa: E402
+from lnjax import losses  # noqa: E402
+from lnjax import optim, sharding, state as state_lib, tasks, train  # noqa: E402
 from lnjax.models import ModelConfig, TransformerLM, layers, norms  # noqa: E402
 
 ORIG = {"dense": layers.Dense, "ln": norms.LayerNorm}
@@ -146,7 +147,7 @@ def build_step(variant: str, norm: str = "pre"):
   apply(VARIANTS[variant])
   try:
     setup = state_lib.make_setup(_cfg(norm), optim.OptConfig(name="adam", learning_rate=1e-3),
-                                 num_steps=1000)
+                                 num_steps=1000, task=tasks.get("lm"))
     mesh = sharding.make_mesh(sharding.MeshConfig(data=1), jax.devices()[:1])
     state = state_lib.init_state(setup, mesh, seed=0)
     shard = state_lib.state_shardings(setup, mesh)
@@ -205,7 +206,7 @@ def check(variants, norm):
 
       def loss(p):
         logits = model.apply({"params": p}, tokens[:, :-1])
-        return optim.cross_entropy(logits, tokens[:, 1:], jnp.ones((32, 128)), 0.1)[0] / 4096
+        return losses.cross_entropy(logits, tokens[:, 1:], jnp.ones((32, 128)), 0.1)[0] / 4096
 
       return flatten_dict(jax.jit(jax.grad(loss))(params))
     finally:

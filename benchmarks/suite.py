@@ -98,8 +98,8 @@ def model_config(name: str, norm: str, dtype: str = "float32") -> ModelConfig:
   raise ValueError(name)
 
 
-TASKS = {"lm": tasks.LANGUAGE_MODELING, "mt": tasks.TRANSLATION, "mlm": tasks.MASKED_LM_NSP,
-         "mt_iwslt": tasks.TRANSLATION}
+TASKS = {"lm": tasks.get("lm"), "mt": tasks.get("translation"), "mlm": tasks.get("mlm_nsp"),
+         "mt_iwslt": tasks.get("translation")}
 
 
 def make_batch(name: str, cfg: ModelConfig) -> dict:

@@ -129,7 +129,7 @@ def finetune(config, workdir: str) -> dict:
   import optax
   import flax.linen as nn
 
-  from lnjax import metrics as metrics_lib, optim
+  from lnjax import losses, metrics as metrics_lib, optim
   from lnjax.data import glue, mlm
   from lnjax.models.bert import BertClassifier
 
@@ -162,7 +162,7 @@ def finetune(config, workdir: str) -> dict:
   def loss_fn(params, batch, dropout_key):
     logits_BxC = model.apply({"params": params}, batch["inputs"], batch["segment_ids"],
                              deterministic=False, rngs={"dropout": dropout_key})
-    _, nll_sum, count = optim.cross_entropy(logits_BxC[:, None], batch["labels"][:, None],
+    _, nll_sum, count = losses.cross_entropy(logits_BxC[:, None], batch["labels"][:, None],
                                             batch["weights"][:, None])
     return nll_sum / count
 
@@ -196,15 +196,15 @@ def finetune(config, workdir: str) -> dict:
     params = {**params, **{k: v for k, v in pretrained.items() if k in ("bert", "pooler")}}
     params = jax.tree.map(jnp.array, params)  # Own copies: the step donates its buffers.
     opt_state = tx.init(params)
-    losses = []
+    window_losses = []
     for step, batch in enumerate(data.train_batches(seed, train_cfg.num_epochs), start=1):
       key = jax.random.fold_in(jax.random.key(seed), step)
       params, opt_state, loss = train_step(params, opt_state, batch, key)
-      losses.append(loss)
+      window_losses.append(loss)
       if step % train_cfg.log_every_steps == 0 or step == num_steps:
-        mean = float(np.mean(jax.device_get(losses)))
+        mean = float(np.mean(jax.device_get(window_losses)))
         writer.write(step, {"seed": seed, "train_loss": mean})
-        losses = []
+        window_losses = []
         if not math.isfinite(mean):
           break
     predictions, labels = [], []

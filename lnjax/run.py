@@ -12,6 +12,7 @@ from lnjax import config_lib, errors, tasks
 from lnjax.models import ModelConfig
 from lnjax.optim import OptConfig
 from lnjax.sharding import MeshConfig
+from lnjax.task import Task
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +58,7 @@ class TrainConfig:
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
-  task: tasks.Task
+  task: Task
   model: ModelConfig
   opt: OptConfig
   data: object  # The task's data config (data.LMDataConfig, data.MTDataConfig).

@@ -10,8 +10,9 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh
 
-from lnjax import optim, sharding, tasks
+from lnjax import optim, sharding
 from lnjax.models import ModelConfig, init_params
+from lnjax.task import Task
 
 
 @flax.struct.dataclass
@@ -25,15 +26,14 @@ class TrainState:
 class Setup:
   """Everything static a run's steps need: the task, model, optimizer and schedule."""
 
-  task: tasks.Task
+  task: Task
   model: nn.Module
   tx: optax.GradientTransformation
   schedule: optax.Schedule
 
 
 def make_setup(model_cfg: ModelConfig, opt_cfg: optim.OptConfig, num_steps: int,
-               steps_per_epoch: int | None = None, task: tasks.Task = tasks.LANGUAGE_MODELING
-               ) -> Setup:
+               steps_per_epoch: int | None = None, *, task: Task) -> Setup:
   schedule = optim.make_schedule(opt_cfg, num_steps, steps_per_epoch)
   return Setup(task, task.make_model(model_cfg), optim.make_optimizer(opt_cfg, schedule),
                schedule)

@@ -21,7 +21,7 @@ from lnjax import checkpoint as ckpt_lib
 from lnjax import errors, fileio, lock as lock_lib, metrics as metrics_lib, optim
 from lnjax import progress as progress_lib
 from lnjax import run as run_lib, sharding
-from lnjax import state as state_lib, tasks
+from lnjax import state as state_lib, task as task_lib, tasks
 from lnjax.models import count_params, transformer
 
 # Exit statuses of a run (lnjax.main turns them into exit codes).
@@ -243,7 +243,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, run: run_lib.RunConfi
                              f"tokenizer's {data.vocab_size}; leave it 0")
   config = ml_collections.ConfigDict(config.to_dict())  # An unlocked copy to fill in.
   config.model.vocab_size = data.vocab_size
-  steps_per_epoch = getattr(data, "steps_per_epoch", None)
+  steps_per_epoch = data.steps_per_epoch
   if run.opt.decay_epochs:
     config.opt.decay_steps = tuple(optim.decay_boundaries(run.opt, steps_per_epoch))
     config.opt.decay_epochs = ()
@@ -285,7 +285,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, run: run_lib.RunConfi
                                     config.to_dict())
   num_params = count_params(state.params)
   first_step = int(state.step)
-  unigram = getattr(data, "unigram_entropy", None)
+  unigram = data.unigram_entropy
   log(f"Model: {run.task.name}, {run.model.num_layers} layers, norm_position="
       f"{run.model.norm_position}, {num_params:,} parameters; devices: {dict(mesh.shape)}; "
       f"data: {run.data.name} ({data.vocab_size} tokens)"
@@ -306,9 +306,10 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, run: run_lib.RunConfi
     scalars = {"eval_loss": loss, "eval_perplexity": math.exp(min(loss, 700.0))}
     if unigram:
       scalars["eval_unigram_baseline"] = unigram
-    if run.task.extra_eval:
-      scalars.update(run.task.extra_eval(setup, state.params, data, run, mesh, step,
-                                         step >= run.train.num_steps))
+    context = task_lib.EvalContext(setup, state.params, data, run, mesh, step,
+                                   final=step >= run.train.num_steps)
+    for evaluator in run.task.evaluators:
+      scalars.update(evaluator(context))
     if record:
       writer.write(step, scalars)
     log(f"eval  step {step:>6}  " + "  ".join(

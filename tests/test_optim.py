@@ -8,6 +8,7 @@ import numpy as np
 import optax
 import pytest
 
+from lnjax import losses
 from lnjax import errors, optim
 
 
@@ -141,9 +142,9 @@ def test_clipping_is_off_by_default_and_bounds_updates_when_on():
 def test_cross_entropy_and_label_smoothing():
   logits = jnp.log(jnp.array([[[0.7, 0.2, 0.1]]]))
   targets, weights = jnp.array([[0]]), jnp.ones((1, 1))
-  loss, nll, n = optim.cross_entropy(logits, targets, weights)
+  loss, nll, n = losses.cross_entropy(logits, targets, weights)
   assert float(nll) == pytest.approx(-np.log(0.7), rel=1e-6) and float(loss) == float(nll)
-  loss, nll, _ = optim.cross_entropy(logits, targets, weights, label_smoothing=0.1)
+  loss, nll, _ = losses.cross_entropy(logits, targets, weights, label_smoothing=0.1)
   expected = 0.9 * -np.log(0.7) + 0.1 * -np.mean(np.log([0.7, 0.2, 0.1]))
   assert float(loss) == pytest.approx(expected, rel=1e-6)
   assert float(nll) == pytest.approx(-np.log(0.7), rel=1e-6)
@@ -164,7 +165,7 @@ def test_cross_entropy_gradient_equals_autodiff_of_the_formula(eps):
     return (loss * weights).sum() + 0.5 * (nll * weights).sum()
 
   def ours(lg):
-    loss, nll, _ = optim.cross_entropy(lg, targets, weights, label_smoothing=eps)
+    loss, nll, _ = losses.cross_entropy(lg, targets, weights, label_smoothing=eps)
     return loss + 0.5 * nll
 
   np.testing.assert_allclose(ours(logits), plain(logits), rtol=1e-6)

@@ -142,7 +142,7 @@ def test_qk_norm_normalizes_each_heads_queries_and_keys():
 
 def test_qk_norm_in_a_model_and_its_analysis_records():
   cfg, model, params = _lm(qk_norm=True, norm_kind="scalenorm")
-  setup = state.Setup(tasks.LANGUAGE_MODELING, model, tx=None, schedule=None)
+  setup = state.Setup(tasks.get("lm"), model, tx=None, schedule=None)
   batch = {"inputs": TOKENS, "weights": np.ones(TOKENS.shape), "targets": TOKENS}
   records = probes.norm_inputs(setup, params, batch)
   assert records["layer_0/self_attn/key_norm"]["d"] == cfg.head_dim
@@ -425,7 +425,7 @@ def test_admin_encoder_and_decoder_chains_are_separate_and_stored():
   cfg = _cfg(norm_position="admin", num_layers=1)
   model = EncoderDecoder(cfg)
   params = nn.unbox(init_params(model, jax.random.key(0), TOKENS, TOKENS,
-                               random_inputs=tasks.TRANSLATION.random_inputs))
+                               random_inputs=tasks.get("translation").random_inputs))
   assert _omega(params, ("encoder", "layer_0", "self_attn_shortcut")) == 1.0
   assert _omega(params, ("decoder", "layer_0", "self_attn_shortcut")) == 1.0
   assert _omega(params, ("encoder", "layer_0", "ffn_shortcut")) > 1.0

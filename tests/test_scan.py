@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from lnjax import losses
 from lnjax import decode as decode_lib
 from lnjax import errors, optim, sharding, state, tasks
 from lnjax.models import (NORM_POSITIONS, EncoderDecoder, ModelConfig, TransformerLM,
@@ -39,7 +40,7 @@ def _unrolled(model):
 
 def _lm_loss(model, params):
   logits = model.apply({"params": params}, TOKENS[:, :-1])
-  return optim.cross_entropy(logits, TOKENS[:, 1:], jnp.ones((2, 8)), 0.0)[0] / 16
+  return losses.cross_entropy(logits, TOKENS[:, 1:], jnp.ones((2, 8)), 0.0)[0] / 16
 
 
 def _close(a, b, atol=1e-5):
@@ -121,7 +122,7 @@ def test_scanned_parameters_carry_a_layers_axis():
   """The stacked axis is named 'layers' (replicated by the mesh rules); shardings of the
   whole train state follow."""
   setup = state.make_setup(dataclasses.replace(CFG, remat_policy="dots_saveable"),
-                           optim.OptConfig(), num_steps=10, task=tasks.LANGUAGE_MODELING)
+                           optim.OptConfig(), num_steps=10, task=tasks.get("lm"))
   boxed = jax.eval_shape(lambda: init_params(setup.model, jax.random.key(0), TOKENS))
   spec = nn.get_partition_spec(boxed)["layers"]["self_attn"]["query"]["kernel"]
   assert tuple(spec) == ("layers", "embed", "heads")

@@ -9,7 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lnjax import errors, optim
+from lnjax import losses
+from lnjax import errors
 from lnjax.models import ModelConfig, TransformerLM, layers
 
 
@@ -37,7 +38,7 @@ def test_lm_gradients_equal_autodiff():
 
     def loss(p):
       logits = model.apply({"params": p}, tokens[:, :-1])
-      return optim.cross_entropy(logits, tokens[:, 1:], jnp.ones((2, 8)), 0.0)[0] / 16
+      return losses.cross_entropy(logits, tokens[:, 1:], jnp.ones((2, 8)), 0.0)[0] / 16
 
     return jax.jit(jax.value_and_grad(loss))(params)
 

@@ -1,0 +1,31 @@
+"""The tasks, one plug-in module each, loaded when a run names one (`config.task`).
+
+  lm           decoder-only language model              lnjax/tasks/lm.py
+  translation  encoder-decoder, BLEU by beam search     lnjax/tasks/translation.py
+  mlm          BERT masked LM                           lnjax/tasks/mlm.py
+  mlm_nsp      BERT masked LM + next sentence           lnjax/tasks/mlm.py
+
+A plug-in module defines `TASKS`, a tuple of `lnjax.task.Task`. Adding a task is one new
+module here and one line in `PLUGINS`; nothing in the core changes. Importing this
+package loads no plug-in, so the core can name tasks without loading data pipelines.
+"""
+
+import importlib
+
+from lnjax import errors
+from lnjax.task import Task
+
+# Task name -> the module defining it.
+PLUGINS = {
+    "lm": "lnjax.tasks.lm",
+    "translation": "lnjax.tasks.translation",
+    "mlm": "lnjax.tasks.mlm",
+    "mlm_nsp": "lnjax.tasks.mlm",
+}
+
+
+def get(name: str) -> Task:
+  """The task called `name`, its plug-in imported on first use."""
+  errors.check_choice("task", name, tuple(PLUGINS))
+  module = importlib.import_module(PLUGINS[name])
+  return {t.name: t for t in module.TASKS}[name]

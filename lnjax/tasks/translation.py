@@ -1,0 +1,40 @@
+"""Translation: an encoder-decoder on length-bucketed batches, BLEU by beam search at
+each evaluation (config section `decode`), the best checkpoint kept by BLEU."""
+
+import jax
+import jax.numpy as jnp
+
+from lnjax import evaluate
+from lnjax.data import translation as mt_data
+from lnjax.models import EncoderDecoder
+from lnjax.task import EvalContext, Task
+
+
+def bleu(ctx: EvalContext) -> dict:
+  """BLEU of the decoded bleu split (config.decode), at the steps it asks for."""
+  cfg = ctx.section(evaluate.DecodeConfig)
+  if not cfg.bleu_in_training:
+    return {}
+  if cfg.bleu_every_steps and ctx.step % cfg.bleu_every_steps and not ctx.final:
+    return {}
+  split = cfg.bleu_split or ctx.data.cfg.eval_splits[0]
+  result = evaluate.score_split(ctx.setup, ctx.params, ctx.data, split, cfg, ctx.mesh)
+  return {"eval_bleu": result["bleu"],
+          "eval_decode_sentences_per_second": result["sentences_per_second"]}
+
+
+TRANSLATION = Task(
+    name="translation",
+    data_config=mt_data.MTDataConfig,
+    make_model=EncoderDecoder,
+    example_inputs=lambda: (jnp.ones((1, 8), jnp.int32), jnp.ones((1, 8), jnp.int32)),
+    model_inputs=lambda batch: (batch["inputs"], batch["decoder_inputs"]),
+    random_inputs=lambda key, vocab: tuple(jax.random.randint(k, (32, 8), 1, vocab)
+                                           for k in jax.random.split(key)),
+    make_data=mt_data.make_mt_data,
+    sections={"decode": evaluate.DecodeConfig},
+    evaluators=(bleu,),
+    best_metric="eval_bleu",
+)
+
+TASKS = (TRANSLATION,)
