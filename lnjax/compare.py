@@ -98,7 +98,7 @@ def plot(runs: list[dict], path: str, title: str | None = None) -> None:
       if x:
         style = "-" if key == "train_loss" else "o-"
         norm = r["config"].get("model", {}).get("norm_position")
-        ax.plot(x, y, style, color=colors[i % len(colors)], lw=1.4, ms=3.5, alpha=0.9,
+        ax.plot(x, y, style, color=colors[i % len(colors)], lw=1.4, ms=3.5,
                 label=f"{r['name']} ({norm})" if norm else r["name"])
     if key != "eval_bleu" and top is not None:
       low = min((min(y) for r in runs for y in [series(r["records"], key)[1]] if y),

@@ -1,0 +1,330 @@
+"""The researcher's workflow (issue 20): translate any input, checkpoint averaging, export,
+comparing runs, W&B and TensorBoard, progress, --print_config.
+
+One smoke Multi30k run (module fixture) serves the decoding, averaging and export tests;
+the command lines run as subprocesses on one CPU device, as a user runs them.
+"""
+
+import glob
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from configs import lm as lm_config
+from configs import multi30k_de_en
+from lnjax import averaging, checkpoint, compare, export, metrics, progress, train
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SPLIT = "test_2017_mscoco"  # The smallest Multi30k split (461 sentences).
+
+
+def _one_device_env(**extra):
+  flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
+           if not f.startswith("--xla_force_host_platform_device_count")]
+  return {**os.environ, "XLA_FLAGS": " ".join(flags), **extra}
+
+
+def cli(module, *args, stdin=None, code=0, env=None):
+  r = subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, input=stdin,
+                     env=env or _one_device_env(), capture_output=True, text=True, timeout=600)
+  assert r.returncode == code, (r.returncode, r.stdout[-1500:], r.stderr[-3000:])
+  return r
+
+
+@pytest.fixture(scope="module")
+def mt_run(tmp_path_factory):
+  """configs/multi30k_de_en.py:smoke, 20 steps, checkpoints at 10 and 20, BLEU on SPLIT."""
+  config = multi30k_de_en.get_config("smoke")
+  with config.unlocked():
+    config.mesh.data = 1
+    config.train.eval_every_steps = 10
+    config.decode.bleu_split = SPLIT
+  wd = str(tmp_path_factory.mktemp("workflow") / "mt")
+  assert train.train_and_evaluate(config, wd)["status"] == "completed"
+  return wd
+
+
+def _sources_and_refs(wd):
+  from lnjax import predict
+  t = predict.load(wd, "latest")
+  return t.data.sources(SPLIT), t.data.references(SPLIT)
+
+
+# ---- Translate anything.
+
+@pytest.mark.slow
+def test_translate_on_stdin_and_on_a_file_reproduces_predict(mt_run, tmp_path):
+  cli("lnjax.main", "--mode=predict", f"--workdir={mt_run}", f"--split={SPLIT}")
+  [result_file] = glob.glob(os.path.join(mt_run, "predictions", f"{SPLIT}.step*.json"))
+  result = json.load(open(result_file))
+  predicted = open(result["hypotheses_file"]).read().splitlines()
+  assert len(predicted) == 461
+  sources, refs = _sources_and_refs(mt_run)
+  src_file, ref_file = tmp_path / "src.de", tmp_path / "ref.en"
+  src_file.write_text("\n".join(sources) + "\n")
+  ref_file.write_text("\n".join(refs) + "\n")
+
+  piped = cli("lnjax.translate", f"--workdir={mt_run}", stdin=src_file.read_text())
+  assert piped.stdout.splitlines() == predicted
+  from_file = cli("lnjax.translate", f"--workdir={mt_run}", f"--input={src_file}",
+                  f"--reference={ref_file}")
+  assert from_file.stdout.splitlines() == predicted
+  # The score on stderr, with sacreBLEU's signature, is predict's.
+  line = from_file.stderr.strip().splitlines()[-1]
+  assert line.startswith(f"BLEU {result['bleu']:.2f} (nrefs:1|case:mixed|eff:no|tok:13a"), line
+  # An empty line in, an empty line out, the others untouched.
+  gaps = cli("lnjax.translate", f"--workdir={mt_run}",
+             stdin=f"{sources[0]}\n\n{sources[1]}\n").stdout.splitlines()
+  assert len(gaps) == 3 and gaps[1] == ""
+
+
+@pytest.mark.slow
+def test_a_beam_size_override_is_used_or_refused(mt_run):
+  beam2 = cli("lnjax.translate", f"--workdir={mt_run}", f"--split={SPLIT}")
+  beam1 = cli("lnjax.translate", f"--workdir={mt_run}", f"--split={SPLIT}", "--beam_size=1")
+  assert "beam 2" in beam2.stderr and "beam 1" in beam1.stderr
+  changed = sum(a != b for a, b in zip(beam1.stdout.splitlines(), beam2.stdout.splitlines()))
+  assert changed > 0
+  # --mode=predict uses --config.decode.beam_size (given without --config) ...
+  r = cli("lnjax.main", "--mode=predict", f"--workdir={mt_run}", f"--split={SPLIT}",
+          "--config.decode.beam_size=1")
+  assert "beam 1" in r.stdout
+  hyp = r.stdout.rsplit("hypotheses in ", 1)[1].strip()
+  assert open(hyp).read().splitlines() == beam1.stdout.splitlines()
+  assert json.load(open(hyp[:-4] + ".json"))["beam_size"] == 1
+  # ... and refuses what it would otherwise ignore, in one line.
+  for args, message in (
+      (["lnjax.translate", "--beam_size=0"], "decode.beam_size=0 must be an integer >= 1"),
+      (["lnjax.translate", "--max_len=100000"], "--max_len=100000 must be in 1..256"),
+      (["lnjax.main", "--mode=predict", "--config.decode.beam_size=0"], "beam_size=0"),
+      (["lnjax.main", "--mode=predict", "--config.decode.bleu_split=x"], "training only"),
+      (["lnjax.main", "--mode=predict", "--config=configs/multi30k_de_en.py:smoke",
+        "--config.decode.beam_size=1"], "drop --config"),
+      (["lnjax.translate", "--checkpoint=avg:9"], "keeps 2 checkpoint(s) (10, 20)"),
+  ):
+    r = cli(args[0], f"--workdir={mt_run}", *args[1:], stdin="", code=2)
+    assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+# ---- Checkpoint averaging.
+
+@pytest.mark.slow
+def test_averaging_two_checkpoints_is_the_mean_of_their_parameters(mt_run, tmp_path):
+  chosen = averaging.restore(mt_run, "avg:2")
+  assert chosen.steps == [10, 20] and chosen.label == "avg2-step20"
+  a = checkpoint.restore_run(mt_run, step=10).state.params
+  b = checkpoint.restore_run(mt_run, step=20).state.params
+  for x, y, m in zip(jax.tree.leaves(a), jax.tree.leaves(b), jax.tree.leaves(chosen.params)):
+    np.testing.assert_array_equal(np.asarray(m), (np.asarray(x) + np.asarray(y)) / 2)
+  assert any(not np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+  # Written as a new run that every tool reads.
+  out = str(tmp_path / "avg")
+  r = cli("lnjax.averaging", f"--workdir={mt_run}", "--last=2", f"--output={out}")
+  assert "averaged steps 10, 20" in r.stdout
+  saved = checkpoint.restore_run(out)
+  assert saved.step == 20
+  for x, m in zip(jax.tree.leaves(saved.state.params), jax.tree.leaves(chosen.params)):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(m))
+  assert json.load(open(os.path.join(out, averaging.AVERAGE_FILE)))["steps"] == [10, 20]
+
+
+# ---- Export.
+
+def _logits(model, params):
+  src = jnp.asarray(np.random.default_rng(0).integers(4, 500, (3, 11)), jnp.int32)
+  tgt = jnp.asarray(np.random.default_rng(1).integers(4, 500, (3, 9)), jnp.int32)
+  return np.asarray(model.apply({"params": params}, src, tgt))
+
+
+@pytest.mark.slow
+def test_safetensors_export_round_trips_the_logits_exactly(mt_run, tmp_path):
+  from safetensors.numpy import load_file
+
+  chosen = averaging.restore(mt_run, "best")
+  expected = _logits(chosen.restored.setup.model, chosen.params)
+  out = str(tmp_path / "f32")
+  r = cli("lnjax.export", f"--workdir={mt_run}", "--format=safetensors", f"--output={out}")
+  assert "45,696 parameters (float32, checkpoint best, steps 10)" in r.stdout
+  assert sorted(os.listdir(out)) == ["config.json", "model.safetensors", "tokenizer.model"]
+  flat = load_file(os.path.join(out, "model.safetensors"))
+  assert "decoder.layer_0.ffn.wi.kernel" in flat
+  assert all(v.dtype == np.float32 for v in flat.values())
+  loaded = export.load(out)
+  assert type(loaded.model).__name__ == "EncoderDecoder"
+  assert loaded.config["model"]["d_model"] == 32 and loaded.config["steps"] == [10]
+  np.testing.assert_array_equal(_logits(loaded.model, loaded.params), expected)
+
+  # bfloat16: the logits of the parameters rounded to bfloat16.
+  out16 = str(tmp_path / "bf16")
+  export.export(mt_run, out16, "best", "bfloat16")
+  assert all(str(v.dtype) == "bfloat16" for v in load_file(
+      os.path.join(out16, "model.safetensors")).values())
+  rounded = jax.tree.map(lambda x: x.astype(jnp.bfloat16).astype(jnp.float32), chosen.params)
+  loaded16 = export.load(out16)
+  np.testing.assert_array_equal(_logits(loaded16.model, loaded16.params),
+                                _logits(chosen.restored.setup.model, rounded))
+  assert not np.array_equal(_logits(loaded16.model, loaded16.params), expected)
+
+
+# ---- Comparing runs.
+
+def _fake_run(root, name, norm, losses, bleu=None):
+  """A workdir as training leaves it, written through the real metrics writer."""
+  wd = os.path.join(root, name)
+  os.makedirs(wd)
+  writer = metrics.MetricWriter(wd, tensorboard=False)
+  for step, loss in enumerate(losses, 1):
+    writer.write(step, {"train_loss": loss, "learning_rate": 1e-3})
+    if step % 2 == 0:
+      writer.write(step, {"eval_loss": loss + 0.1, **({"eval_bleu": bleu * step} if bleu else {})})
+  writer.close()
+  json.dump({"status": "completed", "step": len(losses)}, open(os.path.join(wd, "summary.json"), "w"))
+  json.dump({"model": {"norm_position": norm}}, open(os.path.join(wd, "config.json"), "w"))
+  return wd
+
+
+def test_compare_writes_a_png_with_every_run_in_it(tmp_path):
+  import matplotlib.image
+  import matplotlib.pyplot as plt
+
+  runs = [_fake_run(str(tmp_path / "a"), "post", "post", [7.0, 6.0, 5.5, 5.4], bleu=1.0),
+          _fake_run(str(tmp_path / "a"), "pre", "pre", [7.0, 5.0, 4.0, 3.5], bleu=2.0),
+          _fake_run(str(tmp_path / "b"), "pre", "pre", [7.0, 6.5, 6.4, 6.3])]
+  out = str(tmp_path / "report" / "cmp")
+  r = cli("lnjax.compare", *runs, f"--output={out}")
+  # Distinct names for two runs called 'pre'; one table row per run.
+  for name in ("| a/post | post | completed | 4 |", "| a/pre | pre |", "| b/pre | pre |"):
+    assert name in r.stdout
+  assert "3.5000" in r.stdout and "8.00 (step 4)" in r.stdout  # Final loss; best BLEU.
+  assert "![curves](cmp.png)" in open(out + ".md").read()
+  # Every run's colour is drawn in the image.
+  image = matplotlib.image.imread(out + ".png")[..., :3]
+  colors = plt.rcParams["axes.prop_cycle"].by_key()["color"][:3]
+  for c in colors:
+    rgb = np.array(matplotlib.colors.to_rgb(c))
+    assert (np.abs(image - rgb).max(-1) < 0.02).sum() > 200, c
+  table = compare.table([compare.load_run(w) | {"name": w} for w in runs])
+  assert table.count("\n") == 5
+
+
+def test_compare_refuses_a_folder_that_is_not_a_run(tmp_path):
+  r = cli("lnjax.compare", str(tmp_path), code=2)
+  assert "not a run" in r.stderr
+
+
+# ---- Tracking: W&B (offline) and TensorBoard.
+
+def _wandb_records(path):
+  """The protobuf records of a .wandb file (LevelDB-style log: 32 KiB blocks of chunks
+  with a 7-byte header: CRC, length, type FULL=1 FIRST=2 MIDDLE=3 LAST=4)."""
+  from wandb.proto import wandb_internal_pb2
+  data = open(path, "rb").read()
+  assert data[:4] == b":W&B"
+  pos, chunks, out = 7, b"", []
+  while pos + 7 <= len(data):
+    left = 32768 - pos % 32768
+    _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+    if left < 7 or (length == 0 and kind == 0):
+      pos += left
+      continue
+    chunks += data[pos + 7:pos + 7 + length]
+    pos += 7 + length
+    if kind in (1, 4):
+      record = wandb_internal_pb2.Record()
+      record.ParseFromString(chunks)
+      out.append(record)
+      chunks = b""
+  return out
+
+
+@pytest.mark.slow
+def test_wandb_offline_and_tensorboard_get_the_scalars_of_metrics_jsonl(tmp_path):
+  from tensorboard.backend.event_processing import event_accumulator
+
+  wd = str(tmp_path / "lm")
+  env = _one_device_env(WANDB_MODE="offline", WANDB_SILENT="true")
+  cli("lnjax.main", "--config=configs/lm.py:smoke", f"--workdir={wd}",
+      "--config.train.wandb_project=lnjax-test", "--config.train.tensorboard=True", env=env)
+  logged = {r["step"]: r["train_loss"] for r in metrics.read_metrics(wd) if "train_loss" in r}
+  assert sorted(logged) == [5, 10, 15, 20]
+
+  [path] = glob.glob(os.path.join(wd, "wandb", "offline-run-*", "run-*.wandb"))
+  records = _wandb_records(path)
+  [run] = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+  assert run.project == "lnjax-test" and run.display_name == "lm"
+  config = {i.key: json.loads(i.value_json) for i in run.config.update}
+  assert config["model"]["norm_position"] == "pre" and config["train"]["num_steps"] == 20
+  history = [{"/".join(i.nested_key) or i.key: json.loads(i.value_json) for i in r.history.item}
+             for r in records if r.WhichOneof("record_type") == "history"]
+  wandb_loss = {h["_step"]: h["train_loss"] for h in history if "train_loss" in h}
+  assert wandb_loss == pytest.approx(logged, abs=0, rel=1e-7)
+  assert any("eval_loss" in h for h in history)
+
+  events = event_accumulator.EventAccumulator(os.path.join(wd, "tensorboard"))
+  events.Reload()
+  tb = {e.step: e.value for e in events.Scalars("train_loss")}
+  assert tb == pytest.approx(logged, rel=1e-6)
+
+
+def test_wandb_is_off_by_default():
+  assert lm_config.get_config("smoke").train.wandb_project == ""
+  assert multi30k_de_en.get_config().train.wandb_project == ""
+
+
+# ---- Progress.
+
+def test_progress_is_quiet_off_a_terminal_except_for_periodic_lines(capsys, monkeypatch):
+  monkeypatch.setenv("LNJAX_PROGRESS_SECONDS", "3600")
+  bar = progress.Bar(100, "decoding x", unit="sentences")
+  bar.update(50)
+  bar.close()
+  assert capsys.readouterr().err == ""  # (pytest's stderr is not a terminal.)
+  monkeypatch.setenv("LNJAX_PROGRESS_SECONDS", "0")
+  bar = progress.Bar(100, "decoding x", unit="sentences")
+  bar.update(40)
+  bar.update(60)  # Done: no line for the end.
+  err = capsys.readouterr().err.splitlines()
+  assert len(err) == 1 and err[0].startswith("decoding x: 40/100 sentences (40%)"), err
+
+
+def test_a_first_time_compile_is_named_and_kept_out_of_the_rate():
+  p = metrics.Progress(num_steps=100, first_step=0, num_shapes=7)
+  assert p.compiling((64, 16)) == "compiling bucket 1/7 (64×16)"
+  assert p.compiling((64, 16)) is None
+  assert p.compiling((32, 32)) == "compiling bucket 2/7 (32×32)"
+  before = p._t0
+  p.exclude(5.0)
+  assert p._t0 == before + 5.0
+  assert metrics.Progress(10, 0).compiling((8, 32)) == "compiling the train step"
+
+
+# ---- --print_config.
+
+def test_print_config_lists_every_key_with_its_value_and_comment():
+  r = cli("lnjax.main", "--config=configs/multi30k_de_en.py:smoke", "--print_config")
+  lines = [l for l in r.stdout.splitlines() if " = " in l]
+  config = multi30k_de_en.get_config("smoke")
+
+  def keys(c, prefix=""):
+    for k in c.keys():
+      v = c[k]
+      yield from keys(v, f"{prefix}{k}.") if hasattr(v, "keys") else [(prefix + k, v)]
+
+  expected = dict(keys(config))
+  shown = {l.split(" = ")[0]: l for l in lines}
+  assert set(shown) == set(expected)
+  for key, value in expected.items():
+    assert shown[key].startswith(f"{key} = {value!r}"), shown[key]
+  assert sum("  # " in l for l in lines) >= 0.9 * len(lines)
+  assert shown["model.d_model"].endswith("# D")
+  assert "# 1 = greedy." in shown["decode.beam_size"]
+  assert "| sandwich |" in shown["model.norm_position"]  # A comment continued below its key.
+  r = cli("lnjax.main", "--print_config", code=2)
+  assert "needs --config" in r.stderr
