@@ -30,9 +30,9 @@ class OptConfig:
   decay_factor: float = 0.1  # `step`: lr ×= decay_factor at each boundary.
   decay_steps: tuple[int, ...] = ()  # `step`: boundaries in steps (`inverse_sqrt`: hold lr until the first) ...
   decay_epochs: tuple[float, ...] = ()  # ... or in epochs (resolved with steps per epoch).
-  b1: float = 0.9
-  b2: float = 0.98  # The paper's (fairseq's) Adam β₂ for translation.
-  eps: float = 1e-8
+  b1: float = 0.9  # Adam's β₁.
+  b2: float = 0.98  # Adam's β₂: the paper's (fairseq's) for translation.
+  eps: float = 1e-8  # Adam's ε.
   weight_decay: float = 0.0  # adamw only (decoupled).
   momentum: float = 0.9  # sgd only; 0 = plain SGD.
   nesterov: bool = False  # sgd only.

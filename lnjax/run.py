@@ -8,7 +8,7 @@ import dataclasses
 
 import ml_collections
 
-from lnjax import config_lib, errors, tasks
+from lnjax import errors, sections, tasks
 from lnjax.models import ModelConfig
 from lnjax.optim import OptConfig
 from lnjax.sharding import MeshConfig
@@ -17,18 +17,23 @@ from lnjax.task import Task
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-  num_steps: int = 2000
-  label_smoothing: float = 0.0
-  log_every_steps: int = 50
-  eval_every_steps: int = 500
-  checkpoint_every_steps: int = 500
-  keep_checkpoints: int = 3
-  tensorboard: bool = True
-  log_grad_norms: bool = False
-  divergence_factor: float = 1e4  # Diverged: train loss > this × ln V; 0 = NaN/Inf only.
-  compilation_cache_dir: str = ""  # JAX's persistent compilation cache (a bucket too).
-  profile_steps: str = ""  # "START,END": a jax.profiler trace of those steps.
-  wandb_project: str = ""  # Weights & Biases project mirroring the metrics; "" = off.
+  num_steps: int = 2000  # Optimizer steps in the whole run.
+  label_smoothing: float = 0.0  # ε of label smoothing (the reported loss is the plain NLL).
+  log_every_steps: int = 50  # Console line and train_* metrics.
+  eval_every_steps: int = 500  # Held-out evaluation (also at the last step).
+  checkpoint_every_steps: int = 500  # Orbax checkpoint (also at the last step).
+  keep_checkpoints: int = 3  # The most recent ones kept.
+  tensorboard: bool = True  # Mirror metrics to TensorBoard event files.
+  log_grad_norms: bool = False  # Log ‖∂L/∂W‖ of every weight (grad_norm/<path>), averaged
+  # over each log_every_steps window like the other train metrics.
+  divergence_factor: float = 1e4  # The run ends as diverged when a train loss is NaN/Inf or
+  # above this × ln V (the uniform guess's loss, about the initial one); 0 = NaN/Inf only.
+  compilation_cache_dir: str = ""  # JAX's persistent compilation cache (local or gs://):
+  # a relaunch, or another run of the same shapes, skips compilation. "" = off.
+  profile_steps: str = ""  # "START,END": a jax.profiler trace of steps START..END into
+  # <workdir>/profile (TensorBoard's profile plugin). "" = off.
+  wandb_project: str = ""  # Weights & Biases project receiving the same scalars and the
+  # config (WANDB_MODE=offline: files under <workdir>/wandb/ for `wandb sync`). "" = off.
 
   def __post_init__(self):
     for key in ("num_steps", "log_every_steps", "eval_every_steps", "checkpoint_every_steps",
@@ -87,9 +92,9 @@ def resolve_config(config: ml_collections.ConfigDict) -> RunConfig:
   seed = config.get("seed", 0)
   if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
     raise errors.ConfigError(f"seed={seed!r} must be an integer >= 0")
-  parts = {name: config_lib.from_config(cls or task.data_config, name, config[name].to_dict())
+  parts = {name: sections.from_config(cls or task.data_config, name, config[name].to_dict())
            for name, cls in SECTIONS.items()}
-  extra = {name: config_lib.from_config(cls, name, config[name].to_dict())
+  extra = {name: sections.from_config(cls, name, config[name].to_dict())
            for name, cls in task.sections.items()}
   run = RunConfig(task=task, **parts, seed=seed, extra=extra)
   if run.opt.warmup_steps > run.train.num_steps:

@@ -38,12 +38,14 @@ LOGICAL_RULES = (
 class MeshConfig:
   """Devices per axis within a granule (ICI), and granules per axis (DCN)."""
 
-  data: int = -1  # -1: all devices of a granule not used by the other axes.
-  fsdp: int = 1
-  model: int = 1
-  dcn_data: int = 1  # Granules (TPU slices, else processes) along each axis.
-  dcn_fsdp: int = 1
-  dcn_model: int = 1
+  data: int = -1  # Devices on the data-parallel axis; -1 = all the others of a granule.
+  fsdp: int = 1  # Devices sharding parameters and optimizer state (FSDP).
+  model: int = 1  # Devices sharding heads and FFN (tensor parallel).
+  # Across TPU slices (or hosts, elsewhere): each axis is dcn_<axis> × <axis> devices
+  # long, the data/fsdp/model sizes above then counting devices within one slice.
+  dcn_data: int = 1  # Slices on the data axis (multislice data parallelism).
+  dcn_fsdp: int = 1  # Slices on the fsdp axis (parameters sharded across slices too).
+  dcn_model: int = 1  # Slices on the model axis (seldom: tensor parallelism is chatty).
 
   def __post_init__(self):
     for key in MESH_AXES:

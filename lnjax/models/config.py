@@ -28,10 +28,11 @@ class ModelConfig:
   d_model: int = 128  # D
   num_heads: int = 4  # H
   d_ff: int = 512  # F
-  max_len: int = 512  # Longest sequence the position embedding covers.
-  norm_position: str = "pre"  # Where the norm goes: see placement.NORM_POSITIONS.
+  max_len: int = 256  # Longest sequence the position embedding covers (>= data.seq_len).
+  norm_position: str = "pre"  # post: LN(x + F(x)) | pre: x + F(LN(x)), with a final LN |
+  # sandwich | peri | deepnorm | normformer | resi_dual | admin | mix | b2t (README table).
   norm_kind: str = "layernorm"  # layernorm | rmsnorm | scalenorm
-  norm_eps: float = 1e-5
+  norm_eps: float = 1e-5  # ε inside the norm's square root.
   qk_norm: bool = False  # LayerNorm on each head's q and k (ViT-22B).
   mix_post_fraction: float = 0.25  # Mix-LN: α; the first ⌊αL⌋ layers are Post-LN.
   deepnorm_alpha: float = 0.0  # DeepNorm's α and β; 0 = the paper's for the depth
