@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from lnjax.models import kernels
 from lnjax.models import ModelConfig, TransformerLM, count_params, layers, norms
 
 CFG = ModelConfig(vocab_size=50, num_layers=2, d_model=32, num_heads=4, d_ff=64, max_len=16,
@@ -205,7 +206,7 @@ def test_attention_core_custom_vjp_matches_autodiff():
     p = jax.nn.softmax(jnp.einsum("bhtk,bhsk->bhts", q, k) + bias, axis=-1)
     return jnp.sum(jnp.einsum("bhts,bhsk->bhtk", p, v) * do)
 
-  custom = lambda q, k, v: jnp.sum(layers.attention_core(q, k, v, bias) * do)
+  custom = lambda q, k, v: jnp.sum(kernels.attention_core(q, k, v, bias) * do)
   np.testing.assert_allclose(custom(q, k, v), plain(q, k, v), rtol=1e-6)
   for g_custom, g_plain in zip(jax.grad(custom, (0, 1, 2))(q, k, v),
                                jax.grad(plain, (0, 1, 2))(q, k, v)):
@@ -218,17 +219,19 @@ def test_causal_attention_skips_only_masked_blocks():
   k1, k2, k3 = jax.random.split(jax.random.key(1), 3)
   q, k, v = (jax.random.normal(key, (2, 2, 64, 8)) for key in (k1, k2, k3))
   bias = layers.causal_bias(64)
-  full = lambda q, k, v: jnp.sum(jnp.sin(layers.attention_core(q, k, v, bias)))
-  split = lambda q, k, v: jnp.sum(jnp.sin(layers.causal_attention(q, k, v, bias)))
+  full = lambda q, k, v: jnp.sum(jnp.sin(kernels.attention_core(q, k, v, bias)))
+  split = lambda q, k, v: jnp.sum(jnp.sin(kernels.causal_attention(q, k, v, bias)))
   np.testing.assert_allclose(split(q, k, v), full(q, k, v), rtol=1e-5)
   for a, b in zip(jax.grad(split, (0, 1, 2))(q, k, v), jax.grad(full, (0, 1, 2))(q, k, v)):
     np.testing.assert_allclose(a, b, atol=1e-5)
 
 
-def test_attention_impl_xla_equals_the_plain_path():
+@pytest.mark.parametrize("impl", ["xla", "reference"])
+def test_attention_impl_equals_the_plain_path(impl):
   """model.attention_impl='xla' (jax.nn.dot_product_attention, the reference for cuDNN's
-  flash attention on a GPU) gives the plain path's loss and gradients: causal self-attention
-  of 64 positions (the plain path's halves), padded sources, cross-attention."""
+  flash attention on a GPU) and 'reference' (the textbook formula, autodiff) give the plain
+  kernel's loss and gradients: causal self-attention of 64 positions (the plain kernel's
+  halves), padded sources, cross-attention."""
   from lnjax.models import EncoderDecoder, ModelConfig as Cfg
   src = jax.random.randint(jax.random.key(0), (2, 64), 1, 50).at[1, 40:].set(0)  # padded
   tgt = jax.random.randint(jax.random.key(1), (2, 64), 1, 50)
@@ -241,7 +244,7 @@ def test_attention_impl_xla_equals_the_plain_path():
     return jnp.mean(jax.nn.log_softmax(m.apply({"params": params}, src, tgt))[..., 7])
 
   grad = jax.jit(jax.value_and_grad(loss), static_argnums=1)
-  (plain, g_plain), (xla, g_xla) = (grad(params, i) for i in ("plain", "xla"))
+  (plain, g_plain), (xla, g_xla) = (grad(params, i) for i in ("plain", impl))
   np.testing.assert_allclose(xla, plain, rtol=1e-6)
   for a, b in zip(jax.tree.leaves(g_xla), jax.tree.leaves(g_plain)):
     np.testing.assert_allclose(a, b, atol=1e-6)

@@ -1,4 +1,4 @@
-"""`model.weight_grad='transposed'` (layers.matmul_transposed_grad): dense layers whose
+"""`model.weight_grad='transposed'` (kernels.matmul_transposed_grad): dense layers whose
 gradients come from materialized transposes give autodiff's gradients."""
 
 import dataclasses
@@ -11,6 +11,7 @@ import pytest
 
 from lnjax import losses
 from lnjax import errors
+from lnjax.models import kernels
 from lnjax.models import ModelConfig, TransformerLM, layers
 
 
@@ -20,7 +21,7 @@ def test_matmul_gradients_equal_autodiff():
   g = jax.random.normal(kg, (24, 8))
   loss = lambda matmul: lambda x, w: jnp.sum(matmul(x, w) * g)
   want = jax.grad(loss(jnp.matmul), argnums=(0, 1))(x, w)
-  got = jax.jit(jax.grad(loss(layers.matmul_transposed_grad), argnums=(0, 1)))(x, w)
+  got = jax.jit(jax.grad(loss(kernels.matmul_transposed_grad), argnums=(0, 1)))(x, w)
   for a, b in zip(got, want):
     np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5)
 

@@ -3,7 +3,7 @@
 import dataclasses
 
 from lnjax import errors
-from lnjax.models import layers, norms, placement
+from lnjax.models import kernels, layers, norms, placement
 
 NORM_KINDS = norms.NORM_KINDS
 POS_EMBS = ("learned", "sinusoidal")
@@ -12,9 +12,9 @@ DTYPES = ("float32", "bfloat16")
 # Rematerialization of each layer in the backward pass: "none", or the name of a
 # jax.checkpoint_policies policy (what the forward pass keeps; the rest is recomputed).
 # How dense layers form their weight gradient: autodiff's, or from a materialized xᵀ
-# (layers.matmul_transposed_grad; faster matmuls on some CPUs, slower on others).
+# (kernels.matmul_transposed_grad; faster matmuls on some CPUs, slower on others).
 WEIGHT_GRADS = tuple(layers.MATMULS)
-ATTENTION_IMPLS = layers.ATTENTION_IMPLS  # plain | xla | cudnn
+ATTENTION_IMPLS = kernels.ATTENTION_IMPLS  # plain | reference | xla | cudnn
 REMAT_POLICIES = ("none", "nothing_saveable", "dots_saveable", "dots_with_no_batch_dims_saveable",
                   "everything_saveable")
 
@@ -48,7 +48,9 @@ class ModelConfig:
   # 'layers' axis): compile time independent of depth. False: layer_0, layer_1, ...
   remat_policy: str = "none"  # Recompute each layer in the backward pass: REMAT_POLICIES.
   weight_grad: str = "autodiff"  # Dense layers' weight gradient: WEIGHT_GRADS.
-  attention_impl: str = "plain"  # Attention's kernel: ATTENTION_IMPLS.
+  attention_impl: str = "plain"  # Attention's kernel (lnjax/models/kernels.py): plain
+  # (lnjax's, tuned for CPUs) | reference (textbook, autodiff) | xla | cudnn (flash
+  # attention on NVIDIA GPUs, bfloat16 only; both jax.nn.dot_product_attention).
   # Encoder-decoder only:
   num_decoder_layers: int = 0  # Decoder depth; 0 = num_layers.
   encoder_norm_position: str = ""  # Per-stack override of norm_position; "" = same.
@@ -68,7 +70,7 @@ class ModelConfig:
     errors.check_choice("model.remat_policy", self.remat_policy, REMAT_POLICIES)
     errors.check_choice("model.weight_grad", self.weight_grad, WEIGHT_GRADS)
     errors.check_choice("model.attention_impl", self.attention_impl, ATTENTION_IMPLS)
-    if self.attention_impl != "plain" and self.attention_dropout_rate:
+    if self.attention_impl in ("xla", "cudnn") and self.attention_dropout_rate:
       raise errors.ConfigError(
           f"model.attention_impl={self.attention_impl!r} has no attention dropout: set "
           f"model.attention_dropout_rate=0 (now {self.attention_dropout_rate}) or "

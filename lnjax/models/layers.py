@@ -13,6 +13,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from lnjax.models import kernels
+
 # Large but finite, so that sums of masks stay finite.
 NEG_INF = -1e9
 
@@ -27,34 +29,8 @@ def param(module: nn.Module, name: str, init: Callable, shape: Sequence[int],
                       jnp.float32)
 
 
-@jax.custom_vjp
-def matmul_transposed_grad(x_MxI, w_IxO):
-  """x W, whose backward pass forms both gradients as plain row-major matmuls of
-  materialized transposes: dx = dY (Wᵀ), dW = (xᵀ) dY. Autodiff's dW contracts x and dY
-  over their leading (token) axis, which XLA:CPU ran at 160-316 GFLOP/s against 279-389
-  for the materialized form on a 2-core AMD EPYC (../shared/PERF_NOTES.md, lead 5); on
-  an Intel Xeon the whole LM step was 7% slower (BENCHMARKS.md). Hence an option
-  (`model.weight_grad`), not the default.
-  """
-  return x_MxI @ w_IxO
-
-
-def _matmul_transposed_grad_fwd(x_MxI, w_IxO):
-  return x_MxI @ w_IxO, (x_MxI, w_IxO)
-
-
-def _matmul_transposed_grad_bwd(residuals, dy_MxO):
-  x_MxI, w_IxO = residuals
-  # The barrier keeps XLA from folding each transpose back into its dot's dimension
-  # numbers, which would give autodiff's contraction again.
-  xt_IxM, wt_OxI = jax.lax.optimization_barrier((x_MxI.T, w_IxO.T))
-  return dy_MxO @ wt_OxI, xt_IxM @ dy_MxO
-
-
-matmul_transposed_grad.defvjp(_matmul_transposed_grad_fwd, _matmul_transposed_grad_bwd)
-
 # How a dense layer's x W is differentiated (`model.weight_grad`).
-MATMULS = {"autodiff": jnp.matmul, "transposed": matmul_transposed_grad}
+MATMULS = {"autodiff": jnp.matmul, "transposed": kernels.matmul_transposed_grad}
 
 
 class Dense(nn.Module):
@@ -65,7 +41,7 @@ class Dense(nn.Module):
   use_bias: bool = True
   kernel_init: Callable = xavier_uniform
   dtype: jnp.dtype = jnp.float32
-  weight_grad: str = "autodiff"  # A key of MATMULS.
+  weight_grad: str = "autodiff"  # A key of MATMULS (kernels.py's transposed-gradient matmul).
 
   @nn.compact
   def __call__(self, x_NxDin):
@@ -77,65 +53,6 @@ class Dense(nn.Module):
       y_MxDout = y_MxDout + param(self, "bias", nn.initializers.zeros, (self.features,),
                                   self.axes[1:]).astype(self.dtype)
     return y_MxDout.reshape(*x_NxDin.shape[:-1], self.features)
-
-
-def _attention_probs(q_BxHxTxK, k_BxHxSxK, bias_BxHxTxS):
-  logits_BxHxTxS = jnp.einsum("bhtk,bhsk->bhts", q_BxHxTxK, k_BxHxSxK)
-  logits_BxHxTxS = logits_BxHxTxS.astype(jnp.float32) + bias_BxHxTxS
-  return jax.nn.softmax(logits_BxHxTxS, axis=-1).astype(q_BxHxTxK.dtype)
-
-
-@jax.custom_vjp
-def attention_core(q_BxHxTxK, k_BxHxSxK, v_BxHxSxK, bias_BxHxTxS):
-  """P v with P = softmax(q kᵀ + bias): q already scaled by 1/√d_h, bias a constant mask.
-
-  The custom VJP is the textbook softmax-attention backward, written so that dK and dV
-  come out of plain matmuls as their transposes (dKᵀ = qᵀ dS, dVᵀ = dOᵀ P): on the CPU
-  autodiff's own contraction order for them ran at half the matmul rate, and this saves
-  ~9% of the LM train step and ~130 MiB of scratch (benchmarks/prototypes.py, `attn`).
-  """
-  return jnp.einsum("bhts,bhsk->bhtk", _attention_probs(q_BxHxTxK, k_BxHxSxK, bias_BxHxTxS),
-                    v_BxHxSxK)
-
-
-def _attention_core_fwd(q, k, v, bias):
-  p = _attention_probs(q, k, bias)
-  return jnp.einsum("bhts,bhsk->bhtk", p, v), (q, k, v, p, bias)
-
-
-def _attention_core_bwd(residuals, do_BxHxTxK):
-  q, k, v, p_BxHxTxS, bias = residuals
-  dp_BxHxTxS = jnp.einsum("bhtk,bhsk->bhts", do_BxHxTxK, v)
-  dv_BxHxKxS = jnp.einsum("bhtk,bhts->bhks", do_BxHxTxK, p_BxHxTxS)  # dVᵀ = dOᵀ P
-  # Softmax backward: dS = P ⊙ (dP − rowsum(dP ⊙ P)).
-  ds_BxHxTxS = p_BxHxTxS * (dp_BxHxTxS - jnp.sum(dp_BxHxTxS * p_BxHxTxS, -1, keepdims=True))
-  dq = jnp.einsum("bhts,bhsk->bhtk", ds_BxHxTxS.astype(q.dtype), k)
-  dk_BxHxKxS = jnp.einsum("bhtk,bhts->bhks", q, ds_BxHxTxS.astype(q.dtype))  # dKᵀ = qᵀ dS
-  return dq, dk_BxHxKxS.swapaxes(-1, -2), dv_BxHxKxS.swapaxes(-1, -2), jnp.zeros_like(bias)
-
-
-attention_core.defvjp(_attention_core_fwd, _attention_core_bwd)
-
-
-def causal_attention(q_BxHxTxK, k_BxHxTxK, v_BxHxTxK, bias_BxHxTxT, min_len: int = 64):
-  """`attention_core` under a causal bias, without the masked upper-right block: queries
-  [0, T/2) attend to keys [0, T/2) only, queries [T/2, T) to all keys. Exact (those
-  logits are masked anyway), a quarter fewer attention FLOPs, ~20% less time (two halves
-  beat more, smaller pieces on the CPU)."""
-  t = q_BxHxTxK.shape[2]
-  if t % 2 or t < min_len or k_BxHxTxK.shape[2] != t:
-    return attention_core(q_BxHxTxK, k_BxHxTxK, v_BxHxTxK, bias_BxHxTxT)
-  h = t // 2
-  first = attention_core(q_BxHxTxK[:, :, :h], k_BxHxTxK[:, :, :h], v_BxHxTxK[:, :, :h],
-                         bias_BxHxTxT[..., :h, :h])
-  second = attention_core(q_BxHxTxK[:, :, h:], k_BxHxTxK, v_BxHxTxK, bias_BxHxTxT[..., h:, :])
-  return jnp.concatenate([first, second], axis=2)
-
-
-# How softmax(q kᵀ + bias) v is computed (`model.attention_impl`): lnjax's own
-# attention_core (plain einsums, custom VJP, causal halves), or jax.nn.dot_product_attention
-# with XLA's or cuDNN's (flash attention on NVIDIA GPUs, bfloat16 only) implementation.
-ATTENTION_IMPLS = ("plain", "xla", "cudnn")
 
 
 class Attention(nn.Module):
@@ -188,20 +105,13 @@ class Attention(nn.Module):
     if decode:
       k_BxHxSxK, v_BxHxSxK, bias_BxHxTxS = self._cached(k_BxHxSxK, v_BxHxSxK, bias_BxHxTxS)
     q_BxHxTxK = q_BxHxTxK * (d // h) ** -0.5
-    if self.attention_impl != "plain" and not decode:  # No dropout: ModelConfig checks.
-      # [B, T, H, d_h] in and out; the bias broadcast to [B|1, 1, T, S], cuDNN's shapes.
-      bias_BxHxTxS = jnp.broadcast_to(bias_BxHxTxS, (bias_BxHxTxS.shape[0], 1, t, s))
-      out_BxTxHxK = jax.nn.dot_product_attention(
-          q_BxHxTxK.swapaxes(1, 2), k_BxHxSxK.swapaxes(1, 2), v_BxHxSxK.swapaxes(1, 2),
-          bias_BxHxTxS.astype(q_BxHxTxK.dtype), scale=1.0, is_causal=self.causal,
-          implementation=self.attention_impl)
-      out_BxHxTxK = out_BxTxHxK.swapaxes(1, 2)
-    elif (deterministic or self.dropout_rate == 0.0) and self.causal and not decode:
-      out_BxHxTxK = causal_attention(q_BxHxTxK, k_BxHxSxK, v_BxHxSxK, bias_BxHxTxS)
-    elif deterministic or self.dropout_rate == 0.0:
-      out_BxHxTxK = attention_core(q_BxHxTxK, k_BxHxSxK, v_BxHxSxK, bias_BxHxTxS)
-    else:  # Dropout on the attention probabilities: plain autodiff.
-      probs_BxHxTxS = _attention_probs(q_BxHxTxK, k_BxHxSxK, bias_BxHxTxS)
+    if deterministic or self.dropout_rate == 0.0 or self.attention_impl in ("xla", "cudnn"):
+      # (xla and cudnn have no attention dropout: ModelConfig refuses it with them)
+      out_BxHxTxK = kernels.attention(q_BxHxTxK, k_BxHxSxK, v_BxHxSxK, bias_BxHxTxS,
+                                      impl="plain" if decode else self.attention_impl,
+                                      causal=self.causal and not decode)
+    else:  # Dropout on the attention probabilities, autodiff's backward pass.
+      probs_BxHxTxS = kernels.attention_probs(q_BxHxTxK, k_BxHxSxK, bias_BxHxTxS)
       probs_BxHxTxS = nn.Dropout(self.dropout_rate)(probs_BxHxTxS, deterministic=False)
       out_BxHxTxK = jnp.einsum("bhts,bhsk->bhtk", probs_BxHxTxS, v_BxHxSxK)
     if self.head_scale:
