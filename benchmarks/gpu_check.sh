@@ -39,7 +39,7 @@ stage() {  # stage NAME COMMAND...: runs it, records its seconds and outcome.
 
 export JAX_PLATFORMS=cuda
 gpus=$(python -c 'import jax; print(jax.device_count())')
-tests=(tests/test_gpu_check.py tests/test_models.py::test_attention_impl_xla_equals_the_plain_path)
+tests=(tests/test_gpu_check.py tests/test_models.py::test_attention_impl_equals_the_plain_path)
 if [ "$gpus" -ge 8 ]; then tests+=(tests/test_sharding.py::test_sharded_steps_equal_single_device); fi
 # Full float32 matmuls (not TF32) where the tests compare float32 values.
 stage "tests on $gpus GPU(s)" env JAX_DEFAULT_MATMUL_PRECISION=highest \
