@@ -242,3 +242,8 @@ def admin_profile(model: nn.Module, params, *inputs):
 
   return jax.tree_util.tree_map_with_path(
       fill, params, is_leaf=lambda x: isinstance(x, nn.meta.AxisMetadata))
+
+
+# Placements whose initialization needs a forward pass on data, and that pass: `model,
+# params, *inputs -> params` (models.init_params runs it after model.init).
+DATA_DEPENDENT_INIT = {"admin": admin_profile}

@@ -264,29 +264,31 @@ class EncoderDecoder(nn.Module):
 
 def init_params(model: nn.Module, key: jax.Array, *example_inputs, random_inputs=None):
   """`model.init`'s parameters (boxed with their logical axes), then the data-dependent
-  init of the placements that have one: Admin's profiling pass (`placement.admin_profile`),
-  on `random_inputs(key, vocab_size)` (a batch of random tokens) or else the example
-  inputs, so that ω is part of the parameters (and of every checkpoint) from step 0."""
+  init of the placements that have one (`placement.DATA_DEPENDENT_INIT`: Admin's profiling
+  pass), on `random_inputs(key, vocab_size)` (a batch of random tokens) or else the example
+  inputs, so that what it sets is part of the parameters (and of every checkpoint) from
+  step 0."""
   params = model.init(key, *example_inputs)["params"]
   cfg = model.cfg
-  if "admin" in (cfg.norm_position, cfg.encoder_norm_position, cfg.decoder_norm_position):
-    inputs = example_inputs
-    if random_inputs is not None:
-      inputs = random_inputs(jax.random.fold_in(key, 1), cfg.vocab_size)
-    params = _admin_profile(model, params, inputs)
+  positions = {cfg.norm_position, cfg.encoder_norm_position, cfg.decoder_norm_position}
+  for position, init_pass in placement.DATA_DEPENDENT_INIT.items():
+    if position in positions:
+      inputs = example_inputs
+      if random_inputs is not None:
+        inputs = random_inputs(jax.random.fold_in(key, 1), cfg.vocab_size)
+      params = _on_unrolled_model(init_pass, model, params, inputs)
   return params
 
 
-def _admin_profile(model: nn.Module, params, inputs):
-  """`placement.admin_profile` on a clone of `model` without scan or remat: its pass
-  follows the sub-layers one by one, in Python. Scanned parameters are unstacked for it
-  and stacked back, still boxed."""
+def _on_unrolled_model(init_pass, model: nn.Module, params, inputs):
+  """`init_pass` on a clone of `model` without scan or remat (such a pass follows the
+  sub-layers one by one, in Python). Scanned parameters are unstacked for it and
+  stacked back, still boxed."""
   cfg = model.cfg
   plain = model.clone(cfg=dataclasses.replace(cfg, scan_layers=False, remat_policy="none"))
   if not cfg.scan_layers:
-    return placement.admin_profile(plain, params, *inputs)
-  profiled = scan_params(
-      placement.admin_profile(plain, unscan_params(nn.unbox(params), cfg), *inputs), cfg)
+    return init_pass(plain, params, *inputs)
+  profiled = scan_params(init_pass(plain, unscan_params(nn.unbox(params), cfg), *inputs), cfg)
   is_box = lambda x: isinstance(x, nn.meta.AxisMetadata)
   return jax.tree.map(lambda box, value: box.replace_boxed(value) if is_box(box) else value,
                       params, profiled, is_leaf=is_box)
