@@ -32,7 +32,7 @@ import os
 import pathlib
 from typing import Iterator, Sequence
 
-from lnjax import errors
+from lnjax import errors, fileio
 from lnjax.data import download
 
 DATA_DIR_ENV = "LNJAX_DATA_DIR"
@@ -132,6 +132,9 @@ def find_corpus_file(
   found is empty. ``how_to_get`` may contain ``{data_dir}``, replaced by the
   first candidate.
   """
+  bucket = data_dir or os.environ.get(DATA_DIR_ENV)
+  if bucket and fileio.is_remote(str(bucket)):
+    return _stage_from_bucket(str(bucket), subdir, filename, cache_dir, how_to_get)
   candidates = data_dir_candidates(data_dir) + [download_dir(cache_dir)]
   how_to_get = how_to_get.replace("{data_dir}", str(candidates[0]))
   searched: list[str] = []
@@ -159,6 +162,28 @@ def find_corpus_file(
       f" (data dirs searched: {', '.join(map(str, candidates))}). To get it:"
       f" {how_to_get}"
   )
+
+
+def _stage_from_bucket(bucket: str, subdir: str, filename: str, cache_dir,
+                       how_to_get: str) -> pathlib.Path:
+  """A data dir on a bucket (gs://...): ``<subdir>/<filename>[.gz]`` copied once into
+  ``<cache dir>/buckets/<bucket path>/`` and read from there."""
+  searched = []
+  for name in (filename + ".gz", filename):
+    remote = f"{bucket.rstrip('/')}/{subdir}/{name}"
+    searched.append(remote)
+    local = resolve_cache_dir(cache_dir) / "buckets" / remote.replace("://", "/", 1)
+    if not local.is_file():
+      data = fileio.read_bytes(remote)
+      if data is None:
+        continue
+      fileio.write_bytes(str(local), data)
+    if is_empty_text_file(local):
+      raise DataError(f"{subdir} corpus file {remote} is empty (no text); replace it with the"
+                      f" real file. To get it: {how_to_get.replace('{data_dir}', bucket)}")
+    return local
+  raise DataError(f"{subdir} corpus file not found; looked for: {', '.join(searched)}. To get"
+                  f" it: {how_to_get.replace('{data_dir}', bucket)}")
 
 
 def is_empty_text_file(path: pathlib.Path) -> bool:
