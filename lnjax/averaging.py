@@ -89,6 +89,11 @@ def write_average(workdir: str, last: int, output: str) -> dict:
   """Writes the mean of `workdir`'s last `last` checkpoints as the run in `output`."""
   if ckpt_lib.load_config(output) is not None or checkpoint_steps(output):
     raise errors.WorkdirError(f"{output} already holds a run; choose a new --output")
+  steps = checkpoint_steps(workdir)
+  if len(steps) < last:
+    raise errors.CheckpointError(
+        f"--last={last}: {workdir} keeps {len(steps)} checkpoint(s) "
+        f"({', '.join(map(str, steps)) or 'none'}); raise train.keep_checkpoints to keep more")
   mesh = sharding.make_mesh(sharding.MeshConfig(data=1), jax.local_devices()[:1])
   chosen = restore(workdir, f"avg:{last}", mesh)
   r = chosen.restored
