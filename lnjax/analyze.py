@@ -14,6 +14,7 @@ DIR/analysis/<step>/: analysis.json, report.md and PNG plots of
   - ‖Δw‖/‖w‖ of one step of the run's optimizer at learning rate `--lr`.
 """
 
+import io
 import json
 import os
 import re
@@ -84,7 +85,7 @@ def analyze(workdir: str, step: str = "latest", num_batches: int = 4, lr: float 
   lr = lr or run.opt.learning_rate
   records = probes.norm_inputs(setup, params, batches[0])
   result = {
-      "workdir": os.path.abspath(workdir), "step": label, "norm_position": run.model.norm_position,
+      "workdir": fileio.abspath(workdir), "step": label, "norm_position": run.model.norm_position,
       "num_batches": len(batches), "loss": float(jax.jit(lambda p: probes.mean_loss(p, setup, batches))(params)),
       "loss_normalization": "mean per-token NLL (nats) over the batches' real target tokens",
       "gradient_norms": probes.gradient_norms(grads),
@@ -143,7 +144,9 @@ def _plots(result: dict, out: str) -> None:
   ax.legend(fontsize=8)
   fig.suptitle(f"{_placement(result)}, step {result['step']}")
   fig.tight_layout()
-  fig.savefig(os.path.join(out, "gradients.png"), dpi=110)
+  png = io.BytesIO()
+  fig.savefig(png, format="png", dpi=110)
+  fileio.write_bytes(os.path.join(out, "gradients.png"), png.getvalue())
 
 
 def _placement(result: dict) -> str:

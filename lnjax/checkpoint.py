@@ -18,10 +18,8 @@ the manifest, or one written before lnjax had manifests) is restored unverified.
 """
 
 import dataclasses
-import hashlib
 import json
 import os
-import shutil
 from typing import Any
 
 import jax
@@ -43,7 +41,7 @@ class Checkpoints:
     self.every_steps = every_steps
     self._unsealed = None  # The step saved last, until its manifest is written.
     self.manager = ocp.CheckpointManager(
-        os.path.join(os.path.abspath(workdir), folder),
+        os.path.join(fileio.abspath(workdir), folder),
         # (cleanup: the temporary folders of saves a kill interrupted.)
         options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
                                              cleanup_tmp_directories=True))
@@ -116,8 +114,7 @@ class Checkpoints:
       return
     src = os.path.join(str(self.manager.directory), str(step))
     dst = os.path.join(self.workdir, "corrupt_checkpoints", str(step))
-    os.makedirs(os.path.dirname(dst), exist_ok=True)
-    shutil.move(src, dst)
+    fileio.move(src, dst)
     print(f"moved the unreadable checkpoint to {dst}", flush=True)
     self.manager.reload()
 
@@ -205,16 +202,10 @@ def verify_manifest(step_dir: str) -> str | None:
 
 def _hash_files(root: str, only: dict | None = None) -> dict[str, str]:
   out = {}
-  for folder, _, files in os.walk(root):
-    for f in files:
-      rel = os.path.relpath(os.path.join(folder, f), root)
-      if rel == MANIFEST_FILE or f.endswith(".tmp") or (only is not None and rel not in only):
-        continue
-      h = hashlib.sha256()
-      with open(os.path.join(folder, f), "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-          h.update(chunk)
-      out[rel] = h.hexdigest()
+  for rel in fileio.walk_files(root):
+    if rel == MANIFEST_FILE or rel.endswith(".tmp") or (only is not None and rel not in only):
+      continue
+    out[rel] = fileio.sha256(os.path.join(root, rel))
   return out
 
 
@@ -272,7 +263,7 @@ def restore_run(workdir: str, step: int | None = None, mesh: Mesh | None = None,
   mesh = mesh or sharding.make_mesh(sharding.MeshConfig(data=1), jax.local_devices()[:1])
   setup = state_lib.make_setup(run.model, run.opt, run.train.num_steps, task=run.task)
   target = state_lib.abstract_state(setup, mesh)
-  directory = os.path.join(os.path.abspath(workdir), folder)
+  directory = os.path.join(fileio.abspath(workdir), folder)
   if not fileio.isdir(directory):  # (A manager would create the folder.)
     raise errors.CheckpointError(f"{workdir} holds no checkpoint in {folder}/")
   manager = ocp.CheckpointManager(directory)

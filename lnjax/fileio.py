@@ -1,12 +1,38 @@
-"""The one path layer: every file lnjax reads or writes in a workdir goes through here.
+"""The one path layer: every file lnjax reads or writes in a workdir goes through here, so
+a workdir (or cache, or data dir) may be a local path or a bucket URL (`gs://bucket/...`).
 
-Small run files (config.json, summary.json, reports) are written atomically: to a temporary
-file beside the target, then renamed over it, so a run killed at any moment leaves either
-the old file or the new one, never a cut one.
+Bucket paths go through etils.epath with gcsfs, configured by the standard client
+settings alone (credentials from the environment; `STORAGE_EMULATOR_HOST` for an
+emulator). Orbax reaches gs:// checkpoints through tensorstore by itself.
+
+What differs on a bucket, and how this layer hides it:
+  - small run files (config.json, summary.json, reports) are written atomically: locally
+    to a temporary file then renamed over the target; on a bucket one upload is atomic;
+  - GCS has no append: `append_text` rewrites the object whole (metrics.jsonl: one short
+    line per log interval, so the cost stays small);
+  - folders do not exist on a bucket: `makedirs` is a no-op there and `walk_files` lists
+    objects under a prefix; `move` copies then deletes.
+Built-in `open()` never works on gs://: use `read_bytes`/`write_bytes` here.
 """
 
+import hashlib
 import os
+import shutil
 import uuid
+
+
+def is_remote(path: str) -> bool:
+  """True for a bucket URL (gs://...), False for a local path."""
+  return "://" in str(path)
+
+
+def _remote(path: str):
+  from etils import epath  # (gcsfs is imported on the first bucket path only)
+  return epath.Path(path)
+
+
+def abspath(path: str) -> str:
+  return str(path) if is_remote(path) else os.path.abspath(path)
 
 
 def join(*parts: str) -> str:
@@ -14,35 +40,47 @@ def join(*parts: str) -> str:
 
 
 def exists(path: str) -> bool:
-  return os.path.exists(path)
+  return _remote(path).exists() if is_remote(path) else os.path.exists(path)
 
 
 def isdir(path: str) -> bool:
-  return os.path.isdir(path)
+  return _remote(path).is_dir() if is_remote(path) else os.path.isdir(path)
 
 
 def makedirs(path: str) -> None:
-  os.makedirs(path, exist_ok=True)
+  if not is_remote(path):
+    os.makedirs(path, exist_ok=True)
 
 
-def read_text(path: str) -> str | None:
-  """The file's text, or None if there is no such file."""
+def read_bytes(path: str) -> bytes | None:
+  """The file's bytes, or None if there is no such file."""
   try:
-    with open(path, encoding="utf-8") as f:
+    if is_remote(path):
+      return _remote(path).read_bytes()
+    with open(path, "rb") as f:
       return f.read()
   except FileNotFoundError:
     return None
 
 
-def write_text(path: str, text: str) -> None:
-  """Replaces `path` by `text` atomically (temporary file + rename)."""
+def read_text(path: str) -> str | None:
+  """The file's text, or None if there is no such file."""
+  data = read_bytes(path)
+  return None if data is None else data.decode("utf-8")
+
+
+def write_bytes(path: str, data: bytes) -> None:
+  """Replaces `path` by `data` atomically (temporary file + rename; one upload)."""
+  if is_remote(path):
+    _remote(path).write_bytes(data)
+    return
   folder = os.path.dirname(os.path.abspath(path))
   os.makedirs(folder, exist_ok=True)
   tmp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
   fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # (The umask applies.)
   try:
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-      f.write(text)
+    with os.fdopen(fd, "wb") as f:
+      f.write(data)
       f.flush()
       os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -54,6 +92,69 @@ def write_text(path: str, text: str) -> None:
     raise
 
 
+def write_text(path: str, text: str) -> None:
+  write_bytes(path, text.encode("utf-8"))
+
+
 def append_text(path: str, text: str) -> None:
+  if is_remote(path):  # No append on GCS: the object is rewritten whole.
+    write_text(path, (read_text(path) or "") + text)
+    return
   with open(path, "a", encoding="utf-8") as f:
     f.write(text)
+
+
+def sha256(path: str) -> str:
+  """SHA-256 of a file's bytes, read in chunks."""
+  digest = hashlib.sha256()
+  with (_remote(path).open("rb") if is_remote(path) else open(path, "rb")) as f:
+    for chunk in iter(lambda: f.read(1 << 20), b""):
+      digest.update(chunk)
+  return digest.hexdigest()
+
+
+def remove(path: str) -> None:
+  if is_remote(path):
+    _remote(path).unlink()
+  else:
+    os.remove(path)
+
+
+def walk_files(root: str) -> list[str]:
+  """Paths of every file under `root`, relative to it, sorted."""
+  if not is_remote(root):
+    return sorted(os.path.relpath(os.path.join(folder, f), root)
+                  for folder, _, files in os.walk(root) for f in files)
+  out, stack = [], [(_remote(root), "")]
+  while stack:  # (etils refuses ** globs on buckets: walk level by level.)
+    folder, prefix = stack.pop()
+    for child in folder.iterdir():
+      rel = prefix + child.name
+      if child.is_dir():
+        stack.append((child, rel + "/"))
+      else:
+        out.append(rel)
+  return sorted(out)
+
+
+def rmtree(path: str) -> None:
+  if is_remote(path):
+    _remote(path).rmtree()
+  else:
+    shutil.rmtree(path)
+
+
+def copy_tree(src: str, dst: str) -> None:
+  """Copies every file under `src` (local or bucket) to `dst` (local or bucket)."""
+  for rel in walk_files(src):
+    write_bytes(join(dst, rel), read_bytes(join(src, rel)))
+
+
+def move(src: str, dst: str) -> None:
+  """Moves a file or folder (across buckets and disks too)."""
+  if not is_remote(src) and not is_remote(dst):
+    os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
+    shutil.move(src, dst)
+    return
+  copy_tree(src, dst)
+  rmtree(src)

@@ -1,16 +1,24 @@
 """One run per workdir: an exclusive lock held while a run trains there.
 
-The lock is `fcntl.flock` on `<workdir>/.lnjax.lock`: the kernel releases it when its
-holder ends, however it ends (kill -9 included), so a lock left by a dead process is simply
-taken over. The file names its holder (host and PID) for the refusal's one line; it is
-removed when the holder releases the lock cleanly.
+Locally the lock is `fcntl.flock` on `<workdir>/.lnjax.lock`: the kernel releases it when
+its holder ends, however it ends (kill -9 included), so a lock left by a dead process is
+simply taken over. The file names its holder (host and PID) for the refusal's one line; it
+is removed when the holder releases the lock cleanly.
+
+A bucket has no flock: there the lock is an object naming its holder and the time it last
+refreshed it (at every summary write). It is taken over when its holder is a process of
+this host that no longer exists, or when it has not been refreshed for STALE_SECONDS (a
+holder on another host that died). Two launches within the same second can both pass the
+check; the later write wins and the other launch, reading the lock back, stops.
 """
 
 import fcntl
+import json
 import os
 import socket
+import time
 
-from lnjax import errors
+from lnjax import errors, fileio
 
 LOCK_FILE = ".lnjax.lock"  # (The sweep launcher's own lock on a run is ROOT/<run>/.lock.)
 
@@ -47,6 +55,9 @@ class WorkdirLock:
     self._fd = fd
     return self
 
+  def refresh(self) -> None:
+    """(The kernel keeps a flock: nothing to refresh.)"""
+
   def __exit__(self, *exc):
     if self._fd is not None:
       try:
@@ -59,3 +70,68 @@ class WorkdirLock:
 
 def _read_holder(fd: int) -> str:
   return os.pread(fd, 200, 0).decode(errors="replace").strip()
+
+
+STALE_SECONDS = 900  # A bucket lock not refreshed for this long is a dead holder's.
+
+
+def workdir_lock(workdir: str):
+  """The lock for `workdir`: flock locally, a refreshed object on a bucket."""
+  return BucketLock(workdir) if fileio.is_remote(workdir) else WorkdirLock(workdir)
+
+
+class BucketLock:
+  """`with BucketLock("gs://..."):` as WorkdirLock, for a workdir on a bucket."""
+
+  def __init__(self, workdir: str):
+    self.path = fileio.join(workdir, LOCK_FILE)
+    self.previous_holder = None
+    self._me = {"host": socket.gethostname(), "pid": os.getpid()}
+    self._held = False
+
+  def __enter__(self):
+    holder = self._holder()
+    if holder is not None:
+      name = f"host {holder.get('host')} PID {holder.get('pid')}"
+      if _alive(holder):
+        raise errors.WorkdirError(f"workdir {os.path.dirname(self.path)} is in use by {name}; "
+                                  "wait for that run to end or stop it")
+      self.previous_holder = name
+    self.refresh()
+    time.sleep(1.0)  # Another launch that passed the check at the same time writes too:
+    holder = self._holder()  # the last write wins, the other launch stops here.
+    if holder is None or {k: holder.get(k) for k in self._me} != self._me:
+      raise errors.WorkdirError(f"workdir {os.path.dirname(self.path)} was locked by another "
+                                "launch at the same moment")
+    self._held = True
+    return self
+
+  def refresh(self) -> None:
+    fileio.write_text(self.path, json.dumps({**self._me, "time": time.time()}) + "\n")
+
+  def _holder(self) -> dict | None:
+    try:
+      holder = json.loads(fileio.read_text(self.path) or "null")
+    except ValueError:
+      return None
+    return holder if isinstance(holder, dict) else None
+
+  def __exit__(self, *exc):
+    if self._held:
+      try:
+        fileio.remove(self.path)
+      except OSError:
+        pass
+      self._held = False
+
+
+def _alive(holder: dict) -> bool:
+  if holder.get("host") == socket.gethostname():
+    try:
+      os.kill(int(holder.get("pid")), 0)
+    except ProcessLookupError:
+      return False
+    except (PermissionError, TypeError, ValueError):
+      return True
+    return True
+  return time.time() - float(holder.get("time") or 0) < STALE_SECONDS

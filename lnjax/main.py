@@ -44,7 +44,11 @@ EXIT_CODES = {"completed": 0, "diverged": 3, "preempted": 143}
 
 def _fail(message: str, code: int = 2):
   print(f"lnjax: error: {message}", file=sys.stderr, flush=True)
-  sys.exit(code)
+  sys.stdout.flush()
+  # No interpreter teardown: background writers a failed save left behind (orbax,
+  # tensorstore) would print their own tracebacks while it runs. Every run file is
+  # complete by now (atomic writes), and the workdir lock is released.
+  os._exit(code)
 
 
 def _parse_flags(argv):
@@ -113,7 +117,18 @@ def _unknown_override(argv) -> str | None:
   return None
 
 
+def _quiet_closed_loop(unraisable, _default=sys.unraisablehook):
+  """A failed orbax save (a full disk) closes its asyncio loop while tensorstore still
+  holds writes of that save; as they fail too, their callbacks report 'Event loop is
+  closed'. The save's own error reaches the loop, which reports it in one line."""
+  value = unraisable.exc_value
+  if isinstance(value, RuntimeError) and str(value) == "Event loop is closed":
+    return
+  _default(unraisable)
+
+
 def main(argv):
+  sys.unraisablehook = _quiet_closed_loop
   if len(argv) > 1:
     _fail(f"unexpected arguments: {' '.join(argv[1:])}")
   # No absl log lines: orbax logs a failed background save (a full disk) with its

@@ -8,6 +8,7 @@ import math
 import os
 import secrets
 import sys
+import tempfile
 import time
 
 import jax
@@ -27,9 +28,13 @@ class MetricWriter:
     self._wandb = (_start_wandb(workdir, wandb_project, config)
                    if self.enabled and wandb_project else None)
     self._tb = None
+    self._tb_dir = os.path.join(workdir, "tensorboard")
     if self.enabled and tensorboard:
       from tensorboardX import SummaryWriter  # No TensorFlow needed.
-      self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+      # Event files are written locally; a bucket workdir gets them when the writer closes.
+      self._tb_local = (tempfile.mkdtemp(prefix="lnjax_tb_") if fileio.is_remote(workdir)
+                        else self._tb_dir)
+      self._tb = SummaryWriter(self._tb_local)
 
   def write(self, step: int, scalars: dict[str, float]) -> None:
     if not self.enabled:
@@ -48,6 +53,8 @@ class MetricWriter:
       self._wandb = None
     if self._tb is not None:
       self._tb.close()
+      if self._tb_local != self._tb_dir:
+        fileio.copy_tree(self._tb_local, self._tb_dir)
 
 
 WANDB_ID_FILE = "wandb_run_id"

