@@ -1,25 +1,24 @@
 """`lnjax.main --config=FILE --print_config`: every key of a config with its value and the
 comment written beside it in the source.
 
-The comments are read from the code that builds configs, where every key has one:
-lnjax/config_lib.py (the keys and defaults of each task), then the config file itself
-(what a preset changes), then the dataclasses the sections map onto. A comment that
-ends without a full stop continues on the comment lines right below it.
+The comments are read from the code that builds configs, where every key has one: the
+assignments of lnjax/config_lib.py for the task and of the config file itself (what a
+preset sets, and why), then the fields of the dataclasses the sections map onto (each
+default and its meaning). A comment that ends without a full stop continues on the
+comment lines right below it.
 """
 
 import ast
-import importlib
+import dataclasses
+import inspect
 import io
 import pathlib
+import textwrap
 import tokenize
 
 import ml_collections
 
 from lnjax import config_lib
-
-_DATACLASS_MODULES = ("lnjax.models.config", "lnjax.run", "lnjax.evaluate", "lnjax.optim",
-                      "lnjax.sharding", "lnjax.data.config")
-
 
 def _chain(node) -> list[str] | None:
   """['c', 'model', 'd_model'] for c.model.d_model; None for anything else."""
@@ -111,27 +110,46 @@ _TASK_FUNCTIONS = {"lm": "lm_config", "translation": "translation_config",
                    "mlm": "bert_config", "mlm_nsp": "bert_config"}
 
 
-def key_comments(task: str, config_file: str | None) -> dict[str, str]:
-  """Comments of every key: config_lib's for `task` (its builder, then the shared helpers),
-  then the config file's, then the section dataclasses' fields by field name ('*.name')."""
+def section_classes(config: ml_collections.ConfigDict) -> dict[str, type]:
+  """{'model': ModelConfig, 'data': MTDataConfig, 'decode': DecodeConfig, ...}: the
+  dataclass each section of `config` maps onto ({} if the config does not resolve)."""
+  from lnjax import errors, run as run_lib
+  try:
+    run = run_lib.resolve_config(config)
+  except errors.LnjaxError:
+    return {}
+  out = {}
+  for name in config.keys():
+    value = getattr(run, name, None)
+    if value is None or not dataclasses.is_dataclass(value):
+      value = (getattr(run, "extra", None) or {}).get(name)
+    if value is not None and dataclasses.is_dataclass(value):
+      out[name] = type(value)
+  return out
+
+
+def key_comments(config: ml_collections.ConfigDict, config_file: str | None) -> dict[str, str]:
+  """Comments of every key: config_lib's for the task (its builder, then the shared
+  helpers), then the config file's, then the comments of the section dataclasses' fields
+  (where the defaults and their meaning are written)."""
   library, _ = comments_in(pathlib.Path(config_lib.__file__).read_text())
-  first = [_TASK_FUNCTIONS.get(task, ""), "_common", "_data_dirs", "_external_source"]
+  first = [_TASK_FUNCTIONS.get(config.get("task", "lm"), ""), "_common", "_data_dirs",
+           "_external_source"]
   ordered = [library.get(f, {}) for f in first]  # (Other tasks' comments do not apply.)
   if config_file:
     path = pathlib.Path(config_file.partition(":")[0])
     if path.is_file():
       ordered += list(comments_in(path.read_text())[0].values())
+  for name, cls in section_classes(config).items():
+    try:
+      source = textwrap.dedent(inspect.getsource(cls))
+    except (OSError, TypeError):
+      continue
+    ordered.append({f"{name}.{k}": v for k, v in comments_in(source)[1].items()})
   keys = {}
   for group in ordered:
     for k, v in group.items():
       keys.setdefault(k, v)
-  for name in _DATACLASS_MODULES:
-    try:
-      module = importlib.import_module(name)
-    except ImportError:
-      continue
-    for k, v in comments_in(pathlib.Path(module.__file__).read_text())[1].items():
-      keys.setdefault(f"*.{k}", v)
   return keys
 
 
@@ -148,7 +166,7 @@ def _flatten(config, prefix: str = "") -> list[tuple[str, object]]:
 
 def describe(config: ml_collections.ConfigDict, config_file: str | None = None) -> str:
   """One line per key: `section.key = value  # comment`, grouped by section."""
-  comments = key_comments(config.get("task", "lm"), config_file)
+  comments = key_comments(config, config_file)
   items = sorted(_flatten(config), key=lambda kv: ("." in kv[0], kv[0]))
   width = max((len(f"{k} = {v!r}") for k, v in items), default=0)
   lines, section = [], None
@@ -157,7 +175,7 @@ def describe(config: ml_collections.ConfigDict, config_file: str | None = None) 
     if head != section:
       section = head
       lines.append(f"\n[{head}]" if head else "[top level]")
-    text = comments.get(key) or comments.get("*." + key.rpartition(".")[2], "")
+    text = comments.get(key, "")
     line = f"{key} = {value!r}"
     lines.append(f"{line:<{width}}  # {text}" if text else line)
   return "\n".join(lines).lstrip("\n")
