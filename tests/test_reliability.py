@@ -23,6 +23,8 @@ import pytest
 from lnjax import checkpoint, errors, lock, metrics, predict, run as run_lib, train
 from test_train import REPO, _one_line_error, run_cli, smoke_config, snapshot
 
+pytestmark = pytest.mark.slow  # Most of them train or launch runs.
+
 
 def records(workdir):
   return metrics.read_metrics(workdir)
