@@ -100,10 +100,10 @@ def finetune_config(task: str, init_workdir: str, step: int):
   from configs import glue
   c = glue.get_config(f"task={task}" + (",smoke" if _SMOKE.value else ""))
   with c.unlocked():
-    c.init.workdir, c.init.step = init_workdir, step
-    c.seeds = tuple(range(_SEEDS.value))
+    c.data.init_workdir, c.data.init_step = init_workdir, step
+    c.finetune.seeds = tuple(range(_SEEDS.value))
     if not _SMOKE.value:
-      c.train.num_epochs = _EPOCHS.value
+      c.finetune.num_epochs = _EPOCHS.value
   return c
 
 
@@ -144,6 +144,8 @@ def main(argv):
         print(f"\n=== fine-tuning {name} step {step} on {task}", flush=True)
         out = os.path.join(root, "finetune", name, task, f"step{step}")
         s = finetune.finetune(finetune_config(task, pre[name]["workdir"], step), out)
+        if s["status"] == "preempted":
+          sys.exit("Stopped by SIGTERM: run the same command to resume.")
         print(finetune.format_summary(s), flush=True)
         glue_results.setdefault(name, {}).setdefault(task, {})[step] = s
   write_report(root, pre, glue_results, step_seconds)
@@ -187,7 +189,7 @@ def write_report(root: str, pre: dict, glue_results: dict, step_seconds) -> None
   fig, axes = plt.subplots(1, len(TASKS), figsize=(11, 4))
   for ax, task in zip(axes, TASKS):
     for name, by_task in glue_results.items():
-      points = sorted(by_task.get(task, {}).items())
+      points = sorted((p, s) for p, s in by_task.get(task, {}).items() if "accuracy" in s)
       if points:
         acc = [s["accuracy"] for _, s in points]
         ax.errorbar([p for p, _ in points], [a["mean"] for a in acc],
@@ -234,9 +236,9 @@ def write_report(root: str, pre: dict, glue_results: dict, step_seconds) -> None
       for step, s in sorted(by_step.items()):
         fmt = lambda m: (f"{m['mean']:.4f} ± {m['ci95']:.4f}" if m.get("ci95") is not None
                          else f"{m['mean']:.4f}")
+        acc = fmt(s["accuracy"]) if "accuracy" in s else "all seeds diverged"
         f1 = fmt(s["f1"]) if "f1" in s else "—"
-        lines.append(f"| {name} | {step} | {task} | {fmt(s['accuracy'])} | {f1} | "
-                     f"{len(s['seeds'])} |")
+        lines.append(f"| {name} | {step} | {task} | {acc} | {f1} | {len(s['seeds'])} |")
   lines += ["", "Majority class: MRPC dev 68.4%, RTE dev 52.7%. The paper: Pre-LN's "
             "checkpoints fine-tune better than Post-LN's at every pre-training stage.", "",
             "![GLUE dev accuracy](glue_vs_step.png)", ""]

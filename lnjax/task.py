@@ -73,3 +73,6 @@ class Task:
   # (key, vocab_size) -> a batch of random model inputs for a data-dependent init (Admin's
   # profiling pass, models.init_params); None: the example inputs.
   random_inputs: Callable[[jax.Array, int], tuple] | None = None
+  # (setup, fresh params, run) -> the params a new run starts from (GLUE: the encoder of a
+  # pre-training run); applied once before step 0, never on resume. None: the fresh ones.
+  init_params: Callable[[Any, Any, Any], Any] | None = None

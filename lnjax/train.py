@@ -278,6 +278,11 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, run: run_lib.RunConfi
     if resuming:
       log(f"{workdir} holds a config but no checkpoint: starting from step 0.")
     state = state_lib.init_state(setup, mesh, run.seed)
+    if run.task.init_params is not None:  # The task's starting point (never on resume).
+      params = jax.device_put(run.task.init_params(setup, state.params, run),
+                              state_sharding.params)
+      state = state.replace(params=params, opt_state=jax.jit(
+          setup.tx.init, out_shardings=state_sharding.opt_state)(params))
   # Records after the checkpoint are logged again, as an uninterrupted run logged them.
   metrics_lib.truncate_metrics(workdir, int(state.step))
   ckpt_lib.save_config(workdir, config)

@@ -1,16 +1,21 @@
 """BERT: masking statistics, pair packing, the classification head, every norm placement,
-a smoke pre-training run whose loss falls, a smoke fine-tuning run, the GLUE reader."""
+a smoke pre-training run whose loss falls, smoke GLUE fine-tuning runs (loss, scores,
+initialization, resume after SIGTERM), the GLUE reader."""
 
 import gzip
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lnjax import checkpoint, config_lib, finetune, metrics, train
+from lnjax import checkpoint, config_lib, errors, finetune, metrics, train
 from lnjax.data import glue, mlm, paths, tokenizers
 from lnjax.models import ModelConfig
 from lnjax.models.bert import BertClassifier, BertEncoder, BertPretraining
@@ -192,38 +197,204 @@ def test_bert_resume_reproduces_the_uninterrupted_run(pretrained, tmp_path):
   assert ra.data_state == rb.data_state
 
 
-@pytest.mark.slow
-def test_smoke_finetune_reports_accuracy_f1_and_intervals(pretrained, tmp_path, capsys):
-  wd, _ = pretrained
-  sys_path = os.path.join(REPO, "configs")
-  import importlib.util
-  spec = importlib.util.spec_from_file_location("glue_config", os.path.join(sys_path, "glue.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  config = module.get_config("task=mrpc,smoke")
+def glue_smoke_config(pretrained_workdir: str):
+  """configs/glue.py:task=mrpc,smoke fine-tuning the smoke pre-training run's step 20 on
+  its first 32 train pairs for 40 steps (one batch an epoch), without dropout, so that
+  the loss falls far in seconds (the pairs are learned by heart); evaluations and
+  checkpoints at steps 20 and 40, the loss logged at every step."""
+  from configs import glue as glue_config
+  config = glue_config.get_config("task=mrpc,smoke")
   with config.unlocked():
-    config.init.workdir, config.init.step = wd, 20
+    config.data.init_workdir, config.data.init_step = pretrained_workdir, 20
+    config.data.train_examples = 32
+    config.finetune.num_epochs, config.finetune.dropout_rate = 40, 0.0
+    config.opt.learning_rate = 3e-3
     config.train.log_every_steps = 1
-    config.train.num_epochs = 3
-  out = str(tmp_path / "mrpc")
-  summary = finetune.finetune(config, out)
-  # Each seed's training loss falls: its last epoch's mean below its first's, and below
-  # ln 2 (a fair coin); its dev accuracy above chance (MRPC dev: 68% positive pairs).
+    config.train.eval_every_steps = config.train.checkpoint_every_steps = 20
+    config.mesh.data = 1
+  return config
+
+
+@pytest.fixture(scope="module")
+def finetuned(pretrained, tmp_path_factory):
+  """Seeds 0 and 1 of glue_smoke_config, fine-tuned by lnjax.finetune (shared below)."""
+  out = str(tmp_path_factory.mktemp("glue") / "mrpc")
+  config = glue_smoke_config(pretrained[0])
+  return out, config, finetune.finetune(config, out)
+
+
+def _train_losses(workdir: str) -> dict:
+  return {r["step"]: r["train_loss"] for r in metrics.read_metrics(workdir) if "train_loss" in r}
+
+
+def _predict(setup, params, batches) -> tuple[np.ndarray, np.ndarray]:
+  """(predicted classes, labels) of the real rows of `batches`."""
+  predictions, labels = [], []
+  for b in batches:
+    logits = setup.model.apply({"params": params}, b["inputs"], b["segment_ids"])
+    predictions.append(np.asarray(logits).argmax(-1)[b["weights"] > 0])
+    labels.append(b["labels"][b["weights"] > 0])
+  return np.concatenate(predictions), np.concatenate(labels)
+
+
+@pytest.mark.slow
+def test_smoke_finetune_loss_falls_and_reports_accuracy_f1_and_intervals(finetuned, capsys):
+  """Each seed is a run of task glue in seeds/<seed>/: its loss falls, its train pairs are
+  fitted (the labels are read), its logged dev accuracy and F1 are those of its final
+  parameters; the summary holds their mean and 95% t-interval; a re-run skips them."""
+  out, config, summary = finetuned
+  assert summary["status"] == "completed" and summary["steps_per_seed"] == 40
   for seed in (0, 1):
-    losses = [r["train_loss"] for r in metrics.read_metrics(out)
-              if r.get("seed") == seed and "train_loss" in r]
-    epochs = np.array(losses).reshape(3, -1).mean(1)
-    assert epochs[-1] < epochs[0] and epochs[-1] < np.log(2), (seed, epochs)
-    assert json.load(open(os.path.join(out, "seeds", f"{seed}.json")))["accuracy"] > 0.6
+    wd = os.path.join(out, "seeds", str(seed))
+    losses = _train_losses(wd)
+    assert sorted(losses) == list(range(1, 41))
+    first, last = np.mean([losses[s] for s in range(1, 5)]), np.mean(
+        [losses[s] for s in range(37, 41)])
+    assert 0 < last < 0.5 * first and last < np.log(2) / 2, (seed, first, last)
+    restored = checkpoint.restore_run(wd)
+    assert restored.step == 40 and restored.run.task.name == "glue"
+    data = restored.run.task.make_data(restored.run.data, seed, 0, 1, 1)
+    train_batch = next(data.train_iter())  # The 32 pairs, in the seed's order.
+    predicted, labels = _predict(restored.setup, restored.state.params, [train_batch])
+    assert len(labels) == 32 and (predicted == labels).mean() >= 0.9
+    predicted, labels = _predict(restored.setup, restored.state.params, data.eval_batches())
+    assert len(labels) == 408  # MRPC dev.
+    (logged,) = [r for r in metrics.read_metrics(wd) if r["step"] == 40 and "eval_f1" in r]
+    tp = ((predicted == 1) & (labels == 1)).sum()
+    f1 = 2 * tp / (2 * tp + ((predicted == 1) & (labels == 0)).sum()
+                   + ((predicted == 0) & (labels == 1)).sum())
+    assert logged["eval_accuracy"] == pytest.approx((predicted == labels).mean())
+    assert logged["eval_f1"] == pytest.approx(f1)
+    assert summary["per_seed"][seed]["accuracy"] == logged["eval_accuracy"]
   for metric in ("accuracy", "f1"):
-    assert 0.0 <= summary[metric]["mean"] <= 1.0 and summary[metric]["n"] == 2
-    assert summary[metric]["ci95"] is not None
-  seeds = [json.load(open(os.path.join(out, "seeds", f"{s}.json"))) for s in (0, 1)]
-  assert summary["accuracy"]["mean"] == pytest.approx(np.mean([s["accuracy"] for s in seeds]))
-  # A re-run skips the finished seeds.
+    values = [r[metric] for r in summary["per_seed"]]
+    assert summary[metric]["n"] == 2 and summary[metric]["ci95"] is not None
+    assert summary[metric]["mean"] == pytest.approx(np.mean(values))
+  assert json.load(open(os.path.join(out, "summary.json"))) == summary
   capsys.readouterr()
-  finetune.finetune(config, out)
+  assert finetune.finetune(config, out) == summary
   assert capsys.readouterr().out.count("done earlier") == 2
+
+
+@pytest.mark.slow
+def test_glue_init_copies_the_pretrained_encoder_and_refuses_another_model(pretrained):
+  """Task.init_params: bert/ and pooler from the pre-training checkpoint at data.init_step
+  (0: that run's initialization), the classifier left fresh; a model section other than
+  the pre-training run's (dropout aside) is refused."""
+  import dataclasses
+  from lnjax import run as run_lib, sharding, state as state_lib
+  from lnjax.tasks import glue as glue_task
+
+  config = finetune.seed_config(glue_smoke_config(pretrained[0]), seed=0)
+  run = run_lib.resolve_config(config)
+  setup = state_lib.make_setup(run.model, run.opt, run.train.num_steps, task=run.task)
+  mesh = sharding.make_mesh(sharding.MeshConfig(data=1), jax.local_devices()[:1])
+  fresh = state_lib.init_state(setup, mesh, 0).params
+  params = glue_task.init_params(setup, fresh, run)
+  at_20 = checkpoint.restore_run(pretrained[0], 20).state.params
+  for name in ("bert", "pooler"):
+    for a, b in zip(jax.tree.leaves(params[name]), jax.tree.leaves(at_20[name]), strict=True):
+      np.testing.assert_array_equal(a, b)
+  assert params["classifier"] is fresh["classifier"]
+  assert not np.array_equal(params["bert"]["segment_embed"], fresh["bert"]["segment_embed"])
+
+  at_init = dataclasses.replace(run, data=dataclasses.replace(run.data, init_step=0))
+  pre_run = run_lib.resolve_config(checkpoint.load_config(pretrained[0]))
+  pre_setup = state_lib.make_setup(pre_run.model, pre_run.opt, 30, task=pre_run.task)
+  expected = state_lib.init_state(pre_setup, mesh, pre_run.seed).params["bert"]
+  got = glue_task.init_params(setup, fresh, at_init)["bert"]
+  for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(expected), strict=True):
+    np.testing.assert_array_equal(a, b)
+
+  other = dataclasses.replace(run, model=dataclasses.replace(run.model, norm_position="pre"))
+  with pytest.raises(errors.ConfigError, match=r"model.norm_position='pre' differs from the "
+                     r"pre-training run's 'post'"):
+    glue_task.init_params(setup, fresh, other)
+
+
+@pytest.mark.slow
+def test_finetune_resumes_bit_exactly_after_sigterm(finetuned, tmp_path):
+  """python -m lnjax.finetune stopped by SIGTERM mid-seed exits 143 with a checkpoint;
+  the same config run again resumes it, and every step's loss, the dev scores and the
+  final parameters equal the uninterrupted run's (finetuned's seed 0) bit for bit."""
+  out, config, _ = finetuned
+  wd = str(tmp_path / "mrpc")
+  seed_wd = os.path.join(wd, "seeds", "0")
+  args = ["--config=configs/glue.py:task=mrpc,smoke", f"--workdir={wd}",
+          "--config.finetune.seeds=(0,)"] + [
+      f"--config.{k}={v}" for k, v in (
+          ("data.init_workdir", config.data.init_workdir), ("data.init_step", 20),
+          ("data.train_examples", 32), ("finetune.num_epochs", 40),
+          ("finetune.dropout_rate", 0.0), ("opt.learning_rate", 3e-3),
+          ("train.log_every_steps", 1), ("train.eval_every_steps", 20),
+          ("train.checkpoint_every_steps", 20), ("mesh.data", 1))]
+  proc = subprocess.Popen([sys.executable, "-m", "lnjax.finetune", *args], cwd=REPO,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+  try:
+    deadline = time.time() + 180
+    while time.time() < deadline and proc.poll() is None and len(_train_losses(seed_wd)) < 3:
+      time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+  finally:
+    proc.kill()
+  assert proc.returncode == 143, (stdout[-1000:], stderr[-2000:])
+  assert "stopped by SIGTERM during seed 0" in stdout
+  stopped = json.load(open(os.path.join(seed_wd, "summary.json")))
+  assert stopped["status"] == "preempted" and 3 <= stopped["step"] < 40, stopped
+  assert os.listdir(os.path.join(seed_wd, "checkpoints")) == [str(stopped["step"])]
+
+  with config.unlocked():
+    config.finetune.seeds = (0,)
+  summary = finetune.finetune(config, wd)
+  assert summary["status"] == "completed"
+  full = os.path.join(out, "seeds", "0")
+  assert _train_losses(seed_wd) == _train_losses(full)
+  evals = lambda w: [r for r in metrics.read_metrics(w) if "eval_loss" in r]
+  assert evals(seed_wd) == evals(full) and len(evals(full)) == 2
+  ra, rb = checkpoint.restore_run(full), checkpoint.restore_run(seed_wd)
+  for a, b in zip(jax.tree.leaves(ra.state), jax.tree.leaves(rb.state), strict=True):
+    np.testing.assert_array_equal(a, b)
+  assert ra.data_state == rb.data_state
+
+
+def test_glue_data_resumes_and_splits_batches_over_processes():
+  """The GLUE DataSource: every epoch a permutation of the train pairs, a train iterator
+  that resumes exactly from get_state(), processes holding disjoint rows of the same
+  global batches, and the dev split once, padded with weight-0 rows."""
+  vocab = mlm.BertVocab(tokenizers.CharTokenizer([chr(i) for i in range(32, 127)]))
+  make = lambda index=0, count=1, seed=3: glue.GlueData(
+      "rte", vocab, 32, 8, train_examples=40, seed=seed, process_index=index,
+      process_count=count)
+  data = make()
+  assert data.steps_per_epoch == 5 and data.vocab_size == vocab.vocab_size
+  it = data.train_iter()
+  batches = [next(it) for _ in range(12)]
+  rows = lambda bs: np.concatenate([b["inputs"] for b in bs])
+  train_rows = data.splits["train"]["inputs"]
+  for epoch in (batches[0:5], batches[5:10]):  # Each epoch: all 40 pairs once.
+    assert sorted(map(bytes, rows(epoch))) == sorted(map(bytes, train_rows))
+  assert not np.array_equal(rows(batches[0:5]), rows(batches[5:10]))  # Reshuffled.
+  it = data.train_iter()
+  for _ in range(7):
+    next(it)
+  state = json.loads(json.dumps(it.get_state()))
+  resumed = make().train_iter()
+  resumed.set_state(state)
+  for expected in batches[7:12]:
+    got = next(resumed)
+    for k in expected:
+      np.testing.assert_array_equal(got[k], expected[k])
+  with pytest.raises(errors.ConfigError, match="different data setup"):
+    make(seed=4).train_iter().set_state(state)
+  halves = [next(make(i, 2).train_iter()) for i in (0, 1)]
+  for k in batches[0]:
+    np.testing.assert_array_equal(np.concatenate([h[k] for h in halves]), batches[0][k])
+  dev = data.eval_batches()
+  assert len(dev) == 35 and sum(b["weights"].sum() for b in dev) == 277  # RTE dev.
+  np.testing.assert_array_equal(np.concatenate([b["labels"] for b in dev])[:277],
+                                data.splits["dev"]["labels"])
 
 
 def test_t_interval():
@@ -232,8 +403,6 @@ def test_t_interval():
   assert s["mean"] == 2.0 and s["std"] == 1.0
   assert s["ci95"] == pytest.approx(4.302653 / np.sqrt(3), rel=1e-5)
   assert finetune.t_interval([0.7])["ci95"] is None
-  assert finetune.classification_metrics([1, 1, 0, 0], [1, 0, 1, 0], positive=1) == {
-      "accuracy": 0.5, "f1": 0.5}
 
 
 def test_glue_reader_bom_no_quotes_and_missing_file(tmp_path):

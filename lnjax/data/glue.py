@@ -12,17 +12,20 @@ Batches (dicts of numpy arrays):
   segment_ids  int32[B, L]    0 for [CLS] A [SEP], 1 for B [SEP]
   labels       int32[B]
   weights      float32[B]     1 on real examples, 0 on the padding rows of the last dev batch
+with B = batch_size // process count: each process holds its rows of every global batch.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 
 import grain
 import numpy as np
 
 from lnjax import errors
-from lnjax.data import mlm, paths
+from lnjax.data import mlm, paths, pipeline
 
 HOW_TO_GET = (
     "run GLUE's download_glue_data.py (github.com/nyu-mll/GLUE-baselines) and copy"
@@ -89,13 +92,25 @@ def encode_pairs(vocab: mlm.BertVocab, a: list[str], b: list[str], seq_len: int)
 
 
 class GlueData:
-  """The train and dev splits of one task, encoded; seeded train batches, fixed dev ones."""
+  """The train and dev splits of one task, encoded, as a task's DataSource (lnjax.task):
+  endless, resumable train batches and the fixed dev batches, this process's rows of each."""
 
   def __init__(self, task: str, vocab: mlm.BertVocab, seq_len: int, batch_size: int,
-               data_dir: str | None = None, train_examples: int = 0):
-    """`train_examples`: keep only the first N train pairs (0 = all)."""
+               data_dir: str | None = None, train_examples: int = 0, *, seed: int = 0,
+               process_index: int = 0, process_count: int = 1):
+    """`train_examples`: keep only the first N train pairs (0 = all); `seed`: the order
+    of the train pairs."""
     self.task, self.spec, self.batch_size = task, TASKS[task], batch_size
     self.num_classes = len(self.spec.labels)
+    self.vocab_size = vocab.vocab_size
+    self.unigram_entropy = None  # (A token baseline means nothing for a label.)
+    self.seed = int(seed) % (1 << 32)  # grain seeds must lie in [0, 2**32).
+    if batch_size % process_count:
+      raise errors.ConfigError(f"data.batch_size={batch_size} is not divisible by the "
+                               f"process count {process_count}")
+    self.local_batch_size = batch_size // process_count
+    self._rows = slice(process_index * self.local_batch_size,
+                       (process_index + 1) * self.local_batch_size)
     if train_examples and train_examples < batch_size:
       raise errors.ConfigError(f"data.train_examples={train_examples} is below one batch "
                                f"(data.batch_size={batch_size})")
@@ -106,33 +121,48 @@ class GlueData:
         a, b, labels_N = a[:train_examples], b[:train_examples], labels_N[:train_examples]
       tokens, segments = encode_pairs(vocab, a, b, seq_len)
       self.splits[split] = {"inputs": tokens, "segment_ids": segments, "labels": labels_N}
+    # Identifies the train batch sequence: the encoded pairs, the batch size and the seed.
+    digest = hashlib.sha256()
+    for v in self.splits["train"].values():
+      digest.update(np.ascontiguousarray(v).tobytes())
+    digest.update(json.dumps([task, batch_size, self.seed]).encode())
+    self._fingerprint = digest.hexdigest()[:16]
+    self._dev_batches = self._build_dev_batches()
 
   @property
   def steps_per_epoch(self) -> int:
     return len(self.splits["train"]["labels"]) // self.batch_size
 
-  def train_batches(self, seed: int, num_epochs: int):
-    """`num_epochs` passes over the train split, reshuffled each epoch (grain)."""
-    train = self.splits["train"]
+  def _train_batch(self, ids_G: np.ndarray) -> dict:
+    ids_B = ids_G[self._rows]
+    batch = {k: v[ids_B] for k, v in self.splits["train"].items()}
+    batch["weights"] = np.ones(len(ids_B), np.float32)
+    return batch
 
-    def gather(ids_B):
-      batch = {k: v[ids_B] for k, v in train.items()}
-      batch["weights"] = np.ones(len(ids_B), np.float32)
-      return batch
+  def train_iter(self) -> pipeline.TrainIterator:
+    """Endless passes over the train split, reshuffled each epoch (the last partial
+    batch dropped); get_state()/set_state() resume it exactly."""
+    ds = (grain.MapDataset.range(len(self.splits["train"]["labels"]))
+          .shuffle(seed=self.seed)
+          .batch(self.batch_size, drop_remainder=True)
+          .repeat(None)  # Reseeds the shuffle every epoch.
+          .map(self._train_batch))
+    read_options = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
+    return pipeline.TrainIterator(iter(ds.to_iter_dataset(read_options)), self._fingerprint)
 
-    ds = (grain.MapDataset.range(len(train["labels"])).shuffle(seed=seed % (1 << 32))
-          .batch(self.batch_size, drop_remainder=True).repeat(num_epochs).map(gather))
-    return iter(ds.to_iter_dataset(grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)))
-
-  def dev_batches(self) -> list[dict]:
-    """Every dev example once; the last batch padded with weight-0 rows (one shape)."""
+  def _build_dev_batches(self) -> list[dict]:
     dev, g = self.splits["dev"], self.batch_size
     n = len(dev["labels"])
     batches = []
     for lo in range(0, n, g):
-      rows = np.arange(lo, lo + g)
+      rows = np.arange(lo, lo + g)[self._rows]
       real = rows < n
       batch = {k: v[np.where(real, rows, 0)] for k, v in dev.items()}
       batch["weights"] = real.astype(np.float32)
       batches.append(batch)
     return batches
+
+  def eval_batches(self) -> list[dict]:
+    """Every dev example once, in order; the last batch padded with weight-0 rows (one
+    shape)."""
+    return list(self._dev_batches)

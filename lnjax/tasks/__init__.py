@@ -4,6 +4,7 @@
   translation  encoder-decoder, BLEU by beam search     lnjax/tasks/translation.py
   mlm          BERT masked LM                           lnjax/tasks/mlm.py
   mlm_nsp      BERT masked LM + next sentence           lnjax/tasks/mlm.py
+  glue         BERT fine-tuning on GLUE MRPC or RTE     lnjax/tasks/glue.py
 
 A plug-in module defines `TASKS`, a tuple of `lnjax.task.Task`. Adding a task is one new
 module here and one line in `PLUGINS`; nothing in the core changes. Importing this
@@ -21,6 +22,7 @@ PLUGINS = {
     "translation": "lnjax.tasks.translation",
     "mlm": "lnjax.tasks.mlm",
     "mlm_nsp": "lnjax.tasks.mlm",
+    "glue": "lnjax.tasks.glue",
 }
 
 
