@@ -68,7 +68,7 @@ class MTDataConfig:
 
   name: str = "multi30k_de_en"  # multi30k_de_en | iwslt14_de_en | wmt14_de_en
   source_lang: str = "de"  # de | en (either direction)
-  target_lang: str = "en"
+  target_lang: str = "en"  # de | en, not source_lang
   data_dir: str | None = None  # raw corpora; None -> LNJAX_DATA_DIR -> ../shared/data, downloads
   cache_dir: str | None = None  # prepared data; None -> env -> ~/.cache/lnjax
   mirror: str | None = None  # replaces the download URLs' base; None -> LNJAX_DATA_MIRROR
@@ -79,8 +79,8 @@ class MTDataConfig:
   spm_path: str | None = None  # use this SentencePiece model instead of training
   max_tokens: int = 4096  # padded tokens per global batch and side (fairseq --max-tokens)
   max_len: int = 256  # drop training pairs longer (either side, tokens incl. EOS)
-  eval_splits: tuple[str, ...] = ("validation",)
-  test_split: str = "test_2016_flickr"
+  eval_splits: tuple[str, ...] = ("validation",)  # Held-out loss on the first; BLEU (decode.bleu_split).
+  test_split: str = "test_2016_flickr"  # What `--mode=predict` decodes by default.
   lowercase: bool = False  # lowercase all text (iwslt14's text already is)
 
   def __post_init__(self):

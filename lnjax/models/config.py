@@ -54,7 +54,7 @@ class ModelConfig:
   # Encoder-decoder only:
   num_decoder_layers: int = 0  # Decoder depth; 0 = num_layers.
   encoder_norm_position: str = ""  # Per-stack override of norm_position; "" = same.
-  decoder_norm_position: str = ""
+  decoder_norm_position: str = ""  # The same for the decoder stack.
   share_embeddings: bool = True  # One embedding for source and target (joint vocabulary).
 
   def __post_init__(self):
