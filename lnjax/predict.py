@@ -65,7 +65,7 @@ def load(workdir: str, checkpoint: str = "best", overrides: dict | None = None) 
   mesh = sharding.make_mesh(sharding.MeshConfig())
   chosen = averaging.restore(workdir, checkpoint, mesh)
   run = chosen.restored.run
-  cfg = decode_config(run.extra["decode"], overrides)
+  cfg = decode_config(run.section(evaluate.DecodeConfig), overrides)
   # (Decoding cuts its own batches of the source text: the data's process slice is unused.)
   data = run.task.make_data(run.data, run.seed, 0, 1, mesh.shape["data"] * mesh.shape["fsdp"])
   return Translator(run, chosen.restored.setup.model, chosen.params, data, cfg, mesh, chosen)
@@ -83,9 +83,9 @@ def predict(workdir: str, split: str | None = None, checkpoint: str = "best",
   result = evaluate.score_split(t.chosen.restored.setup, t.params, t.data, split, t.decode,
                                 t.mesh)
   stem = os.path.join(workdir, "predictions", f"{split}.{t.chosen.label}")
-  if dataclasses.asdict(t.decode) != dataclasses.asdict(t.run.extra["decode"]):
+  if dataclasses.asdict(t.decode) != dataclasses.asdict(t.run.section(evaluate.DecodeConfig)):
     stem += "." + ".".join(f"{k}{getattr(t.decode, k)}" for k in DECODE_KEYS
-                           if getattr(t.decode, k) != getattr(t.run.extra["decode"], k))
+                           if getattr(t.decode, k) != getattr(t.run.section(evaluate.DecodeConfig), k))
   evaluate.write_hypotheses(stem + ".hyp", result.pop("hypotheses"))
   result.update(split=split, step=t.chosen.restored.step, checkpoint=checkpoint,
                 steps=t.chosen.steps, hypotheses_file=stem + ".hyp",

@@ -72,6 +72,13 @@ class RunConfig:
   seed: int
   extra: dict = dataclasses.field(default_factory=dict)  # The task's own sections.
 
+  def section(self, cls):
+    """The task's own config section of dataclass `cls` (e.g. evaluate.DecodeConfig)."""
+    found = [v for v in self.extra.values() if isinstance(v, cls)]
+    if len(found) != 1:
+      raise errors.ConfigError(f"the run's task {self.task.name} has no {cls.__name__} section")
+    return found[0]
+
 
 SECTIONS = {"model": ModelConfig, "opt": OptConfig, "data": None,
             "train": TrainConfig, "mesh": MeshConfig}

@@ -46,10 +46,7 @@ class EvalContext:
 
   def section(self, cls):
     """The run's config section of dataclass `cls` (a task's own, e.g. DecodeConfig)."""
-    found = [v for v in self.run.extra.values() if isinstance(v, cls)]
-    if len(found) != 1:
-      raise KeyError(f"the run has {len(found)} sections of type {cls.__name__}")
-    return found[0]
+    return self.run.section(cls)
 
 
 Evaluator = Callable[[EvalContext], dict]  # -> held-out scalars, e.g. {"eval_bleu": ...}
