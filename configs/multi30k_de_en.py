@@ -51,7 +51,7 @@ def get_sweep(arg=None):
   --sweep=ARG), after Xiong et al. 2020:
 
     fig2   Fig. 2, Post-LN with the norm=post schedule (linear warm-up, then inverse square
-           root): Adam at peak lr 5e-4 and 1e-3 × warm-up 0, 500, 4000 steps; SGD (momentum
+           root), 8000 steps: Adam at peak lr 5e-4 and 1e-3 × warm-up 0, 500, 4000 steps; SGD (momentum
            0.9) at the same peak rates without and with 4000 warm-up steps (REFERENCE §4
            gives no SGD rate).
     fig4   Fig. 4: Pre-LN without warm-up (×0.1 at epoch 10) against Post-LN with 1000
@@ -66,11 +66,13 @@ def get_sweep(arg=None):
   rates = sweep.axis("opt.learning_rate", [5e-4, 1e-3])
   post = sweep.axis("model.norm_position", ["post"])
   if arg == "fig2":
+    # 8000 steps: the longest warm-up (4000) then as many steps at the decaying rate.
+    steps = sweep.axis("train.num_steps", [8000])
     return sweep.chain(
         sweep.product(post, sweep.axis("opt.name", ["adam"]), rates,
-                      sweep.axis("opt.warmup_steps", [0, 500, 4000])),
+                      sweep.axis("opt.warmup_steps", [0, 500, 4000]), steps),
         sweep.product(post, sweep.axis("opt.name", ["sgd"]), rates,
-                      sweep.axis("opt.warmup_steps", [0, 4000])))
+                      sweep.axis("opt.warmup_steps", [0, 4000]), steps))
   if arg == "fig2_cpu":
     return sweep.product(post, sweep.axis("opt.name", ["adam"]), rates,
                          sweep.axis("opt.warmup_steps", [0, 50, 200]))
