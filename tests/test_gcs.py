@@ -6,6 +6,7 @@ through the standard client settings only.
 
 import json
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -83,9 +84,13 @@ def test_smoke_run_in_a_bucket_killed_and_resumed_equals_a_local_run(gcs, tmp_pa
   r = cli("lnjax.main", *train_args(local), env={})
   assert r.returncode == 0, r.stderr[-2000:]
 
+  # The data dir in the bucket too: the corpus read from gs:// (copied once into the cache).
+  corpus = pathlib.Path(REPO) / "lnjax" / "data" / "corpora" / "tiny_shakespeare" / "input.txt.gz"
+  fs.pipe(f"{BUCKET}/data/tiny_shakespeare/input.txt.gz", corpus.read_bytes())
+  data_dir = f"--config.data.data_dir=gs://{BUCKET}/data"
   workdir = f"gs://{BUCKET}/run"
-  first = cli("lnjax.main", *train_args(workdir), "--config.train.profile_steps=2,3", env=env,
-              wait=False)
+  first = cli("lnjax.main", *train_args(workdir), data_dir, "--config.train.profile_steps=2,3",
+              env=env, wait=False)
   try:
     deadline = time.time() + 300
     while time.time() < deadline and bucket_json(fs, f"{BUCKET}/run/summary.json").get(
@@ -100,9 +105,12 @@ def test_smoke_run_in_a_bucket_killed_and_resumed_equals_a_local_run(gcs, tmp_pa
   assert killed_at["status"] == "running" and killed_at["step"] < 40
   assert fs.exists(f"{BUCKET}/run/.lnjax.lock")  # Left by kill -9, taken over below.
 
-  r = cli("lnjax.main", *train_args(workdir), "--config.train.profile_steps=2,3", env=env)
+  r = cli("lnjax.main", *train_args(workdir), data_dir, "--config.train.profile_steps=2,3",
+          env=env)
   assert r.returncode == 0, r.stderr[-3000:]
   assert "Resuming" in r.stdout and "Taking over the lock" in r.stdout
+  staged = pathlib.Path(os.environ["LNJAX_CACHE_DIR"]) / "buckets" / "gs" / BUCKET / "data"
+  assert (staged / "tiny_shakespeare" / "input.txt.gz").read_bytes() == corpus.read_bytes()
   assert not os.path.exists(os.path.join(REPO, "gs:"))  # Nothing local named after the URL.
   ours = bucket_json(fs, f"{BUCKET}/run/summary.json")
   theirs = json.load(open(os.path.join(local, "summary.json")))
