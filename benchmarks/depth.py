@@ -50,7 +50,8 @@ def parse_variant(variant: str) -> dict:
 # Worker: one depth, one variant, in its own process.
 
 def worker(num_layers: int, variant: str, steps: int) -> dict:
-  import lnjax  # noqa: F401, PLC0415  First: glibc malloc settings (lnjax/_malloc.py).
+  from lnjax import allocator
+  allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
   import jax  # noqa: PLC0415
   jax.config.update("jax_enable_compilation_cache", False)
   import lm_step  # noqa: PLC0415

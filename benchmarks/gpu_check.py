@@ -28,7 +28,8 @@ for _p in (_REPO, _HERE):
   if _p not in sys.path:
     sys.path.insert(0, _p)
 
-import lnjax  # noqa: E402, F401  First: glibc malloc settings (lnjax/_malloc.py).
+from lnjax import allocator  # noqa: E402
+allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
 
 import argparse  # noqa: E402
 import dataclasses  # noqa: E402

@@ -32,7 +32,8 @@ for _p in (_REPO, _HERE):
   if _p not in sys.path:
     sys.path.insert(0, _p)
 
-import lnjax  # noqa: E402  First: tunes glibc malloc (lnjax/_malloc.py) before any JAX work.
+from lnjax import allocator  # noqa: E402
+allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
 
 import argparse  # noqa: E402
 import datetime  # noqa: E402
@@ -50,7 +51,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from lnjax import _malloc, optim, sharding, state as state_lib, tasks, train  # noqa: E402
+from lnjax import allocator, optim, sharding, state as state_lib, tasks, train  # noqa: E402
 from lnjax.models import ModelConfig, count_params  # noqa: E402
 
 BATCH, SEQ = 32, 128
@@ -352,7 +353,7 @@ def render(res: dict) -> str:
       f"- Load average (1 min) at start / end: {res['loadavg'][0]:.2f} / "
       f"{res['loadavg'][1]:.2f} on {res['machine']['cores']} cores.",
       "",
-      f"¹ Same process as lnjax, so lnjax's glibc malloc settings (lnjax/_malloc.py: one "
+      f"¹ Same process as lnjax, so lnjax's glibc malloc settings (lnjax/allocator.py: one "
       f"arena, no mmap, raised trim threshold; in effect: {res['malloc_fix']}) apply to "
       f"PyTorch too. torch threads: {res['torch_threads']}. MFU of every row is against the "
       "JAX-measured peak.",
@@ -526,7 +527,7 @@ def main(argv=None) -> int:
       "initial_loss": {"lnjax": ln.initial_loss, "torch": impls["torch"].initial_loss},
       "final_loss": {name: impl.loss for name, impl in impls.items()},
       "loadavg": (load0, os.getloadavg()[0]), "machine": machine_info(),
-      "malloc_fix": _malloc._applied, "torch_threads": impls["torch"].num_threads,
+      "malloc_fix": allocator._applied, "torch_threads": impls["torch"].num_threads,
       "wall_s": time.perf_counter() - t_start,
   }
   for name, s in res["impls"].items():

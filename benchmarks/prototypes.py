@@ -26,7 +26,8 @@ for _p in (_REPO, _HERE):
   if _p not in sys.path:
     sys.path.insert(0, _p)
 
-import lnjax  # noqa: E402  First, as in lm_step.py (malloc settings).
+from lnjax import allocator  # noqa: E402
+allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
 
 import argparse  # noqa: E402
 import ctypes  # noqa: E402

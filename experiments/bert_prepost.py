@@ -26,7 +26,8 @@ import time
 
 from absl import app, flags, logging
 
-import lnjax  # noqa: F401  (allocator settings before JAX starts)
+from lnjax import allocator
+allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Root folder of the runs and the report.",
                                required=True)

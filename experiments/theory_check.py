@@ -24,7 +24,8 @@ import sys
 
 from absl import app, flags
 
-import lnjax  # noqa: F401  (allocator settings before JAX starts)
+from lnjax import allocator
+allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where the report and plots go.", required=True)
 _D = flags.DEFINE_integer("d", 512, "Model width d.")

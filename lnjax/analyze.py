@@ -22,7 +22,8 @@ import sys
 
 from absl import app, flags, logging
 
-import lnjax  # noqa: F401  (allocator settings before JAX starts)
+from lnjax import allocator
+allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
 from lnjax import fileio
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The run's workdir.", required=True)

@@ -24,7 +24,8 @@ import jax
 import jax.numpy as jnp
 from absl import app, flags, logging
 
-import lnjax  # noqa: F401  (allocator settings before JAX starts)
+from lnjax import allocator
+allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
 from lnjax import checkpoint as ckpt_lib
 from lnjax import errors, fileio, sharding
 

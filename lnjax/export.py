@@ -23,7 +23,8 @@ import sys
 import numpy as np
 from absl import app, flags, logging
 
-import lnjax  # noqa: F401  (allocator settings before JAX starts)
+from lnjax import allocator
+allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
 from lnjax import errors
 
 FORMATS = ("safetensors",)

@@ -24,7 +24,8 @@ import math
 import os
 import sys
 
-import lnjax  # noqa: F401  (allocator settings before JAX starts)
+from lnjax import allocator
+allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
 import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags

@@ -11,7 +11,8 @@ import os
 import re
 import sys
 
-import lnjax  # noqa: F401  (tunes the allocator before JAX starts)
+from lnjax import allocator
+allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
 from absl import app, flags, logging
 from ml_collections import config_flags
 

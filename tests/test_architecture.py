@@ -103,3 +103,11 @@ def test_the_core_imports_no_task_data_or_evaluation_module():
 def test_no_module_over_500_lines():
   long = {m: n for m, p in _modules().items() if (n := len(p.read_text().splitlines())) > 500}
   assert not long, long
+
+
+def test_importing_lnjax_leaves_the_allocator_alone():
+  code = ("import lnjax, lnjax.state, lnjax.train, lnjax.allocator as a; "
+          "assert not a._applied, 'import lnjax tuned glibc malloc'; print('ok')")
+  r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                     timeout=120, env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
+  assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]

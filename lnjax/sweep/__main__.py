@@ -17,7 +17,8 @@ when stopped (the runs saved checkpoints).
 import shlex
 import sys
 
-import lnjax  # noqa: F401  (allocator settings, as for every entry point)
+from lnjax import allocator
+allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
 from absl import app, flags
 from ml_collections import config_flags
 
