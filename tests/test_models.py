@@ -119,13 +119,10 @@ def test_post_ln_formula():
   ffn_out = acts["layer_0/ffn"]
   np.testing.assert_allclose(acts["layer_0"], _layer_norm(after_attn + ffn_out, p["ffn_norm"]),
                              atol=1e-5)
-  # The self-attention reads the layer input, the FFN the normalized sum.
+  # The self-attention reads the layer input itself (no norm before it).
   q = x_in @ np.asarray(p["self_attn"]["query"]["kernel"]) + np.asarray(
       p["self_attn"]["query"]["bias"])
-  _, state = TransformerLM(cfg).apply({"params": params}, tokens, capture_intermediates=True,
-                                      mutable=["intermediates"])
-  query = np.asarray(state["intermediates"]["layer_0"]["self_attn"]["query"]["__call__"][0])
-  np.testing.assert_allclose(query, q, atol=1e-4)
+  np.testing.assert_allclose(acts["layer_0/self_attn/query"], q, atol=1e-4)
   np.testing.assert_allclose(acts[""], acts["layer_1"] @ np.asarray(params["logits"]["kernel"]),
                              atol=1e-4)
   assert not any(k.startswith("final_norm") for k in params)
