@@ -1,0 +1,293 @@
+r"""Fig. 3's magnitudes isolated: what moves the last decoder layer's W² gradient at init.
+
+  python experiments/fig3_magnitudes.py --workdir=/tmp/fig3mag [--seeds=10]
+      [--label_smoothing=0,0.1] [--tokens=1024,4096,16384]
+      [--vocabs=unigram:8000,bpe:10000] [--max_len=32]
+
+REPRODUCTION.md's Fig. 3 section measured ‖∂L/∂W²‖_F of the last decoder layer of the
+paper's 6+6 × 512 model (d_model 512, FFN 1024, 4 heads) at initialization at 1.91
+(Post-LN) and 1.30 (Pre-LN), where the paper's Fig. 3 reads ≈1.6 and ≈0.3, and named three
+candidate causes without isolating them. This script crosses them, on the same model
+setup as experiments/fig3_init_gradients.py (its make_config and Measurer: the run's own
+initialization, dropout off):
+
+  label smoothing   the loss differentiated: NLL (ε 0) or fairseq's label-smoothed loss
+                    (ε 0.1), both summed over target tokens / target tokens;
+  tokens            the gradient averaged over ~1k, ~4k or ~16k target tokens (one
+                    GPU's 4096-token batch is the middle one): a norm of a noisy mean
+                    falls towards the norm of the expected gradient as tokens grow;
+  vocabulary        Multi30k's joint SentencePiece unigram 8000 (the configs') against a
+                    joint SentencePiece BPE of 10,000 trained on Multi30k's train split
+                    (fairseq's IWSLT14 recipe is a ≈10k BPE; IWSLT14's train split is not
+                    prepared in the data dir).
+
+The sentences are the same for every cell: a fixed random sample (seed 0) of Multi30k
+train pairs of at most --max_len tokens on both sides under every vocabulary, cut into
+equal chunks of rows holding ~min(--tokens) target tokens each (one padded shape, so one
+compilation per model). Per seed and norm, one forward pass over all chunks gives each
+chunk's summed-loss gradient of W² for both ε (a VJP w.r.t. that one weight only); a
+~k-token gradient is the sum over a group of k/min(tokens) chunks divided by its tokens,
+its norm averaged over the groups of the sample. Each cell: mean ± std over --seeds.
+
+Writes results.json, report.md (the table, each factor's effect as a ratio against the
+baseline cell: Post-LN / Pre-LN, ε 0, ~4k tokens, unigram 8000, the earlier Fig. 3
+measurement's setting) and fig3_magnitudes.png into --workdir.
+"""
+
+import json
+import os
+import sys
+import time
+
+from absl import app, flags, logging
+
+import lnjax  # noqa: F401  (allocator settings before JAX starts)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fig3_init_gradients as fig3  # noqa: E402  (its flags: --workdir, --seeds, --smoke)
+
+_LABEL_SMOOTHING = flags.DEFINE_list("label_smoothing", ["0", "0.1"], "ε of the loss.")
+_TOKENS = flags.DEFINE_list("tokens", ["1024", "4096", "16384"],
+                            "Target tokens a gradient is averaged over (each a multiple of "
+                            "the smallest).")
+_VOCABS = flags.DEFINE_list("vocabs", ["unigram:8000", "bpe:10000"],
+                            "Joint SentencePiece vocabularies, TYPE:SIZE.")
+_MAX_LEN = flags.DEFINE_integer("max_len", 32, "Longest pair kept (tokens, EOS included).")
+_NORMS = flags.DEFINE_list("norms", ["post", "pre"], "Norm placements measured.")
+
+# REFERENCE §3 (read off the paper's Fig. 3 d, c at 6+6 layers).
+PAPER = {"post": 1.6, "pre": 0.3}
+
+
+def vocab_config(norm: str, vocab: str):
+  model_type, size = vocab.split(":")
+  c = fig3.make_config("translation", norm)
+  with c.unlocked():
+    c.data.sp_model_type = model_type
+    if not fig3._SMOKE.value:
+      c.data.vocab_size = int(size)
+  return c
+
+
+def train_split(config):
+  """(MTData, the train split's token ids) of this config's vocabulary."""
+  from lnjax import run as run_lib
+  run = run_lib.resolve_config(config)
+  data = run.task.make_data(run.data, run.seed, 0, 1, 1)
+  return data, data._split("train", with_text=False)
+
+
+def sample_pairs(lengths: list, rows_per_chunk_of, chunks: int, max_len: int):
+  """Pair ids (seed 0) whose both sides fit max_len under every vocabulary; the rows of a
+  chunk from the first vocabulary's mean target length."""
+  import numpy as np
+  ok = np.ones_like(lengths[0][0], bool)
+  for src, tgt in lengths:
+    ok &= (src <= max_len) & (tgt <= max_len)
+  ids = np.random.default_rng(0).permutation(np.flatnonzero(ok))
+  rows = rows_per_chunk_of(float(lengths[0][1][ok].mean()))
+  return ids[:rows * chunks].reshape(chunks, rows), float(ok.mean())
+
+
+class Gradients:
+  """Per chunk, the summed-loss gradient of the last decoder layer's W² for each ε."""
+
+  def __init__(self, config, vocab_size: int, epsilons: list[float]):
+    import jax
+    import jax.numpy as jnp
+
+    m = fig3.Measurer(config, (vocab_size, []))  # The model setup and its init, compiled.
+    self.measurer, setup = m, m.setup
+    self.layer = f"layer_{m.run.model.num_layers - 1}"
+
+    def with_w2(params, w2):
+      dec = dict(params["decoder"])
+      layer = dict(dec[self.layer])
+      layer["ffn"] = {**layer["ffn"], "wo": {**layer["ffn"]["wo"], "kernel": w2}}
+      dec[self.layer] = layer
+      return {**params, "decoder": dec}
+
+    def chunk_grads(params, batch):
+      def sums(w2):
+        outputs = setup.model.apply({"params": with_w2(params, w2)},
+                                    *setup.task.model_inputs(batch), deterministic=True)
+        return jnp.stack([setup.task.loss(outputs, batch, eps)[0] for eps in epsilons])
+      w2 = params["decoder"][self.layer]["ffn"]["wo"]["kernel"]
+      values, vjp = jax.vjp(sums, w2)
+      eye = jnp.eye(len(epsilons), dtype=values.dtype)
+      return jnp.stack([vjp(eye[i])[0] for i in range(len(epsilons))]), batch["weights"].sum()
+
+    # [chunks, ε, d_ff, d_model] summed-loss gradients and [chunks] target tokens.
+    self._run = jax.jit(lambda params, chunks: jax.lax.map(
+        lambda b: chunk_grads(params, b), chunks))
+
+  def __call__(self, seed: int, chunks):
+    import numpy as np
+    g, n = self._run(self.measurer.init(seed), chunks)
+    return np.asarray(g, np.float64), np.asarray(n, np.float64)
+
+
+def group_norms(g, n, group: int) -> float:
+  """Mean over consecutive groups of `group` chunks of ‖Σ g / Σ n‖_F, per ε."""
+  import numpy as np
+  k = g.shape[0] // group
+  sums = g[:k * group].reshape(k, group, *g.shape[1:]).sum(1)
+  tokens = n[:k * group].reshape(k, group).sum(1)
+  norms = np.sqrt((sums ** 2).sum((-1, -2))) / tokens[:, None]  # [groups, ε]
+  return norms.mean(0)
+
+
+def measure(root: str) -> dict:
+  import jax
+  import numpy as np
+
+  epsilons = [float(e) for e in _LABEL_SMOOTHING.value]
+  tokens = sorted(int(t) for t in _TOKENS.value)
+  if any(t % tokens[0] for t in tokens):
+    raise app.UsageError("--tokens: each must be a multiple of the smallest")
+  chunks = tokens[-1] // tokens[0]
+  splits = {v: train_split(vocab_config("post", v)) for v in _VOCABS.value}
+  lengths = [(sp.src.lengths + 1, sp.tgt.lengths + 1) for _, sp in splits.values()]
+  ids, kept = sample_pairs(lengths, lambda mean: max(1, round(tokens[0] / mean)), chunks,
+                           _MAX_LEN.value)
+  out = {"epsilons": epsilons, "tokens": tokens, "rows_per_chunk": int(ids.shape[1]),
+         "chunks": chunks, "max_len": _MAX_LEN.value, "pairs_within_max_len": kept,
+         "seeds": _SEEDS(), "vocabs": {}, "cells": []}
+  for vocab, (data, split) in splits.items():
+    batches = [data._make_batch(split, row_ids, ids.shape[1], _MAX_LEN.value)
+               for row_ids in ids]
+    stacked = {k: np.stack([b[k] for b in batches]) for k in batches[0]}
+    out["vocabs"][vocab] = {"vocab_size": data.vocab_size,
+                            "target_tokens_per_chunk": float(stacked["weights"].sum() / chunks)}
+    for norm in _NORMS.value:
+      t0 = time.time()
+      grads = Gradients(vocab_config(norm, vocab), data.vocab_size, epsilons)
+      per_seed = []  # [seed][tokens][ε]
+      for seed in range(_SEEDS()):
+        g, n = grads(seed, jax.tree.map(np.asarray, stacked))
+        per_seed.append([group_norms(g, n, t // tokens[0]) for t in tokens])
+        del g
+      values = np.asarray(per_seed)
+      for ti, t in enumerate(tokens):
+        for ei, eps in enumerate(epsilons):
+          out["cells"].append({"norm": norm, "vocab": vocab, "tokens": t, "epsilon": eps,
+                               "mean": float(values[:, ti, ei].mean()),
+                               "std": float(values[:, ti, ei].std()),
+                               "per_seed": values[:, ti, ei].tolist()})
+      print(f"{norm}-LN, {vocab}: " + ", ".join(
+          f"{t} tok ε {e:g}: {values[:, ti, ei].mean():.3f}" for ti, t in enumerate(tokens)
+          for ei, e in enumerate(epsilons)) + f" ({time.time() - t0:.0f} s)", flush=True)
+  return out
+
+
+def _SEEDS() -> int:
+  return fig3._SEEDS.value
+
+
+def cell(r: dict, **key):
+  for c in r["cells"]:
+    if all(c[k] == v for k, v in key.items()):
+      return c
+  return None
+
+
+def baseline_key(r: dict) -> dict:
+  tokens = min(r["tokens"], key=lambda t: abs(t - 4096))
+  return {"vocab": next(iter(r["vocabs"])), "tokens": tokens, "epsilon": r["epsilons"][0]}
+
+
+def factor_rows(r: dict) -> list[tuple[str, str, dict]]:
+  """(factor, the level, the baseline key with that one factor changed)."""
+  base = baseline_key(r)
+  rows = [("baseline", f"ε {base['epsilon']:g}, ~{base['tokens']} tokens, {base['vocab']}",
+           base)]
+  rows += [("label smoothing", f"ε {e:g}", {**base, "epsilon": e})
+           for e in r["epsilons"] if e != base["epsilon"]]
+  rows += [("tokens averaged", f"~{t}", {**base, "tokens": t})
+           for t in r["tokens"] if t != base["tokens"]]
+  rows += [("vocabulary", v, {**base, "vocab": v}) for v in r["vocabs"] if v != base["vocab"]]
+  return rows
+
+
+def report(r: dict, root: str, command: str) -> str:
+  norms = sorted({c["norm"] for c in r["cells"]}, key=["post", "pre"].index)
+  lines = ["# Fig. 3 magnitudes isolated: last decoder layer's W² gradient at init", "",
+           f"Command: `{command}`", "",
+           f"{r['seeds']} seeds; {r['chunks']} chunks of {r['rows_per_chunk']} Multi30k train "
+           f"pairs (≤ {r['max_len']} tokens a side; {100 * r['pairs_within_max_len']:.0f}% of "
+           "the pairs), the same sentences for every cell; target tokens a chunk: "
+           + ", ".join(f"{v} {d['target_tokens_per_chunk']:.0f} (vocabulary {d['vocab_size']})"
+                       for v, d in r["vocabs"].items()) + ".", "",
+           "## One factor at a time against the baseline", "",
+           "| factor | level | " + " | ".join(f"{n}-LN (× baseline)" for n in norms) + " |",
+           "|---|---|" + "---|" * len(norms)]
+  for factor, level, key in factor_rows(r):
+    cells = []
+    for n in norms:
+      c, b = cell(r, norm=n, **key), cell(r, norm=n, **baseline_key(r))
+      cells.append(f"{c['mean']:.3f} ± {c['std']:.3f} (×{c['mean'] / b['mean']:.2f})")
+    lines.append(f"| {factor} | {level} | " + " | ".join(cells) + " |")
+  lines.append("| paper (Fig. 3, read off) | IWSLT14, fairseq | "
+               + " | ".join(f"≈{PAPER[n]}" for n in norms) + " |")
+  lines += ["", "## Every cell", "",
+            "| vocabulary | tokens | ε | " + " | ".join(f"{n}-LN" for n in norms) + " |",
+            "|---|---|---|" + "---|" * len(norms)]
+  for v in r["vocabs"]:
+    for t in r["tokens"]:
+      for e in r["epsilons"]:
+        cells = [cell(r, norm=n, vocab=v, tokens=t, epsilon=e) for n in norms]
+        lines.append(f"| {v} | ~{t} | {e:g} | "
+                     + " | ".join(f"{c['mean']:.3f} ± {c['std']:.3f}" for c in cells) + " |")
+  lines += ["", "![Fig. 3 magnitudes](fig3_magnitudes.png)", ""]
+  text = "\n".join(lines)
+  with open(os.path.join(root, "report.md"), "w") as f:
+    f.write(text)
+  return text
+
+
+def plot(r: dict, path: str) -> None:
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  norms = sorted({c["norm"] for c in r["cells"]}, key=["post", "pre"].index)
+  fig, axes = plt.subplots(1, len(norms), figsize=(6 * len(norms), 4), squeeze=False)
+  for ax, n in zip(axes[0], norms):
+    for vi, v in enumerate(r["vocabs"]):
+      for e, style in zip(r["epsilons"], ("-", "--", ":")):
+        cs = [cell(r, norm=n, vocab=v, tokens=t, epsilon=e) for t in r["tokens"]]
+        ax.errorbar(r["tokens"], [c["mean"] for c in cs], yerr=[c["std"] for c in cs],
+                    ls=style, marker="o", capsize=3, color=f"C{vi}",
+                    label=f"{v}, ε {e:g}")
+    ax.axhline(PAPER[n], color="k", ls="--", lw=1, label="paper (read off)")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("target tokens the gradient is averaged over")
+    ax.set_ylabel("‖∂L/∂W²‖_F, last decoder layer")
+    ax.set_title(f"{n}-LN, 6+6 × 512 at init")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+  fig.suptitle(f"What moves Fig. 3's magnitude (mean ± std over {r['seeds']} seeds)")
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.WARNING)
+  root = fig3._WORKDIR.value
+  os.makedirs(root, exist_ok=True)
+  t0 = time.time()
+  results = measure(root)
+  results["seconds"] = time.time() - t0
+  with open(os.path.join(root, "results.json"), "w") as f:
+    json.dump(results, f, indent=1)
+  plot(results, os.path.join(root, "fig3_magnitudes.png"))
+  command = ("python experiments/fig3_magnitudes.py " + " ".join(sys.argv[1:])).strip()
+  print(report(results, root, command))
+  print(f"Report: {os.path.join(root, 'report.md')} ({results['seconds']:.0f} s)")
+
+
+if __name__ == "__main__":
+  app.run(main)
