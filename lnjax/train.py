@@ -11,11 +11,8 @@ import threading
 import time
 
 import jax
-import jax.numpy as jnp
 import ml_collections
-import numpy as np
 import optax
-from absl import logging
 from jax.experimental import multihost_utils
 
 from lnjax import checkpoint as ckpt_lib
@@ -215,19 +212,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     raise
 
 
-def _train_and_evaluate(config: ml_collections.ConfigDict, run: run_lib.RunConfig,
-                        workdir: str, resuming: bool, lock) -> dict:
-  t_start = time.perf_counter()
-  # The summary's wall_seconds is the run's, over every segment (those ended by kill -9
-  # too, up to their last log line), not the last segment's.
-  earlier = _earlier_summary(workdir) if resuming else {}
-  earlier_seconds = float(earlier.get("wall_seconds") or 0.0)
-  if run.train.compilation_cache_dir:
-    _use_compilation_cache(run.train.compilation_cache_dir)
-
-  # Devices, then data: this process's slice of every global batch, in batches that split
-  # evenly over the mesh's batch axes.
-  mesh = sharding.make_mesh(run.mesh)
+def _make_data(run: run_lib.RunConfig, mesh) -> task_lib.DataSource:
+  """This process's slice of every global batch, in batches that split evenly over the
+  mesh's batch axes."""
   batch_shards = mesh.shape["data"] * mesh.shape["fsdp"]
   if getattr(run.data, "batch_size", 0) % batch_shards:
     raise errors.ConfigError(f"data.batch_size={run.data.batch_size} must be divisible by "
@@ -238,22 +225,26 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, run: run_lib.RunConfi
   if phase.seconds >= 2:
     log(f"Data ready in {phase.seconds:.1f} s ({run.data.name}: corpus, tokenizer; cached "
         "for the next run).")
+  return data
+
+
+def _complete_config(config: ml_collections.ConfigDict, run: run_lib.RunConfig,
+                     data: task_lib.DataSource):
+  """The config with what only the data know: the vocabulary size, and decay boundaries
+  given in epochs as steps (config.json keeps them so; a resume compares against it)."""
   if run.model.vocab_size not in (0, data.vocab_size):
     raise errors.ConfigError(f"model.vocab_size={run.model.vocab_size} differs from the "
                              f"tokenizer's {data.vocab_size}; leave it 0")
   config = ml_collections.ConfigDict(config.to_dict())  # An unlocked copy to fill in.
   config.model.vocab_size = data.vocab_size
-  steps_per_epoch = data.steps_per_epoch
   if run.opt.decay_epochs:
-    config.opt.decay_steps = tuple(optim.decay_boundaries(run.opt, steps_per_epoch))
+    config.opt.decay_steps = tuple(optim.decay_boundaries(run.opt, data.steps_per_epoch))
     config.opt.decay_epochs = ()
-  run = run_lib.resolve_config(config)
+  return config, run_lib.resolve_config(config)
 
-  # Model, optimizer, compiled steps.
-  setup = state_lib.make_setup(run.model, run.opt, run.train.num_steps, steps_per_epoch,
-                               task=run.task)
-  batch_sharding = sharding.batch_sharding(mesh)
-  state_sharding = state_lib.state_shardings(setup, mesh)
+
+def _compile_steps(setup, run: run_lib.RunConfig, mesh, state_sharding, batch_sharding):
+  """The jitted train and eval steps, with explicit shardings and the state donated."""
   p_train_step = jax.jit(
       functools.partial(train_step, setup=setup, label_smoothing=run.train.label_smoothing,
                         seed=run.seed, log_grad_norms=run.train.log_grad_norms),
@@ -263,26 +254,57 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, run: run_lib.RunConfi
   p_eval_step = jax.jit(functools.partial(eval_step, setup=setup),
                         in_shardings=(state_sharding.params, batch_sharding),
                         out_shardings=sharding.replicated(mesh))
+  return p_train_step, p_eval_step
 
-  # State: resume from the latest restorable checkpoint, else initialize.
-  checkpoints = ckpt_lib.Checkpoints(workdir, run.train.checkpoint_every_steps,
-                                     run.train.keep_checkpoints)
-  train_iter = data.train_iter()
+
+def _restore_or_init(checkpoints, train_iter, setup, run: run_lib.RunConfig, mesh,
+                     state_sharding, workdir: str, resuming: bool):
+  """(state, running sums of the logging window): resumed from the latest restorable
+  checkpoint (the data position with it), else initialized (then the task's starting
+  point, e.g. a pre-trained encoder; never on resume)."""
   restored = checkpoints.restore_latest(state_lib.abstract_state(setup, mesh))
-  train_sums = {}  # Running sums of the current logging window (saved with checkpoints).
   if restored is not None:
     state, data_state, train_sums = restored
     train_iter.set_state(data_state)
     log(f"Resuming {workdir} from step {int(state.step)}.")
-  else:
-    if resuming:
-      log(f"{workdir} holds a config but no checkpoint: starting from step 0.")
-    state = state_lib.init_state(setup, mesh, run.seed)
-    if run.task.init_params is not None:  # The task's starting point (never on resume).
-      params = jax.device_put(run.task.init_params(setup, state.params, run),
-                              state_sharding.params)
-      state = state.replace(params=params, opt_state=jax.jit(
-          setup.tx.init, out_shardings=state_sharding.opt_state)(params))
+    return state, train_sums
+  if resuming:
+    log(f"{workdir} holds a config but no checkpoint: starting from step 0.")
+  state = state_lib.init_state(setup, mesh, run.seed)
+  if run.task.init_params is not None:
+    params = jax.device_put(run.task.init_params(setup, state.params, run),
+                            state_sharding.params)
+    state = state.replace(params=params, opt_state=jax.jit(
+        setup.tx.init, out_shardings=state_sharding.opt_state)(params))
+  return state, {}
+
+
+def _train_and_evaluate(config: ml_collections.ConfigDict, run: run_lib.RunConfig,
+                        workdir: str, resuming: bool, lock) -> dict:
+  t_start = time.perf_counter()
+  # The summary's wall_seconds is the run's, over every segment (those ended by kill -9
+  # too, up to their last log line), not the last segment's.
+  earlier = _earlier_summary(workdir) if resuming else {}
+  earlier_seconds = float(earlier.get("wall_seconds") or 0.0)
+  if run.train.compilation_cache_dir:
+    _use_compilation_cache(run.train.compilation_cache_dir)
+
+  # Devices, then data (its vocabulary and epoch length complete the config), then the
+  # model, optimizer and compiled steps, then the state.
+  mesh = sharding.make_mesh(run.mesh)
+  data = _make_data(run, mesh)
+  config, run = _complete_config(config, run, data)
+  steps_per_epoch = data.steps_per_epoch
+  setup = state_lib.make_setup(run.model, run.opt, run.train.num_steps, steps_per_epoch,
+                               task=run.task)
+  batch_sharding = sharding.batch_sharding(mesh)
+  state_sharding = state_lib.state_shardings(setup, mesh)
+  p_train_step, p_eval_step = _compile_steps(setup, run, mesh, state_sharding, batch_sharding)
+  checkpoints = ckpt_lib.Checkpoints(workdir, run.train.checkpoint_every_steps,
+                                     run.train.keep_checkpoints)
+  train_iter = data.train_iter()
+  state, train_sums = _restore_or_init(checkpoints, train_iter, setup, run, mesh,
+                                       state_sharding, workdir, resuming)
   # Records after the checkpoint are logged again, as an uninterrupted run logged them.
   metrics_lib.truncate_metrics(workdir, int(state.step))
   ckpt_lib.save_config(workdir, config)

@@ -289,7 +289,7 @@ def test_sentencepiece_roundtrip(m30k_data):
   assert tok.decode_batch([tok.encode("Ein Mann", add_eos=True)]) == ["Ein Mann"]
 
 
-def test_sentencepiece_deterministic_and_cached(tmp_path):
+def test_sentencepiece_deterministic(tmp_path):
   lines = [f"der Hund {i} läuft schnell" for i in range(300)]
   lines += [f"the dog {i} runs fast" for i in range(300)]
   a = MTTokenizer.train(lines, 60)
