@@ -15,7 +15,8 @@ Presets (comma-separated after the colon):
   dir=de-en|en-de   translation direction
   smoke        a few steps of a tiny model (tests use it)
 
-Sweeps of it (python -m lnjax.sweep, see get_sweep): fig2, fig4, fig2_cpu, fig4_cpu, zoo.
+Sweeps of it (python -m lnjax.sweep, see get_sweep): fig2, fig2_paper, fig4, fig2_cpu,
+fig4_cpu, zoo.
 """
 
 from lnjax import config_lib, errors, models, sweep
@@ -54,6 +55,12 @@ def get_sweep(arg=None):
            root), 8000 steps: Adam at peak lr 5e-4 and 1e-3 × warm-up 0, 500, 4000 steps; SGD (momentum
            0.9) at the same peak rates without and with 4000 warm-up steps (REFERENCE §4
            gives no SGD rate).
+    fig2_paper   Fig. 2 at the paper's IWSLT size (6+6 layers, d_model 512, FFN 1024, 4
+           heads; with norm=post: label smoothing 0.1, Adam β₂ 0.98, linear warm-up then
+           inverse square root): Post-LN at peak lr 5e-4 and 1e-3 × warm-up 0 and 500
+           steps, and Pre-LN at 1e-3 without warm-up on the same schedule (only the norm's
+           place differs from its Post-LN partner). Batch and length:
+           experiments/multi30k_figs.py --fig=2 --size=paper (CPU-sized, or --full).
     fig4   Fig. 4: Pre-LN without warm-up (×0.1 at epoch 10) against Post-LN with 1000
            warm-up steps then inverse square root, each with Adam and with RAdam.
     zoo    every placement of lnjax.models.placement × peak lr 5e-4 .. 4e-3, Adam, no
@@ -73,6 +80,14 @@ def get_sweep(arg=None):
                       sweep.axis("opt.warmup_steps", [0, 500, 4000]), steps),
         sweep.product(post, sweep.axis("opt.name", ["sgd"]), rates,
                       sweep.axis("opt.warmup_steps", [0, 4000]), steps))
+  if arg == "fig2_paper":
+    iwslt = [{"model.num_layers": 6, "model.d_model": 512, "model.d_ff": 1024,
+              "model.num_heads": 4}]
+    return sweep.product(
+        sweep.chain(sweep.product(post, rates, sweep.axis("opt.warmup_steps", [0, 500])),
+                    [{"model.norm_position": "pre", "opt.learning_rate": 1e-3,
+                      "opt.warmup_steps": 0}]),
+        iwslt)
   if arg == "fig2_cpu":
     return sweep.product(post, sweep.axis("opt.name", ["adam"]), rates,
                          sweep.axis("opt.warmup_steps", [0, 50, 200]))
@@ -88,5 +103,5 @@ def get_sweep(arg=None):
                          sweep.axis("opt.learning_rate", [5e-4, 1e-3, 2e-3, 4e-3]),
                          [{"opt.schedule": "constant", "opt.warmup_steps": 0,
                            "opt.decay_epochs": ()}])
-  raise errors.ConfigError(f"--sweep={arg!r}: configs/multi30k_de_en.py offers fig2, fig4, "
-                           "fig2_cpu, fig4_cpu, zoo")
+  raise errors.ConfigError(f"--sweep={arg!r}: configs/multi30k_de_en.py offers fig2, "
+                           "fig2_paper, fig4, fig2_cpu, fig4_cpu, zoo")

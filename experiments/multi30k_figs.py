@@ -3,6 +3,8 @@ r"""The paper's Fig. 2 and Fig. 4 on real translation data (Multi30k De→En), a
   python experiments/multi30k_figs.py --fig=2 --workdir=/tmp/fig2 [--steps=300] [--parallel=1]
   python experiments/multi30k_figs.py --fig=4 --workdir=/tmp/fig4 [--steps=260]
   python experiments/multi30k_figs.py --fig=4 --workdir=/tmp/fig4 --report_only
+  python experiments/multi30k_figs.py --fig=2 --size=paper --workdir=/tmp/fig2p [--full]
+  python experiments/multi30k_figs.py --fig=2 --size=paper --workdir=/tmp/t --time_steps=3
 
 The model is configs/multi30k_de_en.py at the paper's depth and a quarter of its width:
 6+6 layers, d_model 128, 4 heads, FFN 512 (3.8 M parameters), batches of 2048 tokens,
@@ -21,6 +23,18 @@ decoding time of these short runs, and a stuck model decodes to the length limit
          report gives them per epoch, draws them, and says at which epoch each Pre-LN run
          reaches its Post-LN partner's final loss and BLEU (the paper: Pre-LN at epoch 9
          ≈ Post-LN at epoch 15; Adam against RAdam makes little difference for Pre-LN).
+
+--size=paper  (Fig. 2 only) the `fig2_paper` sweep: the paper's IWSLT shape, 6+6 × 512,
+         FFN 1024, 4 heads (36 M parameters with this vocabulary), Post-LN at peak lr 5e-4
+         and 1e-3 × warm-up 0 and 500 steps, and Pre-LN at 1e-3 without warm-up, all with
+         the same inverse-square-root schedule, label smoothing 0.1, dropout 0.1, Adam β₂
+         0.98. CPU-sized by default (PAPER_CPU: batches of 1024 target tokens, 600 steps,
+         greedy BLEU at each of four evaluations: under 40 minutes a run on a 2-core
+         Xeon, from the step time --time_steps measured there); --full gives the paper's
+         length on a GPU (PAPER_FULL: 4096-token batches, 2000 steps ≈ 15 epochs of
+         Multi30k, the config's beam 4). --time_steps=N trains nothing: it times N
+         training steps of that model on one real train batch and prints the seconds a
+         step and the steps that fit in 40 minutes.
 
 Runs go through the sweep launcher (a folder each under --workdir; re-running skips
 finished runs and resumes interrupted ones). The report (report.md, results.csv/json,
@@ -46,12 +60,23 @@ _STEPS = flags.DEFINE_integer("steps", None, "Training steps per run (default: 3
                               "Fig. 2, 1.2 epochs; 260 for Fig. 4, one epoch).")
 _PARALLEL = flags.DEFINE_integer("parallel", 1, "Runs at once, each on its own devices.")
 _REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Gather the runs; train nothing.")
+_SIZE = flags.DEFINE_enum("size", "cpu", ["cpu", "paper"], "Fig. 2's model: cpu (6+6 × "
+                          "128, fig2_cpu) or paper (6+6 × 512, fig2_paper).")
+_FULL = flags.DEFINE_bool("full", False, "--size=paper at the paper's length (a GPU's run): "
+                          "4096-token batches, 2000 steps, beam 4.")
+_TIME_STEPS = flags.DEFINE_integer("time_steps", 0, "Time this many training steps of the "
+                                   "first run's model on one train batch; train nothing.")
 
 # The paper's depth at a quarter of its width, half this config's batch.
 CPU_SIZE = {"model.num_layers": 6, "model.d_model": 128, "model.num_heads": 4,
             "model.d_ff": 512, "data.max_tokens": 2048,
             "decode.beam_size": 1, "decode.max_extra_len": 20}
 DEFAULT_STEPS = {"2": 300, "4": 260}
+# --size=paper: the shape comes from the fig2_paper sweep; these size the batch and length.
+PAPER_CPU = {"data.max_tokens": 1024, "decode.beam_size": 1, "decode.max_extra_len": 20}
+PAPER_CPU_STEPS = 600
+PAPER_FULL = {"data.max_tokens": 4096}
+PAPER_FULL_STEPS = 2000
 # Fig. 2 decodes every 300 steps (the held-out loss is its measure at these lengths); a
 # fixed interval lets `--steps=600` continue the 300-step runs (a run's workdir refuses a
 # changed decode config).
@@ -70,10 +95,17 @@ PAPER_FIG2 = {
     (50, 1e-3): "2.77 (500 steps)",
     (200, 5e-4): "≈34 (4000 steps)",
     (200, 1e-3): "≈34 (4000 steps)",
+    (500, 5e-4): "31.16",
+    (500, 1e-3): "2.77",
 }
 
 
-def fixed_overrides(fig: str, steps: int) -> dict:
+def fixed_overrides(fig: str, steps: int, size: str = "cpu", full: bool = False) -> dict:
+  if size == "paper":
+    every = max(steps // 4, 1)
+    return {**(PAPER_FULL if full else PAPER_CPU), "train.num_steps": steps,
+            "train.eval_every_steps": every, "train.checkpoint_every_steps": every,
+            "decode.bleu_every_steps": every}
   fixed = {**CPU_SIZE, "train.num_steps": steps}
   if fig == "2":
     every = max(steps // 4, 1)
@@ -105,19 +137,72 @@ def first_reaching(evals: list[dict], key: str, target: float, lower_better: boo
   return "not within the run"
 
 
-def fig2_notes(rows: list[dict], steps: int) -> list[str]:
-  lines = ["Beside the paper's Fig. 2 (REFERENCE §4: IWSLT14 6+6 × 512, warm-up 0 / 500 / "
-           f"4000 over ~15 epochs; here 0 / 50 / 200 over {steps / EPOCH_STEPS:.1f} epochs):",
-           "",
-           "| lr | warm-up here (paper) | final val loss | val BLEU (greedy) | "
-           "state | paper BLEU |", "|---|---|---:|---:|---|---|"]
-  for r in sorted(rows, key=lambda r: (r["learning_rate"], r["warmup_steps"])):
-    paper = PAPER_FIG2.get((r["warmup_steps"], r["learning_rate"]), "—")
+def fig2_notes(rows: list[dict], steps: int, size: str = "cpu") -> list[str]:
+  if size == "paper":
+    lines = ["Beside the paper's Fig. 2 (REFERENCE §4: IWSLT14 6+6 × 512, ~15 epochs; here "
+             f"Multi30k, the same shape and warm-ups, {steps} steps):"]
+  else:
+    lines = ["Beside the paper's Fig. 2 (REFERENCE §4: IWSLT14 6+6 × 512, warm-up 0 / 500 / "
+             f"4000 over ~15 epochs; here 0 / 50 / 200 over {steps / EPOCH_STEPS:.1f} "
+             "epochs):"]
+  lines += ["", "| norm | lr | warm-up here (paper) | final val loss | val BLEU | "
+            "state | paper BLEU |", "|---|---|---|---:|---:|---|---|"]
+  for r in sorted(rows, key=lambda r: (r["norm_position"] != "post", r["learning_rate"],
+                                       r["warmup_steps"])):
+    paper = (PAPER_FIG2.get((r["warmup_steps"], r["learning_rate"]), "—")
+             if r["norm_position"] == "post" else "— (Fig. 4: Pre-LN without warm-up ≈34)")
     value = lambda v, spec: "—" if v is None else format(v, spec)
-    lines.append(f"| {r['learning_rate']:g} | {r['warmup_steps']} | "
+    lines.append(f"| {r['norm_position']} | {r['learning_rate']:g} | {r['warmup_steps']} | "
                  f"{value(r['eval_loss'], '.3f')} | {value(r['eval_bleu'], '.2f')} | "
                  f"{report.cell_state(r)} | {paper} |")
+  if size == "paper":
+    lines += ["", "Per evaluation (val loss / BLEU; the unigram baseline is each run's "
+              "summary.json unigram_baseline):", ""]
+    for r in rows:
+      evals = evaluations(r["workdir"])
+      lines.append(f"- {r['name']}: " + ("; ".join(
+          f"step {e['step']}: {e.get('eval_loss', math.nan):.3f} / "
+          f"{e.get('eval_bleu', math.nan):.2f}" for e in evals) or "not run yet"))
   return lines
+
+
+def time_steps(config, n: int) -> None:
+  """Compiles the training step of `config` (a run of the sweep), runs it n times on the
+  first train batch and prints the seconds per step."""
+  import time
+
+  import jax
+  import numpy as np
+
+  from lnjax import run as run_lib, sharding, state as state_lib, train
+
+  run = run_lib.resolve_config(config)
+  data = run.task.make_data(run.data, run.seed, 0, 1, 1)
+  with config.unlocked():
+    config.model.vocab_size = data.vocab_size
+  run = run_lib.resolve_config(config)
+  setup = state_lib.make_setup(run.model, run.opt, run.train.num_steps, task=run.task)
+  mesh = sharding.make_mesh(sharding.MeshConfig(data=1), jax.local_devices()[:1])
+  state = state_lib.init_state(setup, mesh, run.seed)
+  batch = next(iter(data.train_iter()))
+  batch = {k: v for k, v in batch.items() if k != "index"}
+  step = jax.jit(lambda s, b: train.train_step(s, b, setup=setup,
+                                               label_smoothing=run.train.label_smoothing,
+                                               seed=run.seed))
+  t0 = time.perf_counter()
+  state, m = step(state, batch)
+  jax.block_until_ready(m)
+  compile_s = time.perf_counter() - t0
+  t0 = time.perf_counter()
+  for _ in range(n):
+    state, m = step(state, batch)
+  jax.block_until_ready(m)
+  per_step = (time.perf_counter() - t0) / n
+  params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params))
+  print(f"{params / 1e6:.1f} M parameters, batch {batch['targets'].shape} "
+        f"({int(batch['weights'].sum())} target tokens): first step (compiling) "
+        f"{compile_s:.1f} s, then {per_step:.2f} s a step over {n} steps "
+        f"(train loss {float(m['train_loss']):.3f}); {int(2400 / per_step)} steps in 40 min")
 
 
 def fig4_section(root: str, runs: list[sweep.Run], rows: list[dict]) -> list[str]:
@@ -188,21 +273,33 @@ def fig4_section(root: str, runs: list[sweep.Run], rows: list[dict]) -> list[str
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  fig = _FIG.value
-  steps = _STEPS.value or DEFAULT_STEPS[fig]
-  sweep_arg = f"fig{fig}_cpu"
-  fixed = fixed_overrides(fig, steps)
+  fig, size = _FIG.value, _SIZE.value
+  if size == "paper" and fig != "2":
+    raise app.UsageError("--size=paper is Fig. 2's (the fig2_paper sweep)")
+  if size == "paper":
+    steps = _STEPS.value or (PAPER_FULL_STEPS if _FULL.value else PAPER_CPU_STEPS)
+    sweep_arg = "fig2_paper"
+  else:
+    steps = _STEPS.value or DEFAULT_STEPS[fig]
+    sweep_arg = f"fig{fig}_cpu"
+  fixed = fixed_overrides(fig, steps, size, _FULL.value)
   runs = sweep.expand(CONFIG, sweep_arg, fixed)
   root = _WORKDIR.value
+  if _TIME_STEPS.value:
+    time_steps(runs[0].config, _TIME_STEPS.value)
+    return
   if not _REPORT_ONLY.value:
     launcher.run_to_the_end(CONFIG, sweep_arg, runs, root, fixed, parallel=_PARALLEL.value,
                             devices_per_run=None)
   command = (f"python experiments/multi30k_figs.py --fig={fig} --workdir={root}"
+             + (" --size=paper" if size == "paper" else "") + (" --full" if _FULL.value else "")
              + (f" --steps={steps}" if _STEPS.value else ""))
   rows = report.gather(root, runs)
-  notes = fig2_notes(rows, steps) if fig == "2" else []
-  result = report.write(root, runs, title=f"Fig. {fig} at CPU scale: Multi30k De→En, 6+6 × "
-                        f"128, {steps} steps", command=command, notes=tuple(notes))
+  notes = fig2_notes(rows, steps, size) if fig == "2" else []
+  width = 512 if size == "paper" else 128
+  scale = "the paper's size" if size == "paper" else "CPU scale"
+  result = report.write(root, runs, title=f"Fig. {fig} at {scale}: Multi30k De→En, 6+6 × "
+                        f"{width}, {steps} steps", command=command, notes=tuple(notes))
   lines = result["markdown"]
   if fig == "4":
     lines = lines + [""] + fig4_section(root, runs, result["rows"])

@@ -8,7 +8,8 @@ from lnjax import errors, run
 
 CASES = [
     ("default", None), ("default", "smoke"),
-    ("lm", None), ("lm", "norm=post,size=course"), ("lm", "smoke"),
+    ("lm", None), ("lm", "norm=post,size=course"), ("lm", "norm=pre,size=course_reg"),
+    ("lm", "smoke"),
     ("multi30k_de_en", "norm=pre"), ("multi30k_de_en", "norm=post,dir=en-de"),
     ("multi30k_de_en", "smoke"),
     ("iwslt14_de_en", "norm=pre"), ("iwslt14_de_en", "norm=post"), ("iwslt14_de_en", "smoke"),
@@ -36,6 +37,25 @@ def test_paper_translation_presets():
   assert (m.num_layers, m.d_model, m.d_ff, m.num_heads) == (6, 512, 1024, 4)
   base = run.resolve_config(wmt14_en_de.get_config("norm=pre")).model
   assert (base.num_layers, base.d_model, base.d_ff, base.num_heads) == (6, 512, 2048, 8)
+
+
+def test_course_reg_is_the_course_model_with_dropout():
+  """configs/lm.py:size=course_reg (issue 21): REFERENCE §6's course model, schedule and
+  length, with dropout 0.1; its `course` sweep names the same five runs."""
+  from configs import lm
+  from lnjax import sweep
+  course = run.resolve_config(lm.get_config("size=course"))
+  reg = run.resolve_config(lm.get_config("size=course_reg"))
+  assert (course.model.dropout_rate, reg.model.dropout_rate) == (0.0, 0.1)
+  for r in (course, reg):
+    assert (r.model.num_layers, r.model.d_model, r.model.d_ff, r.data.tokenizer) == (
+        8, 128, 512, "sentencepiece")
+    assert (r.opt.warmup_steps, r.train.num_steps) == (30, 3000)
+  path = f"{lm.__file__}:size=course_reg"
+  runs = sweep.expand(path, "course", {"train.num_steps": 3000})
+  assert [r.name for r in runs] == [r.name for r in sweep.expand(
+      f"{lm.__file__}:size=course", "course", {"train.num_steps": 3000})]
+  assert len(runs) == 5
 
 
 def test_unknown_preset_is_refused():
