@@ -5,6 +5,7 @@ finishes on the next launch without redoing finished runs."""
 import csv
 import json
 import os
+import textwrap
 import re
 import signal
 import subprocess
@@ -113,33 +114,46 @@ def test_paper_figure_sweeps_at_cpu_scale():
   assert paper == {"pre": 0, "post": 1000}
 
 
-def test_fig2_at_the_papers_size(monkeypatch):
+def test_fig2_at_the_papers_size():
   """fig2_paper (issue 21): the IWSLT shape 6+6 × 512, FFN 1024, 4 heads, label smoothing
   0.1, Adam β₂ 0.98; Post-LN at 5e-4 and 1e-3 × warm-up 0 and 500, Pre-LN at 1e-3 without
   warm-up on the same schedule; experiments/multi30k_figs.py's CPU sizing fits the 500-step
-  warm-up in the run (a warm-up longer than the run is refused)."""
-  monkeypatch.syspath_prepend(os.path.join(REPO, "experiments"))
-  import multi30k_figs
-
-  from lnjax import run as run_lib
-  mt = f"{REPO}/configs/multi30k_de_en.py:norm=post"
-  for full in (False, True):
-    steps = multi30k_figs.PAPER_FULL_STEPS if full else multi30k_figs.PAPER_CPU_STEPS
-    runs = sweep.expand(mt, "fig2_paper",
-                        multi30k_figs.fixed_overrides("2", steps, "paper", full))
-    assert sorted((r.setting("model.norm_position"), r.setting("opt.learning_rate"),
-                   r.setting("opt.warmup_steps")) for r in runs) == [
-        ("post", 5e-4, 0), ("post", 5e-4, 500), ("post", 1e-3, 0), ("post", 1e-3, 500),
-        ("pre", 1e-3, 0)]
-    for r in runs:
-      assert (r.setting("model.num_layers"), r.setting("model.d_model"),
-              r.setting("model.d_ff"), r.setting("model.num_heads")) == (6, 512, 1024, 4)
-      assert (r.setting("opt.name"), r.setting("opt.b2"), r.setting("opt.schedule"),
-              r.setting("train.label_smoothing")) == ("adam", 0.98, "inverse_sqrt", 0.1)
-      assert r.setting("train.num_steps") == steps > r.setting("opt.warmup_steps")
-      run_lib.resolve_config(r.config)
-    assert runs[0].setting("data.max_tokens") == (4096 if full else
-                                                 multi30k_figs.PAPER_CPU["data.max_tokens"])
+  warm-up in the run (a warm-up longer than the run is refused). In a fresh interpreter:
+  the experiment script defines absl flags that other test files' modules define too."""
+  code = textwrap.dedent(f"""
+      import json, sys
+      sys.path.insert(0, {os.path.join(REPO, "experiments")!r})
+      import multi30k_figs
+      from lnjax import run as run_lib, sweep
+      keys = ("model.norm_position", "opt.learning_rate", "opt.warmup_steps",
+              "model.num_layers", "model.d_model", "model.d_ff", "model.num_heads",
+              "opt.name", "opt.b2", "opt.schedule", "train.label_smoothing",
+              "train.num_steps", "data.max_tokens")
+      out = {{}}
+      for full in (False, True):
+        steps = multi30k_figs.PAPER_FULL_STEPS if full else multi30k_figs.PAPER_CPU_STEPS
+        runs = sweep.expand({REPO + "/configs/multi30k_de_en.py:norm=post"!r}, "fig2_paper",
+                            multi30k_figs.fixed_overrides("2", steps, "paper", full))
+        for r in runs:
+          run_lib.resolve_config(r.config)
+        out[str(full)] = {{"steps": steps, "cpu_max_tokens": multi30k_figs.PAPER_CPU["data.max_tokens"],
+                          "runs": [[r.setting(k) for k in keys] for r in runs]}}
+      print(json.dumps(out))
+  """)
+  r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                     timeout=120)
+  assert r.returncode == 0, r.stderr[-3000:]
+  result = json.loads(r.stdout.strip().splitlines()[-1])
+  for full in ("False", "True"):
+    got, steps = result[full]["runs"], result[full]["steps"]
+    assert sorted([g[0], g[1], g[2]] for g in got) == [
+        ["post", 5e-4, 0], ["post", 5e-4, 500], ["post", 1e-3, 0], ["post", 1e-3, 500],
+        ["pre", 1e-3, 0]]
+    for g in got:
+      assert g[3:7] == [6, 512, 1024, 4]
+      assert g[7:11] == ["adam", 0.98, "inverse_sqrt", 0.1]
+      assert g[11] == steps > g[2]
+    assert got[0][12] == (4096 if full == "True" else result[full]["cpu_max_tokens"])
 
 
 def test_device_slots_are_disjoint(monkeypatch):
