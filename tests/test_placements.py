@@ -13,6 +13,7 @@ import pytest
 
 from lnjax import errors, state, tasks
 from lnjax.analysis import probes
+from test_models import random_norms  # γ ~ 1 + N(0, ½²), β ~ N(0, ½²)
 from lnjax.models import (NORM_POSITIONS, EncoderDecoder, ModelConfig, TransformerLM,
                           init_params, layers, norms, placement)
 
@@ -54,21 +55,6 @@ def _ln(x, p=None, eps=1e-5):
   mu = x.mean(-1, keepdims=True)
   y = (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + eps)
   return y if p is None else y * np.asarray(p["scale"]) + np.asarray(p["bias"])
-
-
-def _random_norms(params, seed=0):
-  """Every norm's γ ~ 1 + N(0, ½²) and β ~ N(0, ½²): a formula test then tells the norms
-  apart (at γ = 1, β = 0 any two LayerNorms of one width are the same function)."""
-  keys = iter(jax.random.split(jax.random.key(seed), 1000))
-
-  def draw(path, leaf):
-    names = [str(getattr(k, "key", k)) for k in path]
-    if not any(n.endswith("norm") for n in names[:-1]) or names[-1] not in ("scale", "bias"):
-      return leaf
-    noise = 0.5 * jax.random.normal(next(keys), jnp.shape(leaf))
-    return noise + 1.0 if names[-1] == "scale" else noise
-
-  return jax.tree_util.tree_map_with_path(draw, params)
 
 
 def _target_embedding(acts):
@@ -165,7 +151,7 @@ def test_sandwich_and_peri_shape(pos):
         "self_attn_norm", "self_attn_out_norm", "ffn_norm", "ffn_out_norm"}
   assert "final_norm" in params
   assert ("embed_norm" in params) == (pos == "peri")
-  params = _random_norms(params)
+  params = random_norms(params)
   p = params["layer_0"]
   acts = _acts(model, params, TOKENS)
   x0 = acts["embed_norm"] if pos == "peri" else acts["embed"]
@@ -192,7 +178,7 @@ def test_sandwich_decoder_norms_around_self_and_cross_attention():
   params = nn.unbox(init_params(model, jax.random.key(0), TOKENS, TOKENS))
   assert {"cross_attn_norm", "cross_attn_out_norm"} <= set(params["decoder"]["layer_0"])
   assert "final_norm" in params["encoder"] and "final_norm" in params["decoder"]
-  params = _random_norms(params)
+  params = random_norms(params)
   p = params["decoder"]["layer_0"]
   acts = _acts(model, params, TOKENS, TOKENS[:, ::-1])
   a = lambda name: acts[f"decoder/layer_0/{name}"]
@@ -220,7 +206,7 @@ def test_normformer_head_scales_and_extra_norms():
   np.testing.assert_array_equal(p["self_attn"]["head_scale"], np.ones(CFG.num_heads))
   assert p["ffn"]["mid_norm"]["scale"].shape == (CFG.d_ff,)
   assert "self_attn_out_norm" in p and "ffn_out_norm" not in p and "final_norm" in params
-  params = _random_norms(params)
+  params = random_norms(params)
   p = params["layer_0"]
   acts = _acts(model, params, TOKENS)
   x0 = acts["embed"]
@@ -288,7 +274,7 @@ def test_deepnorm_residual_scale_and_init():
     w = np.asarray(w["kernel"])
     assert w.std() == pytest.approx(gain * xavier_std, rel=0.05)
     assert np.abs(w).max() > 2.5 * gain * xavier_std  # Normal, not uniform (max √3σ).
-  params = _random_norms(params)
+  params = random_norms(params)
   acts = _acts(model, params, TOKENS)
   p = params["layer_0"]
   h = _ln(alpha * acts["embed"] + acts["layer_0/self_attn"], p["self_attn_norm"])
@@ -304,7 +290,7 @@ def test_deepnorm_encoder_decoder_residuals_and_cross_attention():
   γ, β."""
   cfg = _cfg(norm_position="deepnorm")
   model = EncoderDecoder(cfg)
-  params = _random_norms(nn.unbox(init_params(model, jax.random.key(0), TOKENS, TOKENS)))
+  params = random_norms(nn.unbox(init_params(model, jax.random.key(0), TOKENS, TOKENS)))
   acts = _acts(model, params, TOKENS, TOKENS[:, ::-1])
   alpha_e, alpha_d = 0.81 * (2**4 * 2) ** (1 / 16), 6**0.25
   x = acts["embed"][0]
