@@ -1,6 +1,7 @@
 """Errors that end a run with one line and a non-zero exit, and the checks that raise them."""
 
 import math
+import numbers
 from typing import Any, Sequence
 
 
@@ -45,8 +46,7 @@ def check_range(key: str, value: Any, *, low=None, high=None, low_open=False,
 def check_int(key: str, value: Any, low: int, high: int | None = None) -> None:
   """Refuses a non-integer (a bool included: True as a batch size is a mistake) or one
   outside [low, high]."""
-  ok = isinstance(value, int) and not isinstance(value, bool) or (
-      type(value).__module__ == "numpy" and float(value).is_integer())
+  ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)  # numpy's too
   if not ok or value < low or (high is not None and value > high):
     rng = f">= {low}" if high is None else f"in [{low}, {high}]"
     raise ConfigError(f"{key}={value!r} is invalid: must be an integer {rng}")

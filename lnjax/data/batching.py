@@ -35,11 +35,11 @@ from typing import Sequence
 
 import numpy as np
 
+from lnjax.data.mt_tokenizer import EOS_ID, PAD_ID
 from lnjax.data.tokenizers import _atomic_write_bytes
 
 # Shortest bucket length: shorter pairs are padded to it.
 MIN_BUCKET_LEN = 8
-PAD_ID, EOS_ID = 0, 3  # (the ids of lnjax.data.mt_tokenizer)
 
 
 # ---------------------------------------------------------------------------

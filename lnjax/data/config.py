@@ -10,6 +10,7 @@ import dataclasses
 import math
 
 from lnjax import errors
+from lnjax.data import batching
 from lnjax.data import builders
 from lnjax.data import mt_builders
 from lnjax.data import sources
@@ -19,8 +20,6 @@ MAX_VOCAB = 1 << 20
 LM_DATASETS = tuple(builders.BUILDERS)  # tiny_shakespeare, wikitext2_raw
 MT_DATASETS = tuple(mt_builders.MT_BUILDERS)  # multi30k_de_en, iwslt14_de_en, wmt14_de_en
 LANGS = mt_builders.LANGS  # ('de', 'en')
-# Shortest translation batch length (lnjax.data.batching.MIN_BUCKET_LEN).
-MIN_BUCKET_LEN = 8
 
 
 def _check_source(cfg, builtin) -> None:
@@ -96,7 +95,7 @@ class MTDataConfig:
     errors.check_int("data.vocab_size", self.vocab_size, 16, MAX_VOCAB)
     errors.check_choice("data.sp_model_type", self.sp_model_type, tokenizers.SP_MODEL_TYPES)
     errors.check_path("data.spm_path", self.spm_path)
-    errors.check_int("data.max_tokens", self.max_tokens, MIN_BUCKET_LEN)
+    errors.check_int("data.max_tokens", self.max_tokens, batching.MIN_BUCKET_LEN)
     errors.check_int("data.max_len", self.max_len, 2)
     # tfds:/hf: splits are checked on opening the data set.
     splits = None if sources.is_external(self.name) else mt_builders.MT_SPLITS[self.name]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import logging
 import os
 import pathlib
@@ -57,52 +56,24 @@ class MTTokenizer(tokenizers.SentencePieceTokenizer):
   @staticmethod
   def train(lines: Sequence[str], vocab_size: int, model_type: str = "unigram") -> bytes:
     """Trains a joint model on ``lines`` (one sentence each; pass source and
-    target lines together) and returns it serialized. Deterministic: one
-    thread, every line used in order (see `SP_MAX_TRAIN_LINES`)."""
-    import sentencepiece as spm
-
-    if model_type not in tokenizers.SP_MODEL_TYPES:
-      raise ValueError(
-          f"sentencepiece model_type={model_type!r} is not one of:"
-          f" {', '.join(tokenizers.SP_MODEL_TYPES)}"
-      )
+    target lines together) and returns it serialized (`tokenizers.train_sentencepiece`;
+    an evenly spaced `SP_MAX_TRAIN_LINES` of them beyond that many)."""
     lines = [line for line in lines if line.strip()]
     if len(lines) > SP_MAX_TRAIN_LINES:
       keep = np.linspace(0, len(lines) - 1, SP_MAX_TRAIN_LINES).astype(np.int64)
       lines = [lines[i] for i in keep]
-    n_chars = len(set().union(*map(set, lines))) if lines else 0
-    model = io.BytesIO()
-    try:
-      spm.SentencePieceTrainer.train(
-          sentence_iterator=iter(lines),
-          model_writer=model,
-          model_type=model_type,
-          vocab_size=vocab_size,
-          # Same rule as the LM tokenizer: cover every character of a small
-          # alphabet (Multi30k: ~100), SentencePiece's default otherwise.
-          character_coverage=1.0 if n_chars <= vocab_size // 2 else 0.9995,
-          # No NFKC: decode(encode(x)) gives x back (up to runs of spaces),
-          # so detokenized output compares with the raw references. The
-          # dummy prefix makes a sentence's first word the same piece as
-          # mid-sentence (standard for MT; decode removes it again).
-          normalization_rule_name="identity",
-          add_dummy_prefix=True,
-          remove_extra_whitespaces=True,
-          pad_id=PAD_ID,
-          unk_id=UNK_ID,
-          bos_id=BOS_ID,
-          eos_id=EOS_ID,
-          num_threads=1,
-          input_sentence_size=0,
-          shuffle_input_sentence=False,
-          minloglevel=2,
-      )
-    except RuntimeError as e:
-      raise errors.ConfigError(
-          f"sentencepiece training failed for data.vocab_size={vocab_size}"
-          f" ({str(e).strip().splitlines()[-1]}); choose a smaller data.vocab_size"
-      ) from e
-    return model.getvalue()
+    return tokenizers.train_sentencepiece(
+        lines, vocab_size, model_type,
+        # decode(encode(x)) gives x back up to runs of spaces, so detokenized output
+        # compares with the raw references. The dummy prefix makes a sentence's first
+        # word the same piece as mid-sentence (standard for MT; decode removes it again).
+        add_dummy_prefix=True,
+        remove_extra_whitespaces=True,
+        pad_id=PAD_ID,
+        unk_id=UNK_ID,
+        bos_id=BOS_ID,
+        eos_id=EOS_ID,
+    )
 
   def _prep(self, text: str) -> str:
     return text.lower() if self.lowercase else text

@@ -30,7 +30,6 @@ import pathlib
 import re
 import sys
 import tarfile
-import tempfile
 from typing import Iterable, Sequence
 
 from absl import app
@@ -39,6 +38,7 @@ from absl import flags
 from lnjax import errors
 from lnjax.data import download
 from lnjax.data import paths
+from lnjax.data import tokenizers
 
 IWSLT14_URL = "http://dl.fbaipublicfiles.com/fairseq/data/iwslt14/de-en.tgz"
 # No sha256 of de-en.tgz could be taken here (no network): the download is then
@@ -100,11 +100,8 @@ def _read_member(archive: tarfile.TarFile, suffix: str) -> str:
 
 
 def _write_gz(path: pathlib.Path, lines: Sequence[str]) -> None:
-  path.parent.mkdir(parents=True, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-  with os.fdopen(fd, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
-    f.write("".join(line + "\n" for line in lines).encode("utf-8"))
-  os.replace(tmp, path)
+  data = "".join(line + "\n" for line in lines).encode("utf-8")
+  tokenizers._atomic_write_bytes(path, gzip.compress(data, mtime=0))
 
 
 def prepare_iwslt14(archive_path: str | os.PathLike, out_dir: str | os.PathLike) -> dict[str, int]:

@@ -92,6 +92,46 @@ class CharTokenizer:
     return "".join(out)
 
 
+def train_sentencepiece(lines: Sequence[str], vocab_size: int, model_type: str,
+                        **options) -> bytes:
+  """A SentencePiece model trained on ``lines``, serialized; ``options`` are the
+  caller's special ids and whitespace handling. Deterministic: one thread, every line
+  used in order, no sampling or shuffling (multi-threaded unigram training depends on
+  the thread count). A vocabulary too large for the corpus is a one-line ConfigError."""
+  import sentencepiece as spm
+
+  if model_type not in SP_MODEL_TYPES:
+    raise ValueError(
+        f"sentencepiece model_type={model_type!r} is not one of: {', '.join(SP_MODEL_TYPES)}")
+  n_chars = len(set().union(*map(set, lines))) if lines else 0
+  model = io.BytesIO()
+  try:
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines),
+        model_writer=model,
+        model_type=model_type,
+        vocab_size=vocab_size,
+        # Cover every character when the alphabet is small next to the vocabulary
+        # (Shakespeare: 65, Multi30k: ~100); otherwise SentencePiece's default for
+        # large alphabets, leaving the rarest characters as <unk>.
+        character_coverage=1.0 if n_chars <= vocab_size // 2 else 0.9995,
+        # No NFKC, so decoded text compares with the raw text.
+        normalization_rule_name="identity",
+        num_threads=1,
+        input_sentence_size=0,  # use all lines
+        shuffle_input_sentence=False,
+        minloglevel=2,  # silence the trainer's progress log
+        **options,
+    )
+  except RuntimeError as e:
+    # e.g. "Vocabulary size is too high (16384). Please set it to a value <= 11000."
+    raise errors.ConfigError(
+        f"sentencepiece training failed for data.vocab_size={vocab_size}"
+        f" ({str(e).strip().splitlines()[-1]}); choose a smaller data.vocab_size"
+    ) from e
+  return model.getvalue()
+
+
 class SentencePieceTokenizer:
   """A trained SentencePiece model (unigram or BPE).
 
@@ -121,56 +161,23 @@ class SentencePieceTokenizer:
       train_text: str, vocab_size: int, model_type: str = "unigram"
   ) -> bytes:
     """Trains on ``train_text`` (one sentence per non-blank line) and returns
-    the serialized model. Deterministic: single-threaded (multi-threaded
-    unigram training depends on the thread count), every line used, no
-    sampling or shuffling of the input."""
-    import sentencepiece as spm
-
-    if model_type not in SP_MODEL_TYPES:
-      raise ValueError(
-          f"sentencepiece model_type={model_type!r} is not one of:"
-          f" {', '.join(SP_MODEL_TYPES)}"
-      )
+    the serialized model (`train_sentencepiece`)."""
     lines = [line for line in train_text.split("\n") if line.strip()]
-    n_chars = len(set(train_text) - {"\n"})
-    model = io.BytesIO()
-    try:
-      spm.SentencePieceTrainer.train(
-          sentence_iterator=iter(lines),
-          model_writer=model,
-          model_type=model_type,
-          vocab_size=vocab_size,
-          # Cover every character when the alphabet is small next to the
-          # vocab (Shakespeare: 65 chars); otherwise SentencePiece's default
-          # for large alphabets, leaving the rarest characters as <unk>.
-          character_coverage=1.0 if n_chars <= vocab_size // 2 else 0.9995,
-          # Keep the text verbatim so decode(encode(x)) == x: no NFKC, no
-          # whitespace squeezing, no dummy leading space.
-          normalization_rule_name="identity",
-          remove_extra_whitespaces=False,
-          add_dummy_prefix=False,
-          # Lines are trained separately; "\n" is a reserved piece so whole
-          # multi-line documents can be encoded.
-          user_defined_symbols=["\n"],
-          pad_id=PAD_ID,
-          unk_id=UNK_ID,
-          bos_id=-1,
-          eos_id=-1,
-          num_threads=1,
-          input_sentence_size=0,  # use all lines
-          shuffle_input_sentence=False,
-          max_sentence_length=1 << 16,  # wikitext paragraphs exceed 4192 B
-          minloglevel=2,  # silence the trainer's progress log
-      )
-    except RuntimeError as e:
-      # e.g. "Vocabulary size is too high (16384). Please set it to a value
-      # <= 11000." for a small corpus.
-      raise errors.ConfigError(
-          f"sentencepiece training failed for vocab_size={vocab_size}"
-          f" ({str(e).strip().splitlines()[-1]}); choose a smaller"
-          " data.vocab_size"
-      ) from e
-    return model.getvalue()
+    return train_sentencepiece(
+        lines, vocab_size, model_type,
+        # Keep the text verbatim so decode(encode(x)) == x: no whitespace squeezing,
+        # no dummy leading space.
+        remove_extra_whitespaces=False,
+        add_dummy_prefix=False,
+        # Lines are trained separately; "\n" is a reserved piece so whole
+        # multi-line documents can be encoded.
+        user_defined_symbols=["\n"],
+        pad_id=PAD_ID,
+        unk_id=UNK_ID,
+        bos_id=-1,
+        eos_id=-1,
+        max_sentence_length=1 << 16,  # wikitext paragraphs exceed 4192 B
+    )
 
   def encode(self, text: str) -> np.ndarray:
     return np.asarray(self._sp.encode(text), dtype=np.int32)
