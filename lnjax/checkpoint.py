@@ -17,6 +17,7 @@ that looks finished. A checkpoint without a manifest (a run killed between the c
 the manifest, or one written before lnjax had manifests) is restored unverified.
 """
 
+import copy
 import dataclasses
 import json
 import os
@@ -60,9 +61,12 @@ class Checkpoints:
         for old in self.manager.all_steps():
           self.manager.delete(old)
       self._unsealed = step
+      # Copies: orbax writes JSON items after save() returns, while the loop goes on
+      # adding to the same window dict (a kept reference saved step 17's sums as 16's).
+      data_state, window = copy.deepcopy(data_state), copy.deepcopy(window or {})
       return self.manager.save(step, args=ocp.args.Composite(
           state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state),
-          log=ocp.args.JsonSave({"window": window or {}})), force=True)
+          log=ocp.args.JsonSave({"window": window})), force=True)
 
   def seal(self) -> None:
     """Writes the manifest of the last save once orbax has committed it; cheap otherwise

@@ -133,6 +133,29 @@ def test_2_resume_inside_a_logging_window_logs_the_uninterrupted_records(referen
   assert records(wd) == records(reference)
 
 
+def test_2_saved_window_is_the_window_at_the_saved_step(reference, tmp_path, monkeypatch):
+  """The loop goes on adding to its window dict while orbax writes the checkpoint in the
+  background: what is restored is the window as it was when save() was called."""
+  restored = checkpoint.restore_run(reference, step=16)
+  handed = []  # What orbax is given to write later: never the caller's own objects.
+  json_save = checkpoint.ocp.args.JsonSave
+  monkeypatch.setattr(checkpoint.ocp.args, "JsonSave",
+                      lambda item: handed.append(item) or json_save(item))
+  ckpt = checkpoint.Checkpoints(str(tmp_path), 1, 1)
+  window = {"train_loss": 3.5, "grad_norm": 0.75, "_n": 1}
+  data_state = {"position": [16]}
+  ckpt.save(16, restored.state, data_state, force=True, window=window)
+  assert handed and all(x is not data_state and x.get("window") is not window for x in handed)
+  window["train_loss"] += 3.25  # Step 17, added at once (as the loop does).
+  window["_n"] += 1
+  data_state["position"][0] = 17
+  ckpt.wait()
+  _, data, saved = ckpt.restore_latest(restored.state)
+  ckpt.close()
+  assert saved == {"train_loss": 3.5, "grad_norm": 0.75, "_n": 1}
+  assert data == {"position": [16]}
+
+
 # ---- 3. A checkpoint altered after it was written is not restored.
 
 def _flip_bytes(step_dir, n=64):
