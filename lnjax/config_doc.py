@@ -18,7 +18,7 @@ import tokenize
 
 import ml_collections
 
-from lnjax import config_lib
+from lnjax import config_lib, sections
 
 def _chain(node) -> list[str] | None:
   """['c', 'model', 'd_model'] for c.model.d_model; None for anything else."""
@@ -112,12 +112,13 @@ _TASK_FUNCTIONS = {"lm": "lm_config", "translation": "translation_config",
 
 def section_classes(config: ml_collections.ConfigDict) -> dict[str, type]:
   """{'model': ModelConfig, 'data': MTDataConfig, 'decode': DecodeConfig, ...}: the
-  dataclass each section of `config` maps onto ({} if the config does not resolve)."""
+  dataclass each section of `config` maps onto; for a config that only its own entry
+  point resolves (lnjax.finetune's), the dataclass its section was built from."""
   from lnjax import errors, run as run_lib
   try:
     run = run_lib.resolve_config(config)
   except errors.LnjaxError:
-    return {}
+    run = None
   out = {}
   for name in config.keys():
     value = getattr(run, name, None)
@@ -125,6 +126,10 @@ def section_classes(config: ml_collections.ConfigDict) -> dict[str, type]:
       value = (getattr(run, "extra", None) or {}).get(name)
     if value is not None and dataclasses.is_dataclass(value):
       out[name] = type(value)
+    elif isinstance(config[name], ml_collections.ConfigDict):
+      cls = sections.built_from(config[name].keys())
+      if cls is not None:
+        out[name] = cls
   return out
 
 

@@ -11,6 +11,16 @@ import ml_collections
 from lnjax import errors
 
 
+# Each dataclass a section was built from, by its field names (what --print_config reads
+# the fields' comments from, for configs that only their own entry point resolves).
+_BUILT_FROM: dict[frozenset, type] = {}
+
+
+def built_from(keys) -> type | None:
+  """The dataclass whose fields are exactly `keys`, if a section was built from one."""
+  return _BUILT_FROM.get(frozenset(keys))
+
+
 def section(cls, **overrides) -> ml_collections.ConfigDict:
   """A config section holding every field of dataclass `cls` at its default (the one
   place a default is written), then `overrides`. A None or tuple default becomes a typed
@@ -26,6 +36,7 @@ def section(cls, **overrides) -> ml_collections.ConfigDict:
     d[f.name] = value
   if overrides:
     raise errors.ConfigError(f"{cls.__name__} has no field {sorted(overrides)[0]!r}")
+  _BUILT_FROM[frozenset(d.keys())] = cls
   return d
 
 

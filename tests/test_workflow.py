@@ -17,9 +17,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from configs import glue as glue_config
 from configs import lm as lm_config
 from configs import multi30k_de_en
-from lnjax import averaging, checkpoint, compare, export, metrics, progress, train
+from lnjax import (averaging, checkpoint, compare, config_doc, export, metrics, progress,
+                   train)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPLIT = "test_2017_mscoco"  # The smallest Multi30k split (461 sentences).
@@ -328,3 +330,15 @@ def test_print_config_lists_every_key_with_its_value_and_comment():
   assert "| sandwich |" in shown["model.norm_position"]  # A comment continued below its key.
   r = cli("lnjax.main", "--print_config", code=2)
   assert "needs --config" in r.stderr
+
+
+def test_print_config_comments_a_config_only_finetune_resolves():
+  """configs/glue.py has a finetune section that lnjax.finetune resolves, not run.py: its
+  keys' comments come from the dataclasses its sections were built from."""
+  lines = [l for l in config_doc.describe(glue_config.get_config(), "configs/glue.py")
+           .splitlines() if " = " in l]
+  shown = {l.split(" = ")[0]: l for l in lines}
+  assert all("  # " in l for l in lines), [l for l in lines if "  # " not in l]
+  assert "# mrpc | rte" in shown["data.name"]
+  assert "(no pre-training)." in shown["data.init_step"]  # Continued below its key.
+  assert "# One run each" in shown["finetune.seeds"]
