@@ -5,10 +5,6 @@ initialization, resume after SIGTERM), the GLUE reader."""
 import gzip
 import json
 import os
-import signal
-import subprocess
-import sys
-import time
 
 import jax
 import jax.numpy as jnp
@@ -20,8 +16,7 @@ from lnjax.data import glue, mlm, paths, tokenizers
 from lnjax.models import ModelConfig
 from lnjax.models.bert import BertClassifier, BertEncoder, BertPretraining
 from lnjax.models.placement import NORM_POSITIONS
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from test_train import sigterm_when
 
 
 def char_vocab(num_chars: int = 200) -> mlm.BertVocab:
@@ -328,18 +323,8 @@ def test_finetune_resumes_bit_exactly_after_sigterm(finetuned, tmp_path):
           ("finetune.dropout_rate", 0.0), ("opt.learning_rate", 3e-3),
           ("train.log_every_steps", 1), ("train.eval_every_steps", 20),
           ("train.checkpoint_every_steps", 20), ("mesh.data", 1))]
-  proc = subprocess.Popen([sys.executable, "-m", "lnjax.finetune", *args], cwd=REPO,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True)
-  try:
-    deadline = time.time() + 180
-    while time.time() < deadline and proc.poll() is None and len(_train_losses(seed_wd)) < 3:
-      time.sleep(0.02)
-    proc.send_signal(signal.SIGTERM)
-    stdout, stderr = proc.communicate(timeout=120)
-  finally:
-    proc.kill()
-  assert proc.returncode == 143, (stdout[-1000:], stderr[-2000:])
+  stdout, _ = sigterm_when("lnjax.finetune", args, lambda: len(_train_losses(seed_wd)) >= 3,
+                           poll=0.02)
   assert "stopped by SIGTERM during seed 0" in stdout
   stopped = json.load(open(os.path.join(seed_wd, "summary.json")))
   assert stopped["status"] == "preempted" and 3 <= stopped["step"] < 40, stopped

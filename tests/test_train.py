@@ -260,24 +260,31 @@ def test_cli_all_checkpoints_corrupt(finished_workdir, tmp_path):
   assert snapshot(wd) == before
 
 
+def sigterm_when(module, args, ready, poll=0.2):
+  """Runs `python -m module args`, sends SIGTERM once ready() (or after 180 s), and checks
+  that it saved and exited 143; returns (stdout, stderr)."""
+  proc = subprocess.Popen([sys.executable, "-m", module, *args], cwd=REPO,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+  try:
+    deadline = time.time() + 180
+    while time.time() < deadline and proc.poll() is None and not ready():
+      time.sleep(poll)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+  finally:
+    proc.kill()
+  assert proc.returncode == 143, (out[-1000:], err[-2000:])
+  return out, err
+
+
 @pytest.mark.slow
 def test_cli_sigterm_saves_and_the_same_command_resumes(tmp_path):
   wd = str(tmp_path / "preempt")
   args = ["--config=configs/default.py:smoke", f"--workdir={wd}", "--config.mesh.data=1",
           "--config.train.num_steps=100000", "--config.train.log_every_steps=1",
           "--config.train.eval_every_steps=100000", "--config.train.checkpoint_every_steps=100000"]
-  env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-  proc = subprocess.Popen([sys.executable, "-m", "lnjax.main", *args], cwd=REPO, env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-  try:
-    deadline = time.time() + 180
-    while time.time() < deadline and len(train_losses(wd)) < 5:
-      time.sleep(0.2)
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=120)
-  finally:
-    proc.kill()
-  assert proc.returncode == 143, (out[-1000:], err[-2000:])
+  sigterm_when("lnjax.main", args, lambda: len(train_losses(wd)) >= 5)
   saved = json.load(open(os.path.join(wd, "summary.json")))
   assert saved["status"] == "preempted" and saved["step"] >= 5
   assert os.listdir(os.path.join(wd, "checkpoints")) == [str(saved["step"])]
