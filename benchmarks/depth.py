@@ -19,11 +19,7 @@ at most 1.5× that at 6 layers.
 import os
 import sys
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_REPO = os.path.dirname(_HERE)
-for _p in (_REPO, _HERE):
-  if _p not in sys.path:
-    sys.path.insert(0, _p)
+import bench_env  # noqa: E402,F401  (first: lnjax on the path, malloc tuned before JAX)
 
 import argparse  # noqa: E402
 import json  # noqa: E402
@@ -50,8 +46,6 @@ def parse_variant(variant: str) -> dict:
 # Worker: one depth, one variant, in its own process.
 
 def worker(num_layers: int, variant: str, steps: int) -> dict:
-  from lnjax import allocator
-  allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
   import jax  # noqa: PLC0415
   jax.config.update("jax_enable_compilation_cache", False)
   import lm_step  # noqa: PLC0415

@@ -22,14 +22,7 @@ the LM smoke run (20 steps) through lnjax.main with model.attention_impl=xla.
 import os
 import sys
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_REPO = os.path.dirname(_HERE)
-for _p in (_REPO, _HERE):
-  if _p not in sys.path:
-    sys.path.insert(0, _p)
-
-from lnjax import allocator  # noqa: E402
-allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
+import bench_env  # noqa: E402,F401  (first: lnjax on the path, malloc tuned before JAX)
 
 import argparse  # noqa: E402
 import dataclasses  # noqa: E402
@@ -152,7 +145,7 @@ def train_run(config: str, steps: int, workdir: str, log_every: int, flags=(),
          f"--config.train.checkpoint_every_steps={steps}", *flags]
   t0 = time.perf_counter()
   try:
-    proc = subprocess.run(cmd, cwd=_REPO, capture_output=True, text=True, timeout=timeout_s)
+    proc = subprocess.run(cmd, cwd=bench_env.REPO, capture_output=True, text=True, timeout=timeout_s)
     out, returncode = proc.stdout + proc.stderr, proc.returncode
   except subprocess.TimeoutExpired as e:  # Killed: the check's time budget is spent.
     text = lambda b: b.decode(errors="replace") if isinstance(b, bytes) else (b or "")

@@ -26,14 +26,7 @@ issue's bar: pipeline ≥ 10× the step's demand.
 import os
 import sys
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_REPO = os.path.dirname(_HERE)
-for _p in (_REPO, _HERE):
-  if _p not in sys.path:
-    sys.path.insert(0, _p)
-
-from lnjax import allocator  # noqa: E402
-allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
+import bench_env  # noqa: E402,F401  (first: lnjax on the path, malloc tuned before JAX)
 
 import argparse  # noqa: E402
 import dataclasses  # noqa: E402
@@ -57,7 +50,7 @@ MIN_RATIO = 10.0
 
 def load_run(name: str):
   path, arg = PIPELINES[name]
-  spec = importlib.util.spec_from_file_location("config", os.path.join(_REPO, path))
+  spec = importlib.util.spec_from_file_location("config", os.path.join(bench_env.REPO, path))
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return run_lib.resolve_config(module.get_config(arg))

@@ -26,14 +26,7 @@ initial losses and finite times, and exits non-zero otherwise.
 import os
 import sys
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_REPO = os.path.dirname(_HERE)
-for _p in (_REPO, _HERE):
-  if _p not in sys.path:
-    sys.path.insert(0, _p)
-
-from lnjax import allocator  # noqa: E402
-allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
+import bench_env  # noqa: E402,F401  (first: lnjax on the path, malloc tuned before JAX)
 
 import argparse  # noqa: E402
 import datetime  # noqa: E402
@@ -48,7 +41,6 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 
 import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from lnjax import allocator, optim, sharding, state as state_lib, tasks, train  # noqa: E402
@@ -217,7 +209,7 @@ class TorchWorker:
     np.savez(bfile, inputs=host_batch["inputs"], targets=host_batch["targets"])
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
     self.proc = subprocess.Popen(
-        [sys.executable, os.path.join(_HERE, "torch_peer.py"), "--worker", "--norm", norm,
+        [sys.executable, os.path.join(bench_env.HERE, "torch_peer.py"), "--worker", "--norm", norm,
          "--params", pfile, "--batch", bfile],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, bufsize=1)
     hello = self._read()

@@ -20,14 +20,7 @@ Patches:
 import os
 import sys
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_REPO = os.path.dirname(_HERE)
-for _p in (_REPO, _HERE):
-  if _p not in sys.path:
-    sys.path.insert(0, _p)
-
-from lnjax import allocator  # noqa: E402
-allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
+import bench_env  # noqa: E402,F401  (first: lnjax on the path, malloc tuned before JAX)
 
 import argparse  # noqa: E402
 import ctypes  # noqa: E402

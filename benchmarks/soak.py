@@ -13,7 +13,6 @@ state and data position bit for bit. Exits 1 if anything differs.
 """
 
 import argparse
-import datetime
 import glob
 import json
 import os

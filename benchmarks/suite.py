@@ -41,14 +41,7 @@ jit, --peak_n², 8192 on a GPU), and the table goes into its own `suite_gpu` sec
 import os
 import sys
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_REPO = os.path.dirname(_HERE)
-for _p in (_REPO, _HERE):
-  if _p not in sys.path:
-    sys.path.insert(0, _p)
-
-from lnjax import allocator  # noqa: E402
-allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
+import bench_env  # noqa: E402,F401  (first: lnjax on the path, malloc tuned before JAX)
 
 import argparse  # noqa: E402
 import importlib.util  # noqa: E402
@@ -78,7 +71,7 @@ MLM_BATCH, MLM_LEN = 32, 128
 # The models, their batches and their FLOPs.
 
 def _config_model(path: str, arg: str, **overrides) -> ModelConfig:
-  spec = importlib.util.spec_from_file_location("config", os.path.join(_REPO, path))
+  spec = importlib.util.spec_from_file_location("config", os.path.join(bench_env.REPO, path))
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return ModelConfig(**{**dict(module.get_config(arg).model), **overrides})
@@ -225,7 +218,7 @@ def start_workers(name: str, norm: str, workdir: str, dtype: str = "float32",
     env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.45")
   ln = Worker([sys.executable, os.path.abspath(__file__), "--worker", name, "--norm", norm,
                "--dir", workdir, "--dtype", dtype], env)
-  peer = [sys.executable, os.path.join(_HERE, "torch_peer.py"), "--worker",
+  peer = [sys.executable, os.path.join(bench_env.HERE, "torch_peer.py"), "--worker",
           "--params", os.path.join(workdir, "params.npz"),
           "--batch", os.path.join(workdir, "batch.npz"), "--device", device, "--dtype", dtype]
   peer += ["--norm", norm] if name == "lm" else ["--spec", os.path.join(workdir, "spec.json")]

@@ -53,6 +53,9 @@ class TrainIterator:
   the batch sequence, which ``set_state`` checks.
   """
 
+  # What the fingerprint covers, named in the mismatch message.
+  settings = "dataset, tokenizer, seq_len, batch_size and seed"
+
   def __init__(self, grain_iter, fingerprint: str):
     self._it = grain_iter
     self._fingerprint = fingerprint
@@ -71,8 +74,7 @@ class TrainIterator:
       raise errors.ConfigError(
           "train iterator state was saved for a different data setup"
           f" (fingerprint {state.get('fingerprint')!r}, now"
-          f" {self._fingerprint!r}): dataset, tokenizer, seq_len, batch_size"
-          " and seed must match the checkpoint"
+          f" {self._fingerprint!r}): {self.settings} must match the checkpoint"
       )
     self._it.set_state(dict(state["grain"]))
 

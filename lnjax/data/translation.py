@@ -37,7 +37,7 @@ import hashlib
 import json
 import logging
 import pathlib
-from typing import Any, Mapping
+from typing import Any
 
 import grain
 import numpy as np
@@ -78,15 +78,8 @@ class MTTrainIterator(pipeline.TrainIterator):
   """`pipeline.TrainIterator` (JSON state: grain position in global batches +
   fingerprint) with the message naming the translation settings."""
 
-  def set_state(self, state: Mapping[str, Any]) -> None:
-    if state.get("fingerprint") != self._fingerprint:
-      raise errors.ConfigError(
-          "train iterator state was saved for a different data setup"
-          f" (fingerprint {state.get('fingerprint')!r}, now"
-          f" {self._fingerprint!r}): dataset, direction, tokenizer, lowercase,"
-          " max_tokens, max_len, batch_multiple and seed must match the checkpoint"
-      )
-    self._it.set_state(dict(state["grain"]))
+  settings = ("dataset, direction, tokenizer, lowercase, max_tokens, max_len,"
+              " batch_multiple and seed")
 
 
 @dataclasses.dataclass
