@@ -100,6 +100,23 @@ def _console(output: str) -> list[str]:
   return [l for l in output.splitlines() if l.startswith(CONSOLE)]
 
 
+def _read_one_epoch_in_halves(run, examples):
+  """One epoch of `run`'s train data read as one process and, alongside, as processes
+  0 and 1 of two (4 devices): checks that every global batch is the two halves side by
+  side, and returns the one-process data and, per process, a Counter of `examples(half)`."""
+  parts = [run.task.make_data(run.data, run.seed, i, 2, 4) for i in range(2)]
+  whole = run.task.make_data(run.data, run.seed, 0, 1, 4)
+  part_iters, whole_iter = [p.train_iter() for p in parts], whole.train_iter()
+  read = [collections.Counter(), collections.Counter()]
+  for _ in range(whole.steps_per_epoch):
+    batch, halves = next(whole_iter), [next(it) for it in part_iters]
+    for key in batch:
+      np.testing.assert_array_equal(np.concatenate([h[key] for h in halves]), batch[key])
+    for counter, h in zip(read, halves):
+      counter.update(examples(h))
+  return whole, read
+
+
 def test_two_processes_train_like_one(tmp_path):
   # The same run in this process, on its 8 devices: the reference.
   c = config_lib.lm_config()
@@ -115,16 +132,8 @@ def test_two_processes_train_like_one(tmp_path):
   # are the one-process batch), and over a whole epoch the two halves are disjoint and
   # together the epoch: every window read once, by one process.
   run = run_lib.resolve_config(c)
-  parts = [run.task.make_data(run.data, run.seed, i, 2, 4) for i in range(2)]
-  whole = run.task.make_data(run.data, run.seed, 0, 1, 4)
-  part_iters, whole_iter = [p.train_iter() for p in parts], whole.train_iter()
-  read = [collections.Counter(), collections.Counter()]
-  for _ in range(whole.steps_per_epoch):
-    batch, halves = next(whole_iter), [next(it) for it in part_iters]
-    for key in batch:
-      np.testing.assert_array_equal(np.concatenate([h[key] for h in halves]), batch[key])
-    for counter, h in zip(read, halves):
-      counter.update(map(bytes, np.concatenate([h["inputs"], h["targets"][:, -1:]], 1)))
+  whole, read = _read_one_epoch_in_halves(run, lambda h: map(
+      bytes, np.concatenate([h["inputs"], h["targets"][:, -1:]], 1)))
   L1 = run.data.seq_len + 1
   corpus = collections.Counter(map(bytes, whole.train_tokens_N[
       :whole.num_train_windows * L1].reshape(-1, L1)))
@@ -183,17 +192,9 @@ def test_translation_processes_read_disjoint_halves_of_every_epoch():
   c = config_lib.translation_config()
   config_lib.apply_translation_smoke(c)
   run = run_lib.resolve_config(c)
-  parts = [run.task.make_data(run.data, run.seed, i, 2, 4) for i in range(2)]
-  whole = run.task.make_data(run.data, run.seed, 0, 1, 4)
-  part_iters, whole_iter = [p.train_iter() for p in parts], whole.train_iter()
-  read = [collections.Counter(), collections.Counter()]
-  for _ in range(whole.steps_per_epoch):
-    batch, halves = next(whole_iter), [next(it) for it in part_iters]
-    for key in batch:
-      np.testing.assert_array_equal(np.concatenate([h[key] for h in halves]), batch[key])
-    for counter, h in zip(read, halves):
-      counter.update((tuple(s[s != 0]), tuple(t[t != 0]))  # Empty rows pad a batch.
-                     for s, t in zip(h["inputs"], h["targets"]) if t.any())
+  whole, read = _read_one_epoch_in_halves(run, lambda h: (
+      (tuple(s[s != 0]), tuple(t[t != 0]))  # Empty rows pad a batch.
+      for s, t in zip(h["inputs"], h["targets"]) if t.any()))
   # The training pairs (those within max_len), encoded as the pipeline encodes them.
   tok, max_len = whole.tokenizer, run.data.max_len
   pairs = [(tuple(tok.encode(s, add_eos=True)), tuple(tok.encode(t, add_eos=True)))
