@@ -417,6 +417,28 @@ def test_iwslt14_prepare_matches_fairseq_test_split_and_trains_the_smoke(tmp_pat
   assert _losses(tmp_path / "run")[20] < _losses(tmp_path / "run")[5]
 
 
+def test_iwslt14_archive_downloads_from_the_mirror_once_and_404_is_one_line(
+    mirror, tmp_path, capsys):
+  url, downloads = mirror
+  with pytest.raises(download.DownloadError) as e:  # not on the mirror yet: 404, one line, nothing kept
+    prepare.fetch_iwslt14_archive()
+  assert "\n" not in str(e.value) and "404" in str(e.value)
+  assert f"{url}/iwslt14_de-en/de-en.tgz" in str(e.value) and "--archive" in str(e.value)
+  assert not (downloads / "iwslt14_de-en" / "de-en.tgz").exists()
+
+  served = tmp_path / "mirror" / "iwslt14_de-en" / "de-en.tgz"
+  served.parent.mkdir()
+  _iwslt_archive(served, n_train=50)
+  _Mirror.requests.clear()
+  path = prepare.fetch_iwslt14_archive()
+  assert path == downloads / "iwslt14_de-en" / "de-en.tgz"
+  assert path.read_bytes() == served.read_bytes()
+  # No checksum is recorded for the real archive: it says so and prints the file's sha256.
+  assert hashlib.sha256(served.read_bytes()).hexdigest() in capsys.readouterr().err
+  assert prepare.fetch_iwslt14_archive() == path  # second use: no request
+  assert _Mirror.requests == ["/iwslt14_de-en/de-en.tgz"]
+
+
 # ---------------------------------------------------------------------------
 # Bad corpora and cache dirs: one-line errors (issue 18's data cases).
 # ---------------------------------------------------------------------------

@@ -178,6 +178,27 @@ class DownloadError(errors.LnjaxError):
   """A corpus file that could not be downloaded (one line: URL, file, folder)."""
 
 
+def retrieve(url: str, sha256: str | None, fname: str, folder: pathlib.Path,
+             hint: str) -> pathlib.Path:
+  """``url`` downloaded with pooch into ``folder/fname`` (announced on stderr; checked
+  against ``sha256`` where one is recorded) and its path. Any failure is a one-line
+  `DownloadError` naming the URL and the reason, ending with ``hint`` (what to do instead).
+  """
+  import pooch  # (imported here: only a first use downloads)
+
+  logging.getLogger("pooch").setLevel(logging.WARNING)
+  print(f"lnjax: downloading {url}", file=sys.stderr, flush=True)
+  try:
+    return pathlib.Path(pooch.retrieve(
+        url, known_hash=sha256 and f"sha256:{sha256}", fname=fname, path=folder,
+        progressbar=sys.stderr.isatty()))
+  except Exception as e:  # requests' HTTP/connection errors, pooch's checksum ValueError
+    reason = " ".join(str(e).split())
+    if isinstance(e, ValueError) and "hash" in reason.lower():
+      reason = f"checksum mismatch: the file served is not the published one (expected sha256 {sha256})"
+    raise DownloadError(f"cannot download {url} ({type(e).__name__}: {reason[:200]}); {hint}") from None
+
+
 def fetch(subdir: str, filename: str, downloads: pathlib.Path,
           mirror: str | None = None) -> pathlib.Path | None:
   """Downloads ``<subdir>/<filename>`` (``filename`` may lack its ``.gz``) into
@@ -203,25 +224,10 @@ def fetch(subdir: str, filename: str, downloads: pathlib.Path,
     parts_dir.mkdir(parents=True, exist_ok=True)
   except OSError as e:
     raise DownloadError(f"cannot create the download folder {parts_dir}: {e}") from None
-  import pooch  # (imported here: only a first use downloads)
-
-  logging.getLogger("pooch").setLevel(logging.WARNING)
-  part_files = []
-  for url, (path, sha) in zip(urls, remote.parts):
-    print(f"lnjax: downloading {url}", file=sys.stderr, flush=True)
-    try:
-      part_files.append(pathlib.Path(pooch.retrieve(
-          url, known_hash=f"sha256:{sha}", fname=path.replace("/", "__"), path=parts_dir,
-          progressbar=sys.stderr.isatty())))
-    except Exception as e:  # requests' HTTP/connection errors, pooch's checksum ValueError
-      reason = " ".join(str(e).split())
-      if isinstance(e, ValueError) and "hash" in reason.lower():
-        reason = f"checksum mismatch: the file served is not the published one (expected sha256 {sha})"
-      raise DownloadError(
-          f"cannot download {url} ({type(e).__name__}: {reason[:200]}); put {name}"
-          f" (from that URL{', set ' + MIRROR_ENV + ' to a mirror' if not mirror else ''})"
-          f" into {folder}/ or into <data dir>/{subdir}/"
-      ) from None
+  hint = (f"put {name} (from that URL{', set ' + MIRROR_ENV + ' to a mirror' if not mirror else ''})"
+          f" into {folder}/ or into <data dir>/{subdir}/")
+  part_files = [retrieve(url, sha, path.replace("/", "__"), parts_dir, hint)
+                for url, (path, sha) in zip(urls, remote.parts)]
   _assemble(part_files, target, remote.extract)
   shutil.rmtree(parts_dir, ignore_errors=True)
   return target

@@ -36,6 +36,7 @@ from absl import app
 from absl import flags
 
 from lnjax import errors
+from lnjax import fileio
 from lnjax.data import download
 from lnjax.data import paths
 from lnjax.data import tokenizers
@@ -151,21 +152,13 @@ def fetch_iwslt14_archive(cache_dir=None, mirror: str | None = None) -> pathlib.
     raise paths.DataError(
         f"downloads are off ({download.OFFLINE_ENV} is set): download {url} and pass it as"
         f" --archive, or put it into {folder}/")
-  import pooch
-
   folder.mkdir(parents=True, exist_ok=True)
-  print(f"lnjax: downloading {url}", file=sys.stderr, flush=True)
-  try:
-    path = pooch.retrieve(url, known_hash=IWSLT14_SHA256 and f"sha256:{IWSLT14_SHA256}",
-                          fname="de-en.tgz", path=folder, progressbar=sys.stderr.isatty())
-  except Exception as e:
-    raise paths.DataError(
-        f"cannot download {url} ({type(e).__name__}: {' '.join(str(e).split())[:200]});"
-        f" put de-en.tgz into {folder}/ or pass --archive") from None
+  path = download.retrieve(url, IWSLT14_SHA256, "de-en.tgz", folder,
+                           f"put de-en.tgz into {folder}/ or pass --archive")
   if IWSLT14_SHA256 is None:
     print(f"lnjax: de-en.tgz is not verified (no checksum recorded); its sha256 is"
-          f" {pooch.file_hash(path)}", file=sys.stderr)
-  return pathlib.Path(path)
+          f" {fileio.sha256(str(path))}", file=sys.stderr)
+  return path
 
 
 _DATASET = flags.DEFINE_enum("dataset", None, ["iwslt14_de_en", "wmt14_en_de"],
