@@ -31,6 +31,15 @@ class DataSource(Protocol):
   def eval_batches(self) -> list[dict]:
     """The held-out batches, the same every call."""
 
+  # Optional: `train_shapes`, the distinct (rows, length) shapes of the train batches
+  # (translation's token-budget buckets), each one compilation of the train step; a
+  # source without it has one shape. Read through `num_train_shapes`.
+
+
+def num_train_shapes(data: DataSource) -> int:
+  """How many train-step compilations `data`'s batches need (the progress line says so)."""
+  return len(getattr(data, "train_shapes", ())) or 1
+
 
 @dataclasses.dataclass(frozen=True)
 class EvalContext:

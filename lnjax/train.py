@@ -351,7 +351,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, run: run_lib.RunConfi
   # ---- The loop. Metrics of step s are fetched while step s+1 runs (one step of lag keeps
   # the host ahead of the device); every step's loss is checked for NaN/Inf.
   progress = metrics_lib.Progress(run.train.num_steps, first_step,
-                                  len(getattr(data, "train_shapes", ())) or 1)
+                                  task_lib.num_train_shapes(data))
   status, last_finite, diverged_at, last_eval = COMPLETED, None, None, {}
   pending, diverged_loss, first_step_seconds = None, None, None
   profile = run.train.profile_range()
