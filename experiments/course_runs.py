@@ -1,7 +1,7 @@
 r"""The course runs of REFERENCE §6: Post-LN and Pre-LN on the 8-layer 2.6M-parameter LM.
 
   python experiments/course_runs.py --workdir=/tmp/course [--steps=3000] [--parallel=1]
-      [--size=course|course_reg]
+      [--size=course|course_reg] [--dropout=RATE]
   python experiments/course_runs.py --workdir=/tmp/course --report_only
 
 configs/lm.py:size=course (8 layers, D 128, 4 heads, F 512, SentencePiece 4096,
@@ -17,7 +17,8 @@ REFERENCE's and checks the shape to reproduce; loss_curves.png overlays the runs
 step 1000). `--size=course_reg` runs the same five with dropout 0.1
 (configs/lm.py:size=course_reg): without dropout the model memorizes tiny_shakespeare
 within a few hundred steps, so only the regularized runs' final held-out losses compare
-with REFERENCE's.
+with REFERENCE's. `--dropout` sets another rate on the course model (e.g. 0.3), with
+`--only` naming a subset of the five runs.
 """
 
 import os
@@ -46,6 +47,11 @@ _REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Gather the runs; train n
 _SIZE = flags.DEFINE_enum("size", "course", ["course", "course_reg"],
                           "configs/lm.py size preset: course (dropout 0, as REFERENCE §6 "
                           "describes it) or course_reg (dropout 0.1).")
+_DROPOUT = flags.DEFINE_float("dropout", None, "model.dropout_rate of every run (default: "
+                              "the --size preset's); a rate above 0 is reported from the "
+                              "final held-out losses, as course_reg is.")
+_ONLY = flags.DEFINE_string("only", None, "Only these of the five runs: their names "
+                            "(e.g. norm=pre,lr=0.001,warmup=30), separated by ';'.")
 
 # REFERENCE §6: held-out loss in nats after 3000 steps; its unigram baseline is 7.60.
 REFERENCE_BASELINE = 7.60
@@ -62,15 +68,17 @@ def shape_checks(rows: list[dict], final: bool = False) -> list[str]:
   """REFERENCE §6's three claims, each answered from the runs (or 'not yet'). Losses are
   each run's lowest held-out loss (early stopping): without dropout the 2.6 M model
   memorizes tiny_shakespeare within a few hundred steps, and its final held-out loss then
-  measures overfitting, not training. `final` (the dropout runs, size=course_reg): each
-  run's last held-out loss, as REFERENCE reports it."""
-  by_name = {r["name"]: r for r in rows}
+  measures overfitting, not training. `final` (the dropout runs, size=course_reg or
+  --dropout): each run's last held-out loss, as REFERENCE reports it."""
+  by_name = {name: {"name": name, "state": "not run", "workdir": None}
+             for name in REFERENCE} | {r["name"]: r for r in rows}  # (--only: a subset)
   pre_1, pre_6 = by_name["norm=pre,lr=0.001,warmup=30"], by_name["norm=pre,lr=0.006,warmup=30"]
   post_short = [by_name["norm=post,lr=0.001,warmup=30"], by_name["norm=post,lr=0.006,warmup=30"]]
   post_long = by_name["norm=post,lr=0.001,warmup=1000"]
 
   pick = last_eval if final else lowest_eval
-  best = {r["name"]: pick(r["workdir"]) for r in rows}  # (step, loss) or None
+  best = {r["name"]: pick(r["workdir"]) if r["workdir"] else None
+          for r in by_name.values()}  # (step, loss) or None
 
   def lowest(r) -> float | None:
     return best[r["name"]][1] if best[r["name"]] else None
@@ -101,7 +109,8 @@ def shape_checks(rows: list[dict], final: bool = False) -> list[str]:
        [post_long, pre_1],
        lambda: lowest(post_long) <= lowest(pre_1) + report.STUCK_NATS),
   ]
-  verdicts = ["not yet (runs unfinished)" if any(r["state"] != "completed" for r in needs)
+  verdicts = ["not run" if any(r["state"] == "not run" for r in needs)
+              else "not yet (runs unfinished)" if any(r["state"] != "completed" for r in needs)
               else "yes" if holds() else "**no**" for _, needs, holds in checks]
   return ["| claim (REFERENCE §6) | reproduced |", "|---|---|",
           *[f"| {claim} | {verdict} |" for (claim, _, _), verdict in zip(checks, verdicts)]]
@@ -121,7 +130,8 @@ def last_eval(workdir: str) -> tuple[int, float] | None:
   return max(evals) if evals else None
 
 
-def notes(rows: list[dict], steps: int, final: bool = False) -> list[str]:
+def notes(rows: list[dict], steps: int, dropout: float = 0.0) -> list[str]:
+  final = dropout > 0
   baselines = sorted({round(r["unigram_baseline"], 3) for r in rows if r["unigram_baseline"]})
   lines = ["## Beside REFERENCE §6", "",
            "| run | REFERENCE held-out loss | here | here, below the unigram baseline | "
@@ -139,7 +149,7 @@ def notes(rows: list[dict], steps: int, final: bool = False) -> list[str]:
     lines += [f"Shortened: {steps} steps a run instead of REFERENCE's 3000.", ""]
   if final:
     lines += ["REFERENCE's claims, each answered from the final held-out loss of the runs "
-              "(dropout 0.1: size=course_reg):", ""]
+              f"(dropout {dropout:g}):", ""]
   else:
     lines += ["REFERENCE's claims, each answered from the lowest held-out loss of the runs "
               "(the model overfits tiny_shakespeare without dropout; the final losses are "
@@ -154,19 +164,32 @@ def main(argv):
   root, fixed = _WORKDIR.value, {"train.num_steps": _STEPS.value}
   if _EVAL_EVERY.value:
     fixed["train.eval_every_steps"] = _EVAL_EVERY.value
+  if _DROPOUT.value is not None:
+    fixed["model.dropout_rate"] = _DROPOUT.value
+  dropout = _DROPOUT.value if _DROPOUT.value is not None else (
+      0.1 if _SIZE.value == "course_reg" else 0.0)
   config = config_path(_SIZE.value)
   runs = sweep.expand(config, "course", fixed)
+  if _ONLY.value:
+    wanted = _ONLY.value.split(";")
+    unknown = sorted(set(wanted) - {r.name for r in runs})
+    if unknown:
+      raise app.UsageError(f"--only: no run named {', '.join(unknown)}; the five: "
+                           + "; ".join(r.name for r in runs))
+    runs = [r for r in runs if r.name in wanted]
   if not _REPORT_ONLY.value:
     launcher.run_to_the_end(config, "course", runs, root, fixed, parallel=_PARALLEL.value,
                             devices_per_run=_DEVICES_PER_RUN.value)
   rows = report.gather(root, runs)
-  reg = " (dropout 0.1)" if _SIZE.value == "course_reg" else ""
+  reg = f" (dropout {dropout:g})" if dropout else ""
   result = report.write(
       root, runs, title=f"Course runs (REFERENCE §6): Post-LN vs Pre-LN, 8-layer LM{reg}",
       command=f"python experiments/course_runs.py --workdir={root} --steps={_STEPS.value}"
       + (f" --size={_SIZE.value}" if _SIZE.value != "course" else "")
+      + (f" --dropout={_DROPOUT.value:g}" if _DROPOUT.value is not None else "")
+      + (f" --only='{';'.join(r.name for r in runs)}'" if _ONLY.value else "")
       + (f" --eval_every={_EVAL_EVERY.value}" if _EVAL_EVERY.value else ""),
-      notes=tuple(notes(rows, _STEPS.value, final=_SIZE.value == "course_reg")))
+      notes=tuple(notes(rows, _STEPS.value, dropout=dropout)))
   print("\n".join(result["markdown"]))
   print(f"\nReport: {result['paths']['report.md']}")
 

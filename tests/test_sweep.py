@@ -494,3 +494,26 @@ def test_zoo_maps_draw_one_table_with_a_row_per_placement(tmp_path):
   assert "| norm=deepnorm | 1.900 | 2.100 |" in md
   report.plot_stability_maps(str(tmp_path / "map.png"), maps, rows)
   assert (tmp_path / "map.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_course_runs_subset_with_another_dropout_reports_the_rest_as_not_run(tmp_path):
+  """experiments/course_runs.py --dropout=0.3 --only=...: the two named runs only, their
+  dropout in the title, REFERENCE's claims answered from final losses, and the claims
+  that need a run left out said to be 'not run'; a name not among the five is refused."""
+  script = os.path.join(REPO, "experiments", "course_runs.py")
+  pre = "norm=pre,lr=0.001,warmup=30;norm=pre,lr=0.006,warmup=30"
+  r = subprocess.run([sys.executable, script, f"--workdir={tmp_path}", "--dropout=0.3",
+                      f"--only={pre}", "--report_only"], cwd=REPO, capture_output=True,
+                     text=True, timeout=120)
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert "8-layer LM (dropout 0.3)" in r.stdout and "2 runs: 2 pending" in r.stdout
+  assert "from the final held-out loss of the runs (dropout 0.3)" in r.stdout
+  verdicts = [line.rsplit("|", 2)[1].strip() for line in r.stdout.splitlines()
+              if line.startswith(("| Post-LN with", "| Pre-LN trains", "| ... and better"))]
+  assert verdicts == ["not run", "not yet (runs unfinished)", "not yet (runs unfinished)",
+                      "not run"]
+  assert f"--dropout=0.3 --only='{pre}'" in r.stdout  # the command that reruns it
+  bad = subprocess.run([sys.executable, script, f"--workdir={tmp_path}",
+                        "--only=norm=pre,lr=0.1,warmup=30", "--report_only"], cwd=REPO,
+                       capture_output=True, text=True, timeout=120)
+  assert bad.returncode != 0 and "--only: no run named norm=pre,lr=0.1,warmup=30" in bad.stderr
