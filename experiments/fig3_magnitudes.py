@@ -2,7 +2,7 @@ r"""Fig. 3's magnitudes isolated: what moves the last decoder layer's W² gradie
 
   python experiments/fig3_magnitudes.py --workdir=/tmp/fig3mag [--seeds=10]
       [--label_smoothing=0,0.1] [--tokens=1024,4096,16384]
-      [--vocabs=unigram:8000,bpe:10000] [--max_len=32]
+      [--vocabs=unigram:8000,bpe:10000] [--inits=lnjax,sinusoidal,fairseq] [--max_len=32]
   python experiments/fig3_magnitudes.py --workdir=/tmp/fig3mag --report_only
 
 REPRODUCTION.md's Fig. 3 section measured ‖∂L/∂W²‖_F of the last decoder layer of the
@@ -21,6 +21,13 @@ initialization, dropout off):
                     joint SentencePiece BPE of 10,000 trained on Multi30k's train split
                     (fairseq's IWSLT14 recipe is a ≈10k BPE; IWSLT14's train split is not
                     prepared in the data dir).
+  initialization    lnjax's (learned positions N(0, 0.02); query/key/value Xavier-uniform)
+                    against fairseq's transformer_iwslt_de_en: sinusoidal positions
+                    (`sinusoidal`), and with them query/key/value Xavier-uniform at gain
+                    1/√2 (`fairseq`; its MultiheadAttention since the in_proj days). The
+                    rest already is fairseq's: embeddings N(0, D^-½) × √D, tied output,
+                    Xavier-uniform FFN and output projections, zero biases. Measured with
+                    the first vocabulary only.
 
 The sentences are the same for every cell: a fixed random sample (seed 0) of Multi30k
 train pairs of at most --max_len tokens on both sides under every vocabulary, cut into
@@ -29,6 +36,9 @@ compilation per model). Per seed and norm, one forward pass over all chunks give
 chunk's summed-loss gradient of W² for both ε (a VJP w.r.t. that one weight only); a
 ~k-token gradient is the sum over a group of k/min(tokens) chunks divided by its tokens,
 its norm averaged over the groups of the sample. Each cell: mean ± std over --seeds.
+
+An existing results.json in --workdir with the same sentences, seeds, ε and tokens is
+extended: only its missing (norm, vocabulary, initialization) passes are measured.
 
 Writes results.json, report.md (the table, each factor's effect as a ratio against the
 baseline cell: Post-LN / Pre-LN, ε 0, ~4k tokens, unigram 8000, the earlier Fig. 3
@@ -55,6 +65,9 @@ _VOCABS = flags.DEFINE_list("vocabs", ["unigram:8000", "bpe:10000"],
                             "Joint SentencePiece vocabularies, TYPE:SIZE.")
 _MAX_LEN = flags.DEFINE_integer("max_len", 32, "Longest pair kept (tokens, EOS included).")
 _NORMS = flags.DEFINE_list("norms", ["post", "pre"], "Norm placements measured.")
+INITS = ("lnjax", "sinusoidal", "fairseq")
+_INITS = flags.DEFINE_list("inits", list(INITS), "Initializations (the first with every "
+                           f"vocabulary, the others with the first): {', '.join(INITS)}.")
 _REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Rewrite report.md and the PNG from "
                                  "--workdir's results.json; measure nothing.")
 
@@ -63,13 +76,17 @@ _REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Rewrite report.md and th
 # so ≈0.17 at this model's 12 by linear interpolation (≈0.14–0.21 by a 1/√L fit to
 # either end point).
 PAPER = {"post": 1.6, "pre": 0.17}
+INIT_TEXT = {"lnjax": "lnjax (learned positions, q/k/v gain 1)",
+             "sinusoidal": "sinusoidal positions",
+             "fairseq": "fairseq (sinusoidal positions, q/k/v gain 1/√2)"}
 PAPER_TEXT = {"post": "≈1.6", "pre": "≈0.17 (between ≈0.3 at 6 and ≈0.13 at 14 layers)"}
 
 
-def vocab_config(norm: str, vocab: str):
+def vocab_config(norm: str, vocab: str, init: str = "lnjax"):
   model_type, size = vocab.split(":")
   c = fig3.make_config("translation", norm)
   with c.unlocked():
+    c.model.pos_emb = "learned" if init == "lnjax" else "sinusoidal"
     c.data.sp_model_type = model_type
     if not fig3._SMOKE.value:
       c.data.vocab_size = int(size)
@@ -99,7 +116,7 @@ def sample_pairs(lengths: list, rows_per_chunk_of, chunks: int, max_len: int):
 class Gradients:
   """Per chunk, the summed-loss gradient of the last decoder layer's W² for each ε."""
 
-  def __init__(self, config, vocab_size: int, epsilons: list[float]):
+  def __init__(self, config, vocab_size: int, epsilons: list[float], init: str = "lnjax"):
     import jax
     import jax.numpy as jnp
 
@@ -127,11 +144,23 @@ class Gradients:
     # [chunks, ε, d_ff, d_model] summed-loss gradients and [chunks] target tokens.
     self._run = jax.jit(lambda params, chunks: jax.lax.map(
         lambda b: chunk_grads(params, b), chunks))
+    self.qkv_gain = 2 ** -0.5 if init == "fairseq" else 1.0
 
   def __call__(self, seed: int, chunks):
     import numpy as np
-    g, n = self._run(self.measurer.init(seed), chunks)
+    g, n = self._run(scale_qkv(self.measurer.init(seed), self.qkv_gain), chunks)
     return np.asarray(g, np.float64), np.asarray(n, np.float64)
+
+
+def scale_qkv(params, gain: float):
+  """Every attention's query/key/value kernel × gain: a Xavier-uniform sample times
+  `gain` is a Xavier-uniform sample at that gain (fairseq's nn.init.xavier_uniform_)."""
+  import jax
+  if gain == 1.0:
+    return params
+  return jax.tree_util.tree_map_with_path(
+      lambda path, x: x * gain if [getattr(k, "key", None) for k in path[-2:]] in (
+          ["query", "kernel"], ["key", "kernel"], ["value", "kernel"]) else x, params)
 
 
 def group_norms(g, n, group: int) -> float:
@@ -144,10 +173,15 @@ def group_norms(g, n, group: int) -> float:
   return norms.mean(0)
 
 
-def measure(root: str) -> dict:
+def measure(root: str, done: dict | None = None) -> dict:
+  """The cells of every (norm, vocabulary, init) pass; `done`: an earlier results.json
+  of the same sample, seeds, ε and tokens, whose passes are kept and not measured again."""
   import jax
   import numpy as np
 
+  inits = _INITS.value
+  if unknown := sorted(set(inits) - set(INITS)):
+    raise app.UsageError(f"--inits: {', '.join(unknown)} not among {', '.join(INITS)}")
   epsilons = [float(e) for e in _LABEL_SMOOTHING.value]
   tokens = sorted(int(t) for t in _TOKENS.value)
   if any(t % tokens[0] for t in tokens):
@@ -159,16 +193,24 @@ def measure(root: str) -> dict:
                            _MAX_LEN.value)
   out = {"epsilons": epsilons, "tokens": tokens, "rows_per_chunk": int(ids.shape[1]),
          "chunks": chunks, "max_len": _MAX_LEN.value, "pairs_within_max_len": kept,
-         "seeds": _SEEDS(), "vocabs": {}, "cells": []}
-  for vocab, (data, split) in splits.items():
+         "seeds": _SEEDS(), "vocabs": {}, "inits": list(inits), "cells": []}
+  same = ("epsilons", "tokens", "rows_per_chunk", "chunks", "max_len", "seeds",
+          "pairs_within_max_len")
+  if done and all(done.get(k) == out[k] for k in same):  # The same sentences and seeds.
+    out["cells"] = [c for c in done["cells"] if c["vocab"] in splits]
+    out["inits"] = list(dict.fromkeys(done["inits"] + list(inits)))
+  measured = {(c["norm"], c["vocab"], c["init"]) for c in out["cells"]}
+  for vi, (vocab, (data, split)) in enumerate(splits.items()):
     batches = [data._make_batch(split, row_ids, ids.shape[1], _MAX_LEN.value)
                for row_ids in ids]
     stacked = {k: np.stack([b[k] for b in batches]) for k in batches[0]}
     out["vocabs"][vocab] = {"vocab_size": data.vocab_size,
                             "target_tokens_per_chunk": float(stacked["weights"].sum() / chunks)}
-    for norm in _NORMS.value:
+    for init, norm in [(i, n) for i in (inits if vi == 0 else inits[:1]) for n in _NORMS.value]:
+      if (norm, vocab, init) in measured:
+        continue
       t0 = time.time()
-      grads = Gradients(vocab_config(norm, vocab), data.vocab_size, epsilons)
+      grads = Gradients(vocab_config(norm, vocab, init), data.vocab_size, epsilons, init)
       per_seed = []  # [seed][tokens][ε]
       for seed in range(_SEEDS()):
         g, n = grads(seed, jax.tree.map(np.asarray, stacked))
@@ -177,14 +219,25 @@ def measure(root: str) -> dict:
       values = np.asarray(per_seed)
       for ti, t in enumerate(tokens):
         for ei, eps in enumerate(epsilons):
-          out["cells"].append({"norm": norm, "vocab": vocab, "tokens": t, "epsilon": eps,
+          out["cells"].append({"norm": norm, "vocab": vocab, "init": init, "tokens": t,
+                               "epsilon": eps,
                                "mean": float(values[:, ti, ei].mean()),
                                "std": float(values[:, ti, ei].std()),
                                "per_seed": values[:, ti, ei].tolist()})
-      print(f"{norm}-LN, {vocab}: " + ", ".join(
+      print(f"{norm}-LN, {vocab}, {init} init: " + ", ".join(
           f"{t} tok ε {e:g}: {values[:, ti, ei].mean():.3f}" for ti, t in enumerate(tokens)
           for ei, e in enumerate(epsilons)) + f" ({time.time() - t0:.0f} s)", flush=True)
   return out
+
+
+def load(path: str) -> dict:
+  """results.json; one written before the initialization factor holds lnjax's only."""
+  with open(path) as f:
+    r = json.load(f)
+  r.setdefault("inits", ["lnjax"])
+  for c in r["cells"]:
+    c.setdefault("init", "lnjax")
+  return r
 
 
 def _SEEDS() -> int:
@@ -200,20 +253,29 @@ def cell(r: dict, **key):
 
 def baseline_key(r: dict) -> dict:
   tokens = min(r["tokens"], key=lambda t: abs(t - 4096))
-  return {"vocab": next(iter(r["vocabs"])), "tokens": tokens, "epsilon": r["epsilons"][0]}
+  return {"vocab": next(iter(r["vocabs"])), "init": r["inits"][0], "tokens": tokens,
+          "epsilon": r["epsilons"][0]}
 
 
 def factor_rows(r: dict) -> list[tuple[str, str, dict]]:
   """(factor, the level, the baseline key with that one factor changed)."""
   base = baseline_key(r)
-  rows = [("baseline", f"ε {base['epsilon']:g}, ~{base['tokens']} tokens, {base['vocab']}",
-           base)]
+  rows = [("baseline", f"ε {base['epsilon']:g}, ~{base['tokens']} tokens, {base['vocab']}, "
+           f"{base['init']} init", base)]
   rows += [("label smoothing", f"ε {e:g}", {**base, "epsilon": e})
            for e in r["epsilons"] if e != base["epsilon"]]
   rows += [("tokens averaged", f"~{t}", {**base, "tokens": t})
            for t in r["tokens"] if t != base["tokens"]]
   rows += [("vocabulary", v, {**base, "vocab": v}) for v in r["vocabs"] if v != base["vocab"]]
+  rows += [("initialization", INIT_TEXT[i], {**base, "init": i}) for i in r["inits"]
+           if i != base["init"] and cell(r, norm=r["cells"][0]["norm"], **{**base, "init": i})]
   return rows
+
+
+def series(r: dict) -> list[tuple[str, str]]:
+  """The (vocabulary, initialization) pairs measured, in flag order."""
+  found = {(c["vocab"], c["init"]) for c in r["cells"]}
+  return [(v, i) for i in r["inits"] for v in r["vocabs"] if (v, i) in found]
 
 
 def report(r: dict, root: str, command: str) -> str:
@@ -237,13 +299,14 @@ def report(r: dict, root: str, command: str) -> str:
   lines.append("| paper (Fig. 3, read off) | IWSLT14, fairseq, 12 layers | "
                + " | ".join(PAPER_TEXT[n] for n in norms) + " |")
   lines += ["", "## Every cell", "",
-            "| vocabulary | tokens | ε | " + " | ".join(f"{n}-LN" for n in norms) + " |",
-            "|---|---|---|" + "---|" * len(norms)]
-  for v in r["vocabs"]:
+            "| vocabulary | initialization | tokens | ε | "
+            + " | ".join(f"{n}-LN" for n in norms) + " |",
+            "|---|---|---|---|" + "---|" * len(norms)]
+  for v, i in series(r):
     for t in r["tokens"]:
       for e in r["epsilons"]:
-        cells = [cell(r, norm=n, vocab=v, tokens=t, epsilon=e) for n in norms]
-        lines.append(f"| {v} | ~{t} | {e:g} | "
+        cells = [cell(r, norm=n, vocab=v, init=i, tokens=t, epsilon=e) for n in norms]
+        lines.append(f"| {v} | {i} | ~{t} | {e:g} | "
                      + " | ".join(f"{c['mean']:.3f} ± {c['std']:.3f}" for c in cells) + " |")
   lines += ["", "![Fig. 3 magnitudes](fig3_magnitudes.png)", ""]
   text = "\n".join(lines)
@@ -260,12 +323,12 @@ def plot(r: dict, path: str) -> None:
   norms = sorted({c["norm"] for c in r["cells"]}, key=["post", "pre"].index)
   fig, axes = plt.subplots(1, len(norms), figsize=(6 * len(norms), 4), squeeze=False)
   for ax, n in zip(axes[0], norms):
-    for vi, v in enumerate(r["vocabs"]):
+    for si, (v, i) in enumerate(series(r)):
       for e, style in zip(r["epsilons"], ("-", "--", ":")):
-        cs = [cell(r, norm=n, vocab=v, tokens=t, epsilon=e) for t in r["tokens"]]
+        cs = [cell(r, norm=n, vocab=v, init=i, tokens=t, epsilon=e) for t in r["tokens"]]
         ax.errorbar(r["tokens"], [c["mean"] for c in cs], yerr=[c["std"] for c in cs],
-                    ls=style, marker="o", capsize=3, color=f"C{vi}",
-                    label=f"{v}, ε {e:g}")
+                    ls=style, marker="o", capsize=3, color=f"C{si}",
+                    label=f"{v}, {i} init, ε {e:g}")
     ax.axhline(PAPER[n], color="k", ls="--", lw=1, label=f"paper {PAPER_TEXT[n]}")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("target tokens the gradient is averaged over")
@@ -287,11 +350,10 @@ def main(argv):
   os.makedirs(root, exist_ok=True)
   path = os.path.join(root, "results.json")
   if _REPORT_ONLY.value:
-    with open(path) as f:
-      results = json.load(f)
+    results = load(path)
   else:
     t0 = time.time()
-    results = measure(root)
+    results = measure(root, load(path) if os.path.exists(path) else None)
     results["seconds"] = time.time() - t0
     results["command"] = ("python experiments/fig3_magnitudes.py "
                           + " ".join(sys.argv[1:])).strip()
