@@ -36,7 +36,10 @@ def section(cls, **overrides) -> ml_collections.ConfigDict:
     d[f.name] = value
   if overrides:
     raise errors.ConfigError(f"{cls.__name__} has no field {sorted(overrides)[0]!r}")
-  _BUILT_FROM[frozenset(d.keys())] = cls
+  keys = frozenset(d.keys())
+  if _BUILT_FROM.setdefault(keys, cls) is not cls:  # --print_config finds a class by its keys.
+    raise TypeError(f"{cls.__name__} and {_BUILT_FROM[keys].__name__} have the same field"
+                    " names: a config section could not say which it was built from")
   return d
 
 

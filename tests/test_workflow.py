@@ -342,3 +342,27 @@ def test_print_config_comments_a_config_only_finetune_resolves():
   assert "# mrpc | rte" in shown["data.name"]
   assert "(no pre-training)." in shown["data.init_step"]  # Continued below its key.
   assert "# One run each" in shown["finetune.seeds"]
+
+
+def test_two_section_classes_with_the_same_field_names_are_refused():
+  """--print_config finds a section's dataclass by its key set (sections.built_from): a
+  second dataclass with the same field names would be mistaken for the first."""
+  import dataclasses
+
+  from lnjax import sections
+
+  @dataclasses.dataclass
+  class First:
+    alpha_for_this_test: int = 1
+    beta_for_this_test: str = "b"
+
+  @dataclasses.dataclass
+  class Second:
+    beta_for_this_test: str = "c"
+    alpha_for_this_test: int = 2
+
+  sections.section(First)
+  sections.section(First)  # The same class again is fine.
+  assert sections.built_from(["beta_for_this_test", "alpha_for_this_test"]) is First
+  with pytest.raises(TypeError, match="Second and First have the same field names"):
+    sections.section(Second)
