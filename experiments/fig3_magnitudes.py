@@ -198,7 +198,7 @@ def measure(root: str, done: dict | None = None) -> dict:
           "pairs_within_max_len")
   if done and all(done.get(k) == out[k] for k in same):  # The same sentences and seeds.
     out["cells"] = [c for c in done["cells"] if c["vocab"] in splits]
-    out["inits"] = list(dict.fromkeys(done["inits"] + list(inits)))
+    out["inits"] = sorted(set(done["inits"]) | set(inits), key=INITS.index)
   measured = {(c["norm"], c["vocab"], c["init"]) for c in out["cells"]}
   for vi, (vocab, (data, split)) in enumerate(splits.items()):
     batches = [data._make_batch(split, row_ids, ids.shape[1], _MAX_LEN.value)

@@ -67,12 +67,12 @@ def test_second_launch_measures_only_the_missing_initializations(tmp_path):
   passes = [line.split(" init: ")[0] for line in second.stdout.splitlines() if " init: " in line]
   assert passes == ["post-LN, unigram:8000, sinusoidal", "pre-LN, unigram:8000, sinusoidal"]
   after = json.load(open(tmp_path / "results.json"))
-  assert after["inits"] == ["lnjax", "fairseq", "sinusoidal"]
+  assert after["inits"] == ["lnjax", "sinusoidal", "fairseq"]
   assert [c for c in after["cells"] if c["init"] != "sinusoidal"] == before["cells"]
   report = (tmp_path / "report.md").read_text()
   rows = [line for line in report.splitlines() if line.startswith("| initialization |")]
   assert [row.split("|")[2].strip() for row in rows] == [
-      "fairseq (sinusoidal positions, q/k/v gain 1/√2)", "sinusoidal positions"]
+      "sinusoidal positions", "fairseq (sinusoidal positions, q/k/v gain 1/√2)"]
   # Positions alone differ from lnjax's init; the q/k/v gain moves fairseq's from them.
   cell = lambda init, norm: next(c["mean"] for c in after["cells"] if c["init"] == init
                                  and c["norm"] == norm and c["tokens"] == 128
