@@ -321,7 +321,9 @@ def plot(r: dict, path: str) -> None:
   import matplotlib.pyplot as plt
 
   norms = sorted({c["norm"] for c in r["cells"]}, key=["post", "pre"].index)
-  fig, axes = plt.subplots(1, len(norms), figsize=(6 * len(norms), 4), squeeze=False)
+  rows = len(series(r)) * len(r["epsilons"])
+  fig, axes = plt.subplots(1, len(norms), figsize=(6 * len(norms), 4 + 0.12 * rows),
+                           squeeze=False)
   for ax, n in zip(axes[0], norms):
     for si, (v, i) in enumerate(series(r)):
       for e, style in zip(r["epsilons"], ("-", "--", ":")):
@@ -329,16 +331,19 @@ def plot(r: dict, path: str) -> None:
         ax.errorbar(r["tokens"], [c["mean"] for c in cs], yerr=[c["std"] for c in cs],
                     ls=style, marker="o", capsize=3, color=f"C{si}",
                     label=f"{v}, {i} init, ε {e:g}")
-    ax.axhline(PAPER[n], color="k", ls="--", lw=1, label=f"paper {PAPER_TEXT[n]}")
+    paper = ax.axhline(PAPER[n], color="k", ls="--", lw=1)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("target tokens the gradient is averaged over")
     ax.set_ylabel("‖∂L/∂W²‖_F, last decoder layer")
     ax.set_title(f"{n}-LN, 6+6 × 512 at init")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend([paper], [f"paper {PAPER_TEXT[n]}"], fontsize=7, loc="lower right")
   fig.suptitle(f"What moves Fig. 3's magnitude (mean ± std over {r['seeds']} seeds)")
-  fig.tight_layout()
+  # The series' legend once, below both panels, where it hides no point.
+  handles, labels = axes[0][0].get_legend_handles_labels()
+  fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=7)
+  fig.tight_layout(rect=(0, 0.05 * -(-rows // 4) + 0.02, 1, 1))
   fig.savefig(path, dpi=120)
   plt.close(fig)
 
