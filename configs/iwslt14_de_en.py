@@ -3,7 +3,7 @@ r"""IWSLT14 German→English, the paper's translation setting (Xiong et al. 2020
   python -m lnjax.main --config=configs/iwslt14_de_en.py:norm=pre --workdir=/tmp/iwslt_pre
 
 The paper's model (fairseq's transformer_iwslt_de_en): 6+6 layers, d_model 512, FFN 1024,
-4 heads, dropout 0.3, shared embeddings; Adam (β₂ 0.98), label smoothing 0.1, batches of
+4 heads, dropout 0.3, sinusoidal positions, shared embeddings; Adam (β₂ 0.98), label smoothing 0.1, batches of
 4096 tokens. Data: fairseq's prepared layout (prepare-iwslt14.sh: Moses-tokenized,
 lowercased) with a joint BPE vocabulary of 10,000 (SentencePiece) trained on the train
 split. Prepare it once with
@@ -37,6 +37,7 @@ def get_config(arg=None):
   m = c.model
   m.num_layers, m.d_model, m.num_heads, m.d_ff = 6, 512, 4, 1024
   m.dropout_rate = 0.3
+  m.pos_emb = "sinusoidal"  # fairseq's, as the paper trained it.
   c.opt.name, c.opt.learning_rate, c.opt.b2 = "adam", 5e-4, 0.98
   c.opt.weight_decay = 0.0
   c.train.label_smoothing = 0.1

@@ -2,9 +2,9 @@ r"""WMT14 English→German, Transformer base (Vaswani et al. 2017; Xiong et al. 
 
   python -m lnjax.main --config=configs/wmt14_en_de.py:norm=pre --workdir=/tmp/wmt_pre
 
-6+6 layers, d_model 512, 8 heads, FFN 2048, dropout 0.1, shared embeddings, a joint
-SentencePiece vocabulary of 32,000; Adam (β₂ 0.98), label smoothing 0.1, about 25k
-target tokens per step (fairseq's 8 GPUs × 3584). A GPU/TPU-slice run (see BUILD.md);
+6+6 layers, d_model 512, 8 heads, FFN 2048, dropout 0.1, sinusoidal positions, shared
+embeddings, a joint SentencePiece vocabulary of 32,000; Adam (β₂ 0.98), label smoothing
+0.1, about 25k target tokens per step (fairseq's 8 GPUs × 3584). A GPU/TPU-slice run (see BUILD.md);
 on a CPU use the `smoke` preset or Multi30k.
 
 Data: the TFDS catalog's `wmt14_translate/de-en` (Europarl v7, Common Crawl, News
@@ -40,6 +40,7 @@ def get_config(arg=None):
   m = c.model
   m.num_layers, m.d_model, m.num_heads, m.d_ff = 6, 512, 8, 2048
   m.dropout_rate = 0.1
+  m.pos_emb = "sinusoidal"  # fairseq's transformer_wmt_en_de, as the paper trained it.
   m.dtype = "bfloat16"  # Accelerators; parameters and optimizer state stay float32.
   c.opt.name, c.opt.learning_rate, c.opt.b2 = "adam", 7e-4, 0.98
   c.train.label_smoothing = 0.1

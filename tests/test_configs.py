@@ -26,7 +26,8 @@ def test_config_resolves(name, arg):
 
 def test_paper_translation_presets():
   """Xiong et al. §4 / REFERENCE §5: IWSLT14 Post-LN 4000 warm-up + inverse sqrt, Pre-LN no
-  warm-up ×0.1 at epoch 8, both lr 5e-4, 6+6 layers, D 512, FFN 1024, 4 heads."""
+  warm-up ×0.1 at epoch 8, both lr 5e-4, 6+6 layers, D 512, FFN 1024, 4 heads; fairseq's
+  sinusoidal positions (WMT14's Transformer base too)."""
   from configs import iwslt14_de_en, wmt14_en_de
   post = run.resolve_config(iwslt14_de_en.get_config("norm=post"))
   pre = run.resolve_config(iwslt14_de_en.get_config("norm=pre"))
@@ -34,9 +35,11 @@ def test_paper_translation_presets():
       "inverse_sqrt", 4000, 5e-4)
   assert (pre.opt.schedule, pre.opt.warmup_steps, pre.opt.decay_epochs) == ("step", 0, (8,))
   m = pre.model
-  assert (m.num_layers, m.d_model, m.d_ff, m.num_heads) == (6, 512, 1024, 4)
+  assert (m.num_layers, m.d_model, m.d_ff, m.num_heads, m.pos_emb) == (
+      6, 512, 1024, 4, "sinusoidal")
   base = run.resolve_config(wmt14_en_de.get_config("norm=pre")).model
-  assert (base.num_layers, base.d_model, base.d_ff, base.num_heads) == (6, 512, 2048, 8)
+  assert (base.num_layers, base.d_model, base.d_ff, base.num_heads, base.pos_emb) == (
+      6, 512, 2048, 8, "sinusoidal")
 
 
 def test_course_reg_is_the_course_model_with_dropout():

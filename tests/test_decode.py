@@ -86,8 +86,11 @@ def test_per_stack_override():
   assert "final_norm" in params["encoder"] and "final_norm" not in params["decoder"]
 
 
-def test_cached_decoding_equals_teacher_forcing():
-  model, params, src = _model()
+@pytest.mark.parametrize("pos_emb", ["learned", "sinusoidal"])
+def test_cached_decoding_equals_teacher_forcing(pos_emb):
+  """Each decode step adds the position at its offset, as the full forward pass does."""
+  model, params, src = _model(pos_emb=pos_emb)
+  assert ("positions" in params["embed"]) == (pos_emb == "learned")
   tokens = decode.greedy(model, params, src, max_len=6, bos_id=BOS, eos_id=EOS)
   tgt_in = jnp.concatenate([jnp.full((2, 1), BOS), tokens[:, :-1]], axis=1)
   logits = model.apply({"params": params}, src, tgt_in)

@@ -174,6 +174,16 @@ def test_layernorm_and_rmsnorm_formulas_with_random_parameters():
                              rtol=1e-5, atol=1e-6)
 
 
+def test_sinusoidal_positions_formula():
+  """Vaswani et al. §3.5: PE(p, 2i) = sin(p / 10000^(2i/D)), PE(p, 2i+1) = cos(same)."""
+  from lnjax.models import layers
+  pe_LxD = np.asarray(layers.sinusoidal_positions(50, 16))
+  p, i = np.arange(50)[:, None], np.arange(8)[None, :]
+  angle = p / 10000 ** (2 * i / 16)
+  np.testing.assert_allclose(pe_LxD[:, 0::2], np.sin(angle), atol=1e-5)
+  np.testing.assert_allclose(pe_LxD[:, 1::2], np.cos(angle), atol=1e-5)
+
+
 def test_xavier_init_and_logical_axes():
   model = TransformerLM(CFG)
   boxed = model.init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))["params"]
