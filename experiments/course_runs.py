@@ -9,9 +9,10 @@ sequences of 128, batch 32, dropout 0, Adam at a constant peak lr after a linear
 no gradient clipping) on tiny_shakespeare, the `course` sweep of configs/lm.py:
   Pre-LN and Post-LN at peak lr 1e-3 and 6e-3 with a 30-step warm-up,
   Post-LN at peak lr 1e-3 with a 1000-step warm-up,
-3000 steps each (about 20 minutes a run on 2 CPU cores). The runs go through the sweep
-launcher (a folder each under --workdir; finished runs are skipped and interrupted ones
-resumed when the command is run again). report.md puts the held-out losses beside
+3000 steps each (45–47 minutes a run on one core of a 2-core Xeon; --parallel=2 runs two,
+each pinned to a core). The runs go through the sweep launcher (a folder each under
+--workdir; finished runs are skipped and interrupted ones resumed when the command is run
+again). report.md puts the held-out losses beside
 REFERENCE's and checks the shape to reproduce; loss_curves.png overlays the runs.
 `--steps` shortens every run (a 1000-step warm-up then never reaches its peak before
 step 1000). `--size=course_reg` runs the same five with dropout 0.1
