@@ -167,10 +167,9 @@ def main(argv):
     fixed["train.eval_every_steps"] = _EVAL_EVERY.value
   if _DROPOUT.value is not None:
     fixed["model.dropout_rate"] = _DROPOUT.value
-  dropout = _DROPOUT.value if _DROPOUT.value is not None else (
-      0.1 if _SIZE.value == "course_reg" else 0.0)
   config = config_path(_SIZE.value)
   runs = sweep.expand(config, "course", fixed)
+  dropout = runs[0].setting("model.dropout_rate")  # The preset's, or --dropout.
   if _ONLY.value:
     wanted = _ONLY.value.split(";")
     unknown = sorted(set(wanted) - {r.name for r in runs})

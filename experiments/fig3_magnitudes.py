@@ -65,7 +65,14 @@ _VOCABS = flags.DEFINE_list("vocabs", ["unigram:8000", "bpe:10000"],
                             "Joint SentencePiece vocabularies, TYPE:SIZE.")
 _MAX_LEN = flags.DEFINE_integer("max_len", 32, "Longest pair kept (tokens, EOS included).")
 _NORMS = flags.DEFINE_list("norms", ["post", "pre"], "Norm placements measured.")
-INITS = ("lnjax", "sinusoidal", "fairseq")
+# Each initialization: (model.pos_emb, the gain of every attention's q/k/v kernel, its
+# name in the report).
+INIT_SETTINGS = {
+    "lnjax": ("learned", 1.0, "lnjax (learned positions, q/k/v gain 1)"),
+    "sinusoidal": ("sinusoidal", 1.0, "sinusoidal positions"),
+    "fairseq": ("sinusoidal", 2 ** -0.5, "fairseq (sinusoidal positions, q/k/v gain 1/√2)"),
+}
+INITS = tuple(INIT_SETTINGS)
 _INITS = flags.DEFINE_list("inits", list(INITS), "Initializations (the first with every "
                            f"vocabulary, the others with the first): {', '.join(INITS)}.")
 _REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Rewrite report.md and the PNG from "
@@ -76,9 +83,6 @@ _REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Rewrite report.md and th
 # so ≈0.17 at this model's 12 by linear interpolation (≈0.14–0.21 by a 1/√L fit to
 # either end point).
 PAPER = {"post": 1.6, "pre": 0.17}
-INIT_TEXT = {"lnjax": "lnjax (learned positions, q/k/v gain 1)",
-             "sinusoidal": "sinusoidal positions",
-             "fairseq": "fairseq (sinusoidal positions, q/k/v gain 1/√2)"}
 PAPER_TEXT = {"post": "≈1.6", "pre": "≈0.17 (between ≈0.3 at 6 and ≈0.13 at 14 layers)"}
 
 
@@ -86,7 +90,7 @@ def vocab_config(norm: str, vocab: str, init: str = "lnjax"):
   model_type, size = vocab.split(":")
   c = fig3.make_config("translation", norm)
   with c.unlocked():
-    c.model.pos_emb = "learned" if init == "lnjax" else "sinusoidal"
+    c.model.pos_emb = INIT_SETTINGS[init][0]
     c.data.sp_model_type = model_type
     if not fig3._SMOKE.value:
       c.data.vocab_size = int(size)
@@ -144,7 +148,7 @@ class Gradients:
     # [chunks, ε, d_ff, d_model] summed-loss gradients and [chunks] target tokens.
     self._run = jax.jit(lambda params, chunks: jax.lax.map(
         lambda b: chunk_grads(params, b), chunks))
-    self.qkv_gain = 2 ** -0.5 if init == "fairseq" else 1.0
+    self.qkv_gain = INIT_SETTINGS[init][1]
 
   def __call__(self, seed: int, chunks):
     import numpy as np
@@ -199,6 +203,9 @@ def measure(root: str, done: dict | None = None) -> dict:
   if done and all(done.get(k) == out[k] for k in same):  # The same sentences and seeds.
     out["cells"] = [c for c in done["cells"] if c["vocab"] in splits]
     out["inits"] = sorted(set(done["inits"]) | set(inits), key=INITS.index)
+  elif done:
+    print(f"{root}/results.json was measured on other sentences, seeds, ε or tokens: "
+          "measuring every pass again and replacing it", flush=True)
   measured = {(c["norm"], c["vocab"], c["init"]) for c in out["cells"]}
   for vi, (vocab, (data, split)) in enumerate(splits.items()):
     batches = [data._make_batch(split, row_ids, ids.shape[1], _MAX_LEN.value)
@@ -267,8 +274,8 @@ def factor_rows(r: dict) -> list[tuple[str, str, dict]]:
   rows += [("tokens averaged", f"~{t}", {**base, "tokens": t})
            for t in r["tokens"] if t != base["tokens"]]
   rows += [("vocabulary", v, {**base, "vocab": v}) for v in r["vocabs"] if v != base["vocab"]]
-  rows += [("initialization", INIT_TEXT[i], {**base, "init": i}) for i in r["inits"]
-           if i != base["init"] and cell(r, norm=r["cells"][0]["norm"], **{**base, "init": i})]
+  rows += [("initialization", INIT_SETTINGS[i][2], {**base, "init": i}) for i in r["inits"]
+           if i != base["init"]]
   return rows
 
 
