@@ -128,6 +128,35 @@ def test_every_optimizer_descends(name):
   assert loss(params) < 13.0 * 0.5
 
 
+def test_radam_updates_against_the_papers_formula():
+  """RAdam (Liu et al., arXiv 1908.03265, Algorithm 2) in numpy: while the length of the
+  approximated SMA ρ_t is below the threshold the update is the bias-corrected momentum
+  alone, -lr · m̂_t; above it, the rectified Adam step -lr · r_t · m̂_t / (√v̂_t + ε).
+  The paper rectifies when ρ_t > 4; optax (whose default lnjax keeps) and the authors'
+  code when ρ_t >= 5. With β₂ = 0.98, ρ_1..ρ_4 = 1.0, 2.0, 2.97, 3.95 are below both,
+  ρ_5 = 4.93 lies between them (momentum alone here), ρ_6.. > 5."""
+  lr_, b1, b2, eps = 0.1, 0.9, 0.98, 1e-8
+  tx = optim.make_optimizer(optim.OptConfig(name="radam", learning_rate=lr_, b1=b1, b2=b2,
+                                            eps=eps), optax.constant_schedule(lr_))
+  grads = np.random.default_rng(0).normal(size=(8, 5)) * [0.01, 0.3, 2.0, -5.0, 40.0]
+  params = {"w": jnp.zeros(5)}
+  state = tx.init(params)
+  m, v = np.zeros(5), np.zeros(5)
+  rho_inf = 2 / (1 - b2) - 1
+  for t, g in enumerate(grads, start=1):
+    updates, state = tx.update({"w": jnp.asarray(g, jnp.float32)}, state, params)
+    m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+    m_hat, v_hat = m / (1 - b1**t), v / (1 - b2**t)
+    rho = rho_inf - 2 * t * b2**t / (1 - b2**t)
+    if rho < 5:
+      expected = -lr_ * m_hat
+    else:
+      r = np.sqrt((rho - 4) * (rho - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho))
+      expected = -lr_ * r * m_hat / (np.sqrt(v_hat) + eps)
+    assert (rho <= 4) == (t <= 4) and (rho < 5) == (t <= 5), (t, rho)
+    np.testing.assert_allclose(np.asarray(updates["w"]), expected, rtol=1e-4, err_msg=f"t={t}")
+
+
 def test_clipping_is_off_by_default_and_bounds_updates_when_on():
   g = {"w": jnp.array([300.0, 400.0])}  # Global norm 500.
   sgd = lambda clip: optim.make_optimizer(

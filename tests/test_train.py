@@ -85,6 +85,24 @@ def test_resume_reproduces_the_uninterrupted_run(uninterrupted, tmp_path):
 
 
 @pytest.mark.slow
+def test_logged_train_loss_is_the_mean_of_the_windows_step_losses(uninterrupted, tmp_path):
+  """A logged train_loss is the mean over its logging window of the per-step losses of the
+  same seed's run: those of the run that logs every step, averaged here in numpy (windows of
+  6 steps and a last one of 2). That run's own first loss is against a hand-computed value:
+  at initialization the model predicts about uniformly, a loss near ln V (ln 67 = 4.20)."""
+  every_step = train_losses(uninterrupted)
+  vocab_size = json.load(open(os.path.join(uninterrupted, "config.json")))["model"]["vocab_size"]
+  assert abs(every_step[1] - np.log(vocab_size)) < 0.5, (every_step[1], vocab_size)
+  wd = str(tmp_path / "every6")
+  train.train_and_evaluate(smoke_config(**{**UNINTERRUPTED, "train.log_every_steps": 6}), wd)
+  windows = train_losses(wd)
+  assert sorted(windows) == [6, 12, 18, 20]
+  for first, last in ((1, 6), (7, 12), (13, 18), (19, 20)):
+    expected = np.mean([every_step[s] for s in range(first, last + 1)])
+    assert windows[last] == pytest.approx(expected, rel=1e-6), (last, windows, every_step)
+
+
+@pytest.mark.slow
 def test_label_smoothing_changes_the_update(tmp_path):
   """train.label_smoothing reaches the objective: step 1's reported loss (the NLL, from the
   same initialization) is the same with and without it, step 2's (after one update of
