@@ -352,6 +352,66 @@ def test_hf_saved_dataset_trains_lm_and_reads_nested_translations(tmp_path):
 
 
 # ---------------------------------------------------------------------------
+# data.text_field: tfds: and hf: language-model data whose text feature has another name.
+# ---------------------------------------------------------------------------
+
+
+def _body_and_decoy(docs):
+  """Records whose text is in 'body'; 'text' holds digits only, which no document has."""
+  return [{"body": d, "text": str(i % 10) * 40} for i, d in enumerate(docs)]
+
+
+class LnjaxTestBody(tfds.core.GeneratorBasedBuilder):
+  """Tiny Shakespeare paragraphs in a feature named 'body' beside a decoy 'text'."""
+
+  VERSION = tfds.core.Version("1.0.0")
+
+  def _info(self):
+    return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict(
+        {"body": tfds.features.Text(), "text": tfds.features.Text()}))
+
+  def _split_generators(self, dl_manager):
+    train, val = _shakespeare_docs()
+    return {"train": self._generate_examples(train[:300]),
+            "validation": self._generate_examples(val[:60])}
+
+  def _generate_examples(self, docs):
+    yield from enumerate(_body_and_decoy(docs))
+
+
+@pytest.mark.parametrize("kind", ["tfds", "hf"])
+def test_lm_splits_read_the_named_text_field(kind, tmp_path):
+  """Both splits' token streams hold the 'body' documents' characters, counted in Python
+  on the documents themselves, and the decoy's digits nowhere (the char vocabulary is the
+  train split's characters)."""
+  import collections
+
+  import datasets
+
+  from lnjax.data import LMDataConfig, make_lm_data
+
+  train, val = _shakespeare_docs()
+  train, val = train[:300], val[:60]
+  if kind == "tfds":
+    LnjaxTestBody(data_dir=str(tmp_path / "tfds"), file_format="array_record"
+                  ).download_and_prepare()
+    name, tfds_dir = "tfds:lnjax_test_body", str(tmp_path / "tfds")
+  else:
+    datasets.DatasetDict({
+        split: datasets.Dataset.from_list(_body_and_decoy(docs))
+        for split, docs in (("train", train), ("validation", val))
+    }).save_to_disk(str(tmp_path / "hf"))
+    name, tfds_dir = f"hf:{tmp_path / 'hf'}", None
+  data = make_lm_data(LMDataConfig(name=name, tfds_data_dir=tfds_dir, text_field="body",
+                                   seq_len=16, batch_size=4,
+                                   cache_dir=str(tmp_path / "cache")), 0)
+  assert set(data.tokenizer.chars) == set("".join(train))
+  for tokens, docs in ((data.train_tokens_N, train), (data.eval_tokens_N, val)):
+    assert collections.Counter(data.tokenizer.decode(tokens)) == collections.Counter(
+        "".join(docs))
+
+
+# ---------------------------------------------------------------------------
 # IWSLT14: fairseq's preparation on an archive in the real archive's layout.
 # ---------------------------------------------------------------------------
 
