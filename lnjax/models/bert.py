@@ -4,7 +4,7 @@ segment embeddings, a masked-LM head tied to the input embedding, an optional
 next-sentence head, and a classification head on the first token for fine-tuning.
 
 Parameters are laid out so that fine-tuning restores what pre-training learned by name:
-  bert/{embed, segment_embed, stack/layer_*, stack/final_norm}   the encoder
+  bert/{embed, segment_embed, [embed_norm,] stack/layer_*, stack/final_norm}   the encoder
   pooler                                                         tanh(W h_[CLS] + b)
   mlm_transform, mlm_norm, mlm_bias                              pre-training only
   next_sentence                                                  pre-training with NSP
@@ -40,16 +40,22 @@ class BertEncoder(nn.Module):
     self.embed = Embed(self.cfg)
     self.segment_embed = layers.param(self, "segment_embed", nn.initializers.normal(0.02),
                                       (NUM_SEGMENTS, self.cfg.d_model), (None, "embed"))
+    if self.cfg.embed_norm:
+      self.embed_norm = norms.NORMS[self.cfg.norm_kind](self.cfg.norm_eps, self.cfg.dtype)
     self.dropout = nn.Dropout(self.cfg.dropout_rate)
     self.stack = _Stack(self.cfg)
 
-  def __call__(self, tokens_BxT, segments_BxT, *, deterministic: bool):
-    # Token·√D + position from the shared Embed (its own dropout off), + segment, then
-    # dropout once on the sum, as BERT does.
+  def __call__(self, tokens_BxT, segments_BxT, *, deterministic: bool, mask_BxT=None):
+    """`mask_BxT`: 1 on real tokens, 0 on padding (None: padding is token id 0)."""
+    # Token·√D (`scale_embeddings`) + position from the shared Embed (its own dropout
+    # off), + segment, [a norm (`embed_norm`),] then dropout once on the sum, as BERT does.
     x_BxTxD = self.embed(tokens_BxT, deterministic=True)
     x_BxTxD = x_BxTxD + jnp.take(self.segment_embed, segments_BxT, axis=0).astype(x_BxTxD.dtype)
+    if self.cfg.embed_norm:
+      x_BxTxD = self.embed_norm(x_BxTxD)
     x_BxTxD = self.dropout(x_BxTxD, deterministic=deterministic)
-    return self.stack(x_BxTxD, layers.padding_bias(tokens_BxT > 0), deterministic=deterministic)
+    mask_BxT = tokens_BxT > 0 if mask_BxT is None else mask_BxT
+    return self.stack(x_BxTxD, layers.padding_bias(mask_BxT), deterministic=deterministic)
 
 
 def _pooler(cfg: ModelConfig, h_BxTxD):
@@ -71,14 +77,15 @@ class BertPretraining(nn.Module):
   next_sentence: bool = True
 
   @nn.compact
-  def __call__(self, tokens_BxT, segments_BxT, mlm_positions_BxP, *, deterministic: bool = True):
+  def __call__(self, tokens_BxT, segments_BxT, mlm_positions_BxP, *, deterministic: bool = True,
+               mask_BxT=None):
     cfg = self.cfg
     encoder = BertEncoder(cfg, name="bert")
-    h_BxTxD = encoder(tokens_BxT, segments_BxT, deterministic=deterministic)
+    h_BxTxD = encoder(tokens_BxT, segments_BxT, deterministic=deterministic, mask_BxT=mask_BxT)
     h_BxPxD = jnp.take_along_axis(h_BxTxD, mlm_positions_BxP[..., None], axis=1)
-    # BERT's MLM head: dense + GELU + LN, then the output projection (the input embedding
-    # transposed when cfg.tie_embeddings, as in BERT) and a per-token bias.
-    h_BxPxD = nn.gelu(layers.Dense(cfg.d_model, ("embed", None), dtype=cfg.dtype,
+    # BERT's MLM head: dense + activation + LN, then the output projection (the input
+    # embedding transposed when cfg.tie_embeddings, as in BERT) and a per-token bias.
+    h_BxPxD = layers.ACTIVATIONS[cfg.activation](layers.Dense(cfg.d_model, ("embed", None), dtype=cfg.dtype,
                                    name="mlm_transform")(h_BxPxD))
     h_BxPxD = norms.make_norm(cfg.norm_kind, cfg.norm_eps, cfg.dtype, "mlm_norm")(h_BxPxD)
     bias_V = layers.param(self, "mlm_bias", nn.initializers.zeros, (cfg.vocab_size,), ("vocab",))

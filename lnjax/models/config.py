@@ -7,7 +7,7 @@ from lnjax.models import kernels, layers, norms, placement
 
 NORM_KINDS = norms.NORM_KINDS
 POS_EMBS = ("learned", "sinusoidal")
-ACTIVATIONS = ("relu", "gelu")
+ACTIVATIONS = tuple(layers.ACTIVATIONS)
 DTYPES = ("float32", "bfloat16")
 # Rematerialization of each layer in the backward pass: "none", or the name of a
 # jax.checkpoint_policies policy (what the forward pass keeps; the rest is recomputed).
@@ -39,7 +39,10 @@ class ModelConfig:
   deepnorm_beta: float = 0.0  # (placement.deepnorm_role_constants).
   dropout_rate: float = 0.1  # On sub-layer outputs and embeddings.
   attention_dropout_rate: float = 0.0  # On attention probabilities.
-  activation: str = "relu"  # FFN non-linearity: relu (paper) | gelu.
+  activation: str = "relu"  # FFN (and MLM head) non-linearity: relu (paper) | gelu (tanh
+  # approximation, GPT-2's) | gelu_erf (exact, BERT's).
+  scale_embeddings: bool = True  # Token embedding × √D (Vaswani et al.); False: GPT-2, BERT.
+  embed_norm: bool = False  # BERT: a norm on the sum of token, position, segment embeddings.
   tie_embeddings: bool = False  # Output projection = input embedding transposed.
   pos_emb: str = "learned"  # learned | sinusoidal
   use_bias: bool = True  # Biases in every dense layer (as in the paper's fairseq model).
@@ -86,6 +89,8 @@ class ModelConfig:
         "model.attention_dropout_rate", self.attention_dropout_rate, low=0.0, high=1.0, high_open=True)
     errors.check_range("model.norm_eps", self.norm_eps, low=0.0, low_open=True)
     errors.check_choice("model.qk_norm", self.qk_norm, (False, True))
+    errors.check_choice("model.scale_embeddings", self.scale_embeddings, (False, True))
+    errors.check_choice("model.embed_norm", self.embed_norm, (False, True))
     errors.check_range("model.mix_post_fraction", self.mix_post_fraction, low=0.0, high=1.0)
     for key in ("deepnorm_alpha", "deepnorm_beta"):
       errors.check_range(f"model.{key}", getattr(self, key), low=0.0)

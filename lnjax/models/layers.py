@@ -7,6 +7,7 @@ Logical axis names (mapped to mesh axes in lnjax/sharding.py):
   'vocab' V, 'embed' D, 'heads' H·d_h, 'mlp' F, 'norm' a norm's D.
 """
 
+import functools
 from typing import Callable, Sequence
 
 import flax.linen as nn
@@ -28,6 +29,11 @@ def param(module: nn.Module, name: str, init: Callable, shape: Sequence[int],
   return module.param(name, nn.with_logical_partitioning(init, tuple(axes)), tuple(shape),
                       jnp.float32)
 
+
+# The FFN's (and BERT's MLM head's) non-linearity (`model.activation`): gelu is the tanh
+# approximation (flax's nn.gelu; GPT-2's gelu_new), gelu_erf the exact x·Φ(x) (BERT's).
+ACTIVATIONS = {"relu": nn.relu, "gelu": nn.gelu,
+               "gelu_erf": functools.partial(nn.gelu, approximate=False)}
 
 # How a dense layer's x W is differentiated (`model.weight_grad`).
 MATMULS = {"autodiff": jnp.matmul, "transposed": kernels.matmul_transposed_grad}
@@ -152,7 +158,7 @@ class Mlp(nn.Module):
 
   @nn.compact
   def __call__(self, x_BxTxD):
-    act = {"relu": nn.relu, "gelu": nn.gelu}[self.activation]
+    act = ACTIVATIONS[self.activation]
     h_BxTxF = act(Dense(self.d_ff, ("embed", "mlp"), self.use_bias, self.kernel_init,
                         self.dtype, self.weight_grad, name="wi")(x_BxTxD))
     if self.mid_norm is not None:

@@ -78,7 +78,9 @@ class Embed(nn.Module):
     t = tokens_BxT.shape[1]
     if t > self.cfg.max_len:
       raise ValueError(f"sequence length {t} exceeds model.max_len={self.cfg.max_len}")
-    x_BxTxD = jnp.take(self.embedding, tokens_BxT, axis=0) * self.cfg.d_model**0.5
+    x_BxTxD = jnp.take(self.embedding, tokens_BxT, axis=0)
+    if self.cfg.scale_embeddings:
+      x_BxTxD = x_BxTxD * self.cfg.d_model**0.5
     pos_TxD = jax.lax.dynamic_slice_in_dim(self.positions, offset, t)
     x_BxTxD = (x_BxTxD + pos_TxD).astype(self.cfg.dtype)
     return self.dropout(x_BxTxD, deterministic=deterministic)
@@ -188,11 +190,15 @@ class TransformerLM(nn.Module):
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, tokens_BxT, *, deterministic: bool = True):
+  def __call__(self, tokens_BxT, *, deterministic: bool = True, mask_BxT=None):
+    """`mask_BxT`: 1 on real tokens, 0 on padding no query attends to (a batch of texts
+    padded on either side, as Hugging Face's attention_mask); None: every token is real."""
     embed = Embed(self.cfg, name="embed")
     x_BxTxD = embed(tokens_BxT, deterministic=deterministic)
-    x_BxTxD = stack(self.cfg, x_BxTxD, layers.causal_bias(tokens_BxT.shape[1]),
-                    deterministic=deterministic, causal=True)
+    bias = layers.causal_bias(tokens_BxT.shape[1])
+    if mask_BxT is not None:
+      bias = bias + layers.padding_bias(mask_BxT)
+    x_BxTxD = stack(self.cfg, x_BxTxD, bias, deterministic=deterministic, causal=True)
     return output_logits(self.cfg, embed, x_BxTxD)
 
 
