@@ -1,0 +1,247 @@
+"""The stability instrument: per-layer health inside the train step, an early warning read
+off it, and the 6σ skip-step rule as an optax transform.
+
+Health (`train.health=log|warn`) is computed inside the compiled step, from what the step
+already holds (no second forward or backward pass): for every layer and sub-layer the RMS
+of the gradient, of the optimizer update and of the parameters; from values the model
+sows into its 'intermediates' collection (lnjax/models: nothing is computed unless the
+step asks for that collection) the RMS of the residual stream entering each layer, the
+largest attention logit of each attention sub-layer, and the output logits' largest value
+and mean log-partition z. Names are stable:
+
+  health/layer_3/self_attn/update_rms   health/layer_3/ffn/grad_rms   health/embed/param_rms
+  health/layer_3/residual_rms           health/layer_3/self_attn/max_logit
+  health/output_logit_max               health/output_z_mean
+  (encoder-decoder: health/encoder/layer_0/..., health/decoder/layer_0/cross_attn/...)
+
+Every statistic is a global reduction inside jit, so under data, FSDP or tensor sharding
+XLA sums across the shards and the value equals the single-device one.
+
+Why these: large runs report per-layer optimizer-update-norm spikes, larger in the lower
+layers, before the loss spikes (marin's 32B run with levanter); Wortsman et al. (arXiv
+2309.14322) find attention-logit growth and output-logit divergence at high learning
+rates in small models, removed by QK-norm and z-loss. The field's reaction is the skip-step
+rule of OLMo-core's SkipStepOptimizer and levanter's optax port: no update when the loss or
+the gradient norm is more than 6σ above the mean of a trailing 128-step window
+(`skip_spikes` here, `SigmaRule` its host-side twin); PaLM (arXiv 2204.02311 §5.1)
+restarted ~100 steps before a spike and skipped ~200-500 batches by hand.
+"""
+
+import re
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from lnjax.models import transformer
+
+HEALTH_MODES = ("off", "log", "warn")  # train.health
+PREFIX = "health"
+_LAYER = re.compile(r"layer_\d+")
+_SUBLAYER = re.compile(r"(self_attn|cross_attn|ffn)")  # Its norms and shortcut go with it.
+
+
+def _keys(path) -> tuple[str, ...]:
+  return tuple(str(k.key) for k in path if isinstance(k, jax.tree_util.DictKey))
+
+
+def _group(keys: tuple[str, ...]) -> str:
+  """A parameter's group: its layer and sub-layer (`layer_0/self_attn`, the sub-layer's
+  norms included), or the module holding it outside the layers (`embed`, `final_norm`)."""
+  for i, key in enumerate(keys):
+    if _LAYER.fullmatch(key):
+      sub = _SUBLAYER.match(keys[i + 1]) if i + 1 < len(keys) - 1 else None
+      return "/".join(keys[:i + 1] + ((sub.group(1),) if sub else ()))
+  return "/".join(keys[:-1]) or keys[-1]
+
+
+def _per_layer(tree, cfg):
+  """Scanned layers (a leading 'layers' axis) as layer_0, layer_1, ...; slicing inside jit."""
+  return transformer.unscan_params(tree, cfg) if cfg.scan_layers else tree
+
+
+def rms_by_group(tree, cfg, stat: str) -> dict[str, jax.Array]:
+  """{'health/<group>/<stat>': √(mean of the squares of the group's entries)} of a
+  parameter-shaped tree (gradients, updates or parameters); jittable."""
+  sums: dict[str, Any] = {}
+  for path, leaf in jax.tree_util.tree_flatten_with_path(_per_layer(tree, cfg))[0]:
+    group = _group(_keys(path))
+    s, n = sums.get(group, (0.0, 0))
+    sums[group] = (s + jnp.sum(jnp.square(leaf.astype(jnp.float32))), n + leaf.size)
+  return {f"{PREFIX}/{g}/{stat}": jnp.sqrt(s / max(n, 1)) for g, (s, n) in sums.items()}
+
+
+def sown_statistics(intermediates, cfg) -> dict[str, jax.Array]:
+  """{'health/<module path>/<name>': value} of the values the model sowed (the last one
+  where a module sowed twice); jittable."""
+  out = {}
+  for path, leaf in jax.tree_util.tree_flatten_with_path(_per_layer(intermediates, cfg))[0]:
+    out[f"{PREFIX}/" + "/".join(_keys(path))] = jnp.asarray(leaf, jnp.float32)
+  return out
+
+
+def step_statistics(cfg, params, grads, updates, intermediates) -> dict[str, jax.Array]:
+  """Every health/ scalar of one train step (jittable): RMS of gradient, update and
+  parameters (those the gradient was taken at) per layer and sub-layer, and the sown ones."""
+  stats = {}
+  for stat, tree in (("grad_rms", grads), ("update_rms", updates), ("param_rms", params)):
+    stats.update(rms_by_group(tree, cfg, stat))
+  stats.update(sown_statistics(intermediates, cfg))
+  return stats
+
+
+# ---- The early warning. -----------------------------------------------------------------
+
+# The statistics the rule watches (name suffixes). The update RMS is read per unit of
+# learning rate, so that warm-up and decay do not look like spikes.
+WATCHED = ("update_rms", "max_logit", "output_logit_max")
+
+
+class EarlyWarning:
+  """Warns when a watched statistic of some layer exceeds `factor` × the median of its own
+  trailing `window` steps (after `min_history` steps of it), once per excursion: a series
+  warns again only after it has come back below the threshold. Host-side, deterministic
+  (the same metrics give the same warnings on every process and every rerun).
+
+  A ratio to its own median, not a z-score: a layer's update RMS is steady for hundreds of
+  steps and then jumps by integer factors before a loss spike, and the median ignores the
+  jump itself once it is in the window.
+  """
+
+  def __init__(self, factor: float = 3.0, window: int = 100, min_history: int = 20,
+               watched: tuple[str, ...] = WATCHED):
+    self.factor, self.window, self.min_history, self.watched = factor, window, min_history, watched
+    self._history: dict[str, list[float]] = {}
+    self._alarmed: set[str] = set()
+
+  def _value(self, name: str, stats: dict, lr: float) -> float | None:
+    value = stats[name]
+    if name.endswith("update_rms"):
+      return value / lr if lr > 0 else None
+    return value
+
+  def __call__(self, step: int, stats: dict[str, float], learning_rate: float) -> list[dict]:
+    """This step's warnings, largest ratio first: [{'step', 'name', 'value', 'median',
+    'ratio'}]; `stats` holds the step's health/ scalars."""
+    warnings = []
+    for name in sorted(stats):
+      if not name.startswith(PREFIX + "/") or not name.endswith(self.watched):
+        continue
+      value = self._value(name, stats, learning_rate)
+      if value is None or not np.isfinite(value):
+        continue
+      history = self._history.setdefault(name, [])
+      if len(history) >= self.min_history:
+        median = float(np.median(history))
+        ratio = value / median if median > 0 else 0.0
+        if ratio >= self.factor and name not in self._alarmed:
+          self._alarmed.add(name)
+          warnings.append({"step": step, "name": name, "value": value, "median": median,
+                           "ratio": ratio})
+        elif ratio < self.factor:
+          self._alarmed.discard(name)
+      history.append(value)
+      del history[:-self.window]
+    return sorted(warnings, key=lambda w: -w["ratio"])
+
+  def reset(self) -> None:
+    """Forgets every history (after a rollback, the restored state starts afresh)."""
+    self._history.clear()
+    self._alarmed.clear()
+
+
+def warning_line(w: dict, window: int) -> str:
+  """`warning: step 412: layer 0 self_attn update_rms 4.1× its 100-step median; loss may
+  diverge`."""
+  where = w["name"][len(PREFIX) + 1:].split("/")
+  where = [p.replace("layer_", "layer ") for p in where]
+  return (f"warning: step {w['step']}: {' '.join(where)} {w['ratio']:.1f}× its {window}-step "
+          "median; loss may diverge")
+
+
+class SigmaRule:
+  """The field's spike rule, host-side: a value more than `num_sigma` standard deviations
+  above the mean of its trailing `window` values (with at least half a window of history)
+  is a spike. Applied to the loss and the global gradient norm; every value enters the
+  window after the decision (OLMo-core's SkipStepOptimizer, levanter's SkipStepConfig)."""
+
+  def __init__(self, window: int = 128, num_sigma: float = 6.0):
+    self.window, self.num_sigma = window, num_sigma
+    self._history: dict[str, list[float]] = {}
+
+  def __call__(self, **values: float) -> list[str]:
+    """The names of the values that spike."""
+    spikes = []
+    for name, value in values.items():
+      history = self._history.setdefault(name, [])
+      if not np.isfinite(value):
+        spikes.append(name)  # (Kept out of the window: it would poison the mean for good.)
+        continue
+      if len(history) >= max(2, self.window // 2):
+        mean, std = float(np.mean(history)), max(float(np.std(history)), 1e-6)
+        if value > mean + self.num_sigma * std:
+          spikes.append(name)
+      history.append(float(value))
+      del history[:-self.window]
+    return spikes
+
+  def reset(self) -> None:
+    self._history.clear()
+
+
+# ---- The skip-step rule inside the optimizer. ----------------------------------------------
+
+class SkipSpikesState(NamedTuple):
+  inner_state: Any
+  losses: jax.Array  # [window] the last losses (a ring buffer) ...
+  grad_norms: jax.Array  # [window] ... and global gradient norms
+  count: jax.Array  # values seen so far (the ring's next slot is count % window)
+  skipped: jax.Array  # updates skipped so far
+
+
+def skip_spikes(inner: optax.GradientTransformation, window: int = 128,
+                num_sigma: float = 6.0) -> optax.GradientTransformationExtraArgs:
+  """`inner`, except that a step whose loss (`value=` of update) or gradient norm is more
+  than `num_sigma` σ above the mean of the trailing `window` steps (with at least half a
+  window of history), or whose loss or norm is not finite, makes no update and leaves
+  `inner`'s state as it was. Every step's finite values enter the window after the
+  decision."""
+  inner = optax.with_extra_args_support(inner)
+
+  def init(params):
+    return SkipSpikesState(inner.init(params), jnp.zeros((window,), jnp.float32),
+                           jnp.zeros((window,), jnp.float32), jnp.zeros((), jnp.int32),
+                           jnp.zeros((), jnp.int32))
+
+  def update(updates, state, params=None, *, value, **extra_args):
+    loss, grad_norm = jnp.asarray(value, jnp.float32), optax.tree.norm(updates)
+    filled = jnp.arange(window) < state.count
+
+    def spikes(x, history):
+      n = jnp.maximum(jnp.sum(filled), 1)
+      mean = jnp.sum(jnp.where(filled, history, 0.0)) / n
+      std = jnp.sqrt(jnp.sum(jnp.where(filled, jnp.square(history - mean), 0.0)) / n)
+      return x > mean + num_sigma * jnp.maximum(std, 1e-6)
+
+    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+    skip = ~finite | (state.count >= max(2, window // 2)) & (
+        spikes(loss, state.losses) | spikes(grad_norm, state.grad_norms))
+    new_updates, new_inner = inner.update(updates, state.inner_state, params, **extra_args)
+    keep = lambda old, new: jnp.where(skip, old, new)
+    # A non-finite value stays out of the window (it would poison the mean for good).
+    slot = state.count % window
+    record = lambda history, x: jnp.where(finite, history.at[slot].set(x), history)
+    return (jax.tree.map(lambda u: jnp.where(skip, jnp.zeros_like(u), u), new_updates),
+            SkipSpikesState(jax.tree.map(keep, state.inner_state, new_inner),
+                            record(state.losses, loss), record(state.grad_norms, grad_norm),
+                            state.count + finite.astype(jnp.int32),
+                            state.skipped + skip.astype(jnp.int32)))
+
+  return optax.GradientTransformationExtraArgs(init, update)
+
+
+def skipped_steps(opt_state) -> jax.Array | None:
+  """The count of skipped updates held by a `skip_spikes` state, else None."""
+  return opt_state.skipped if isinstance(opt_state, SkipSpikesState) else None

@@ -1,0 +1,197 @@
+"""The stability instrument (lnjax/health.py): per-layer statistics against numpy, scanned
+equal to unrolled, the model unchanged when nobody asks for them; the early-warning rule,
+the host-side 6σ rule and the skip-step optax transform."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from lnjax import health
+from lnjax.models import EncoderDecoder, ModelConfig, TransformerLM, norms, transformer
+
+CFG = ModelConfig(vocab_size=40, num_layers=2, d_model=16, num_heads=2, d_ff=32, max_len=8,
+                  dropout_rate=0.0, norm_position="pre")
+
+
+def _stats(model, params, *inputs, cfg=CFG):
+  """Every health statistic of one gradient step of the mean logit (updates = −0.1·grads)."""
+
+  def loss(p):
+    out, v = model.apply({"params": p}, *inputs, mutable=["intermediates"])
+    return jnp.mean(out), (out, v["intermediates"])
+
+  (_, (out, inter)), grads = jax.value_and_grad(loss, has_aux=True)(params)
+  updates = jax.tree.map(lambda g: -0.1 * g, grads)
+  return health.step_statistics(cfg, params, grads, updates, inter), out, grads
+
+
+def _lm(cfg=CFG):
+  model = TransformerLM(cfg)
+  tokens = jax.random.randint(jax.random.key(0), (2, 8), 0, cfg.vocab_size)
+  return model, nn.unbox(model.init(jax.random.key(1), tokens)["params"]), tokens
+
+
+def _rms(*arrays):
+  flat = np.concatenate([np.asarray(a, np.float64).ravel() for a in arrays])
+  return np.sqrt(np.mean(flat**2))
+
+
+def test_statistics_against_numpy():
+  """Per sub-layer RMS of gradient, update and parameters (the sub-layer's norm with it);
+  the stream entering layer 0 (the embedding); layer 0's largest causal attention logit
+  from its own q, k; the output logits' max and mean log-partition."""
+  model, params, tokens = _lm()
+  stats, logits, grads = _stats(model, params, tokens)
+  l0 = params["layer_0"]
+  attn = [*jax.tree.leaves(l0["self_attn"]), *jax.tree.leaves(l0["self_attn_norm"])]
+  np.testing.assert_allclose(stats["health/layer_0/self_attn/param_rms"], _rms(*attn), rtol=1e-5)
+  g0 = grads["layer_0"]
+  ffn_grads = [*jax.tree.leaves(g0["ffn"]), *jax.tree.leaves(g0["ffn_norm"])]
+  np.testing.assert_allclose(stats["health/layer_0/ffn/grad_rms"], _rms(*ffn_grads), rtol=1e-5)
+  np.testing.assert_allclose(stats["health/layer_0/ffn/update_rms"], 0.1 * _rms(*ffn_grads),
+                             rtol=1e-5)
+  np.testing.assert_allclose(stats["health/embed/param_rms"],
+                             _rms(*jax.tree.leaves(params["embed"])), rtol=1e-5)
+
+  e = params["embed"]
+  x = np.asarray(e["embedding"])[np.asarray(tokens)] * 16**0.5 + np.asarray(e["positions"])[:8]
+  np.testing.assert_allclose(stats["health/layer_0/residual_rms"], _rms(x), rtol=1e-5)
+  mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+  h = (x - mu) / np.sqrt(var + CFG.norm_eps) * np.asarray(l0["self_attn_norm"]["scale"]) + \
+      np.asarray(l0["self_attn_norm"]["bias"])
+  proj = lambda n: (h @ np.asarray(l0["self_attn"][n]["kernel"]) +
+                    np.asarray(l0["self_attn"][n]["bias"])).reshape(2, 8, 2, 8)
+  logits_att = np.einsum("bthk,bshk->bhts", proj("query"), proj("key")) / np.sqrt(8)
+  causal = np.tril(np.ones((8, 8), bool))
+  np.testing.assert_allclose(stats["health/layer_0/self_attn/max_logit"],
+                             logits_att[:, :, causal].max(), rtol=1e-5)
+  out = np.asarray(logits, np.float64)
+  np.testing.assert_allclose(stats["health/output_logit_max"], out.max(), rtol=1e-6)
+  z = np.log(np.exp(out).sum(-1)).mean()
+  np.testing.assert_allclose(stats["health/output_z_mean"], z, rtol=1e-5)
+
+
+def test_names_cover_every_layer_and_sublayer():
+  model, params, tokens = _lm()
+  stats, _, _ = _stats(model, params, tokens)
+  for i in range(2):
+    for sub in ("self_attn", "ffn"):
+      for stat in ("grad_rms", "update_rms", "param_rms"):
+        assert f"health/layer_{i}/{sub}/{stat}" in stats
+    assert f"health/layer_{i}/residual_rms" in stats
+    assert f"health/layer_{i}/self_attn/max_logit" in stats
+  assert all(np.isfinite(float(v)) for v in stats.values())
+
+
+@pytest.mark.parametrize("pos,remat", [("pre", "nothing_saveable"), ("mix", "none")])
+def test_scanned_layers_give_the_unrolled_statistics(pos, remat):
+  """Scanned layers (Mix-LN: two scans) report layer_0, layer_1, ... with the unrolled
+  values; under rematerialization too."""
+  cfg = ModelConfig(**{**CFG.__dict__, "num_layers": 4, "norm_position": pos,
+                       "mix_post_fraction": 0.5})
+  model, params, tokens = _lm(cfg)
+  expected, _, _ = _stats(model, params, tokens, cfg=cfg)
+  scan_cfg = ModelConfig(**{**cfg.__dict__, "scan_layers": True, "remat_policy": remat})
+  stats, _, _ = _stats(TransformerLM(scan_cfg), transformer.scan_params(params, cfg), tokens,
+                       cfg=scan_cfg)
+  assert sorted(stats) == sorted(expected)
+  for k in expected:
+    np.testing.assert_allclose(stats[k], expected[k], rtol=2e-5, atol=1e-7, err_msg=k)
+
+
+def test_encoder_decoder_names_its_stacks():
+  cfg = ModelConfig(**{**CFG.__dict__, "num_layers": 1})
+  model = EncoderDecoder(cfg)
+  src = jnp.array([[5, 6, 7, 0, 0, 0, 0, 0], [5, 6, 7, 8, 9, 10, 11, 12]])
+  tgt = jnp.ones((2, 8), jnp.int32)
+  params = nn.unbox(model.init(jax.random.key(1), src, tgt)["params"])
+  stats, _, _ = _stats(model, params, src, tgt, cfg=cfg)
+  for name in ("encoder/layer_0/self_attn/max_logit", "decoder/layer_0/cross_attn/max_logit",
+               "decoder/layer_0/cross_attn/update_rms", "decoder/output_z_mean",
+               "encoder/layer_0/residual_rms"):
+    assert f"health/{name}" in stats, sorted(stats)
+  assert np.isfinite(float(stats["health/decoder/layer_0/cross_attn/max_logit"]))
+
+
+def test_the_model_is_unchanged_when_statistics_are_not_asked_for():
+  """Asking for the intermediates adds outputs, never changes the logits; without them
+  nothing is sown."""
+  model, params, tokens = _lm()
+  plain = model.apply({"params": params}, tokens)
+  with_stats, v = model.apply({"params": params}, tokens, mutable=["intermediates"])
+  np.testing.assert_array_equal(plain, with_stats)
+  assert v["intermediates"]
+  _, nothing = model.apply({"params": params}, tokens, mutable=["cache"])
+  assert not nothing
+
+
+# ---- The early-warning rule. -------------------------------------------------------------
+
+NAME = "health/layer_0/self_attn/update_rms"
+
+
+def _feed(rule, values, lr=1e-3, start=1):
+  return [w for i, v in enumerate(values) for w in rule(start + i, {NAME: v * lr}, lr)]
+
+
+def test_warning_fires_once_per_excursion_with_its_ratio():
+  rule = health.EarlyWarning(factor=3.0, window=100, min_history=20)
+  noise = 1.0 + 0.05 * np.sin(np.arange(60))
+  warnings = _feed(rule, list(noise) + [4.1, 5.0, 6.0] + [1.0] * 5 + [3.5])
+  assert [w["step"] for w in warnings] == [61, 69]
+  assert warnings[0]["ratio"] == pytest.approx(4.1 / np.median(noise), rel=1e-6)
+  line = health.warning_line(warnings[0], 100)
+  assert line.startswith("warning: step 61: layer 0 self_attn update_rms 4.")
+  assert line.endswith("× its 100-step median; loss may diverge")
+
+
+def test_warning_needs_history_and_ignores_the_learning_rate_schedule():
+  rule = health.EarlyWarning(factor=3.0, window=100, min_history=20)
+  assert not _feed(rule, [1.0] * 10 + [50.0])  # 10 steps of history: too early to judge.
+  rule = health.EarlyWarning(factor=3.0, window=100, min_history=20)
+  # Linear warm-up: the update RMS grows 100× with the learning rate, per unit of it not.
+  assert not [w for s in range(1, 201) for w in rule(s, {NAME: 0.7 * s * 1e-5}, s * 1e-5)]
+
+
+def test_sigma_rule_flags_six_sigma_and_non_finite_values():
+  rule = health.SigmaRule(window=128, num_sigma=6.0)
+  rng = np.random.default_rng(0)
+  losses = 3.0 + 0.01 * rng.standard_normal(200)
+  assert not [s for v in losses[:64] for s in rule(loss=v)]  # Half a window first.
+  flagged = [i for i, v in enumerate(losses[64:]) if rule(loss=v)]
+  assert not flagged
+  assert rule(loss=3.5) == ["loss"]
+  assert rule(loss=float("nan")) == ["loss"]
+  assert rule(loss=3.0) == []  # The NaN did not poison the window.
+
+
+# ---- The skip-step transform. --------------------------------------------------------------
+
+def test_skip_spikes_zeroes_the_update_and_keeps_the_state():
+  """A step whose loss is 6σ above the window: no update, Adam's state as it was, counted;
+  every other step is exactly Adam's."""
+  tx = health.skip_spikes(optax.adam(0.1), window=8, num_sigma=6.0)
+  ref = optax.adam(0.1)
+  params = {"w": jnp.ones(3)}
+  state, ref_state = tx.init(params), ref.init(params)
+  update = jax.jit(tx.update)
+  rng = np.random.default_rng(0)
+  for i in range(12):
+    g = {"w": jnp.asarray(rng.standard_normal(3), jnp.float32)}
+    loss = 5.0 if i == 9 else 2.0 + 0.01 * rng.standard_normal()
+    u, state = update(g, state, params, value=loss)
+    if i == 9:
+      assert float(jnp.abs(u["w"]).max()) == 0.0
+      assert int(state.skipped) == 1
+      continue
+    u_ref, ref_state = ref.update(g, ref_state, params)
+    np.testing.assert_allclose(u["w"], u_ref["w"], rtol=1e-6)
+  assert int(health.skipped_steps(state)) == 1
+  # A non-finite loss is skipped however short the history.
+  state = tx.init(params)
+  u, state = update({"w": jnp.ones(3)}, state, params, value=float("nan"))
+  assert float(jnp.abs(u["w"]).max()) == 0.0 and int(state.skipped) == 1
+  assert int(state.count) == 0  # and stays out of the window
