@@ -111,6 +111,13 @@ class Attention(nn.Module):
     if decode:
       k_BxHxSxK, v_BxHxSxK, bias_BxHxTxS = self._cached(k_BxHxSxK, v_BxHxSxK, bias_BxHxTxS)
     q_BxHxTxK = q_BxHxTxK * (d // h) ** -0.5
+    if self.is_mutable_collection("intermediates") and not decode:
+      # lnjax.health: the largest attention logit, masked entries excluded (Wortsman et
+      # al. 2023, arXiv 2309.14322: its growth precedes attention-logit divergence). Only
+      # when the train step asks for intermediates; the kernels keep their own logits.
+      logits_BxHxTxS = jnp.einsum("bhtk,bhsk->bhts", q_BxHxTxK, k_BxHxSxK).astype(jnp.float32)
+      self.sow("intermediates", "max_logit",
+               jnp.max(jnp.where(bias_BxHxTxS > NEG_INF / 2, logits_BxHxTxS, -jnp.inf)))
     if deterministic or self.dropout_rate == 0.0 or self.attention_impl in ("xla", "cudnn"):
       # (xla and cudnn have no attention dropout: ModelConfig refuses it with them)
       out_BxHxTxK = kernels.attention(q_BxHxTxK, k_BxHxSxK, v_BxHxSxK, bias_BxHxTxS,

@@ -45,6 +45,9 @@ class Block(nn.Module):
     sublayers.append(("ffn", lambda h: layers.Mlp(
         cfg.d_ff, cfg.activation, cfg.use_bias, cfg.dtype, name="ffn",
         weight_grad=cfg.weight_grad, **mlp_options)(h)))
+    if self.is_mutable_collection("intermediates"):  # lnjax.health's, when asked for.
+      x = stream[0] if isinstance(stream, tuple) else stream  # (ResiDual: the Post-LN one)
+      self.sow("intermediates", "residual_rms", _rms(x))
     return placement.layer(cfg, self.index, stream, sublayers, drop)
 
 
@@ -176,6 +179,22 @@ def _map_stacks(tree, cfg: ModelConfig, convert):
           for k, v in tree.items()}
 
 
+def _rms(x):
+  return jnp.sqrt(jnp.mean(jnp.square(x.astype(jnp.float32))))
+
+
+def sow_output_stats(module: nn.Module, logits_BxTxV):
+  """lnjax.health's output statistics (computed only when the caller asks for the
+  'intermediates' collection): the largest logit and the mean log-partition
+  z = log Σ_v exp(logit_v) over every position (PaLM's z-loss term, arXiv 2204.02311 §5;
+  its drift is the output-logit divergence of Wortsman et al., arXiv 2309.14322)."""
+  if module.is_mutable_collection("intermediates"):
+    module.sow("intermediates", "output_logit_max", jnp.max(logits_BxTxV))
+    module.sow("intermediates", "output_z_mean",
+               jnp.mean(jax.nn.logsumexp(logits_BxTxV, axis=-1)))
+  return logits_BxTxV
+
+
 def output_logits(cfg: ModelConfig, embed: Embed, x_BxTxD):
   """Logits [B, T, V] in float32: the transposed embedding (tied) or a dense layer."""
   if cfg.tie_embeddings:
@@ -199,7 +218,7 @@ class TransformerLM(nn.Module):
     if mask_BxT is not None:
       bias = bias + layers.padding_bias(mask_BxT)
     x_BxTxD = stack(self.cfg, x_BxTxD, bias, deterministic=deterministic, causal=True)
-    return output_logits(self.cfg, embed, x_BxTxD)
+    return sow_output_stats(self, output_logits(self.cfg, embed, x_BxTxD))
 
 
 class Encoder(nn.Module):
@@ -238,7 +257,7 @@ class Decoder(nn.Module):
     x_BxTxD = stack(self.cfg, x_BxTxD, layers.causal_bias(tgt_in_BxT.shape[1]), encoded_BxSxD,
                     layers.padding_bias(src_BxS > 0), deterministic=deterministic, decode=decode,
                     causal=True)
-    return output_logits(self.cfg, self.embed, x_BxTxD)
+    return sow_output_stats(self, output_logits(self.cfg, self.embed, x_BxTxD))
 
 
 class EncoderDecoder(nn.Module):
