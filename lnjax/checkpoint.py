@@ -3,7 +3,8 @@
 Layout of a workdir:
   config.json        the resolved config (model.vocab_size filled in)
   checkpoints/<step>/{state,data,log}   train state, the data iterator's position and the
-                     running sums of the current logging window
+                     loop's hooks' state (the running sums of the current logging window,
+                     an evaluation a SIGTERM interrupted)
   checkpoints/<step>/lnjax_manifest.json   SHA-256 of every file of the step, written
                      once orbax has committed it
   metrics.jsonl, tensorboard/, summary.json, .lnjax.lock (while a run holds the workdir)
@@ -48,9 +49,10 @@ class Checkpoints:
                                              cleanup_tmp_directories=True))
 
   def save(self, step: int, state: state_lib.TrainState, data_state: dict,
-           force: bool = False, replace: bool = False, window: dict | None = None) -> bool:
+           force: bool = False, replace: bool = False, log: dict | None = None) -> bool:
     """`replace`: drop every older checkpoint first (the best-so-far folder keeps one).
-    `window`: the running sums of the current logging window, restored with the state."""
+    `log`: the training loop's hooks' state (the running sums of the current logging
+    window, an evaluation a stop interrupted), restored with the state."""
     if not force and step % self.every_steps:
       return False
     if step in self.manager.all_steps():
@@ -63,10 +65,10 @@ class Checkpoints:
       self._unsealed = step
       # Copies: orbax writes JSON items after save() returns, while the loop goes on
       # adding to the same window dict (a kept reference saved step 17's sums as 16's).
-      data_state, window = copy.deepcopy(data_state), copy.deepcopy(window or {})
+      data_state, log = copy.deepcopy(data_state), copy.deepcopy(log or {})
       return self.manager.save(step, args=ocp.args.Composite(
           state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state),
-          log=ocp.args.JsonSave({"window": window})), force=True)
+          log=ocp.args.JsonSave(log)), force=True)
 
   def seal(self) -> None:
     """Writes the manifest of the last save once orbax has committed it; cheap otherwise
@@ -78,20 +80,21 @@ class Checkpoints:
       if jax.process_index() == 0:
         write_manifest(os.path.join(str(self.manager.directory), str(step)))
 
-  def restore_latest(self, target: state_lib.TrainState):
-    """(state, data_state, window) of the newest restorable checkpoint, or None if there
-    is none.
+  def restore_latest(self, target: state_lib.TrainState, max_step: int | None = None):
+    """(state, data_state, log) of the newest restorable checkpoint (at or before
+    `max_step` if given), or None if there is none.
 
     Newer checkpoints that fail to restore are moved aside once an older one succeeds,
     so that training can save those steps again; if none succeeds, nothing is moved.
     """
-    steps = sorted(self.manager.all_steps(), reverse=True)
+    steps = sorted((s for s in self.manager.all_steps() if max_step is None or s <= max_step),
+                   reverse=True)
     failed = []
     for step in steps:
       step_dir = os.path.join(str(self.manager.directory), str(step))
       items = dict(state=ocp.args.StandardRestore(target), data=ocp.args.JsonRestore())
-      has_window = fileio.isdir(os.path.join(step_dir, "log"))
-      if has_window:
+      has_log = fileio.isdir(os.path.join(step_dir, "log"))
+      if has_log:
         items["log"] = ocp.args.JsonRestore()
       try:
         mismatch = verify_manifest(step_dir)
@@ -106,7 +109,7 @@ class Checkpoints:
         continue
       for bad in failed:
         self._move_aside(bad)
-      return restored.state, restored.data, (restored.log["window"] if has_window else {})
+      return restored.state, restored.data, (restored.log if has_log else {})
     if steps:
       raise errors.CheckpointError(
           f"no checkpoint in {self.manager.directory} could be restored (tried steps "

@@ -1,30 +1,25 @@
-"""train_and_evaluate: the training loop of the decoder-only LM, with a pure jitted step."""
+"""train_and_evaluate: a run in its workdir (checks, lock, resume, summary), trained by the
+loop of lnjax/loop.py with the hooks of lnjax/hooks.py on what lnjax/build.py builds."""
 
 import dataclasses
-import functools
 import json
 import math
 import os
-import signal
-import tempfile
-import threading
 import time
 
 import jax
 import ml_collections
-import optax
-from jax.experimental import multihost_utils
 
-from lnjax import checkpoint as ckpt_lib
-from lnjax import errors, fileio, lock as lock_lib, metrics as metrics_lib, optim
-from lnjax import progress as progress_lib
-from lnjax import run as run_lib, sharding
-from lnjax import state as state_lib, task as task_lib, tasks
-from lnjax.models import count_params, transformer
+from lnjax import build as build_lib, checkpoint as ckpt_lib, errors, fileio
+from lnjax import hooks as hooks_lib, lock as lock_lib, loop as loop_lib
+from lnjax import metrics as metrics_lib, preemption, run as run_lib, task as task_lib, tasks
+from lnjax.models import count_params
+from lnjax.steps import eval_step, train_step  # noqa: F401  (train.train_step: its old home)
 
 # Exit statuses of a run (lnjax.main turns them into exit codes).
-COMPLETED, DIVERGED, PREEMPTED = "completed", "diverged", "preempted"
-RUNNING = "running"  # summary.json while the run trains (its wall time so far).
+COMPLETED, DIVERGED, PREEMPTED = hooks_lib.COMPLETED, hooks_lib.DIVERGED, hooks_lib.PREEMPTED
+RUNNING = hooks_lib.RUNNING  # summary.json while the run trains (its wall time so far).
+FAILED = "failed"  # summary.json of a run ended by a refusal (a save, a data set) or I/O error.
 
 # Keys that may change between an interrupted run and its resumption.
 RESUMABLE_KEYS = ("train.num_steps", "train.log_every_steps", "train.eval_every_steps",
@@ -33,70 +28,6 @@ RESUMABLE_KEYS = ("train.num_steps", "train.log_every_steps", "train.eval_every_
                   "train.compilation_cache_dir", "train.profile_steps", "train.wandb_project",
                   "data.data_dir", "data.cache_dir", "mesh.data", "mesh.fsdp", "mesh.model",
                   "mesh.dcn_data", "mesh.dcn_fsdp", "mesh.dcn_model")
-
-
-def train_step(state: state_lib.TrainState, batch: dict, *, setup: state_lib.Setup,
-               label_smoothing: float, seed: int, log_grad_norms: bool = False):
-  """One optimizer update; pure. Dropout's key is a function of (seed, step), so a resumed
-  run draws the same masks as an uninterrupted one."""
-  dropout_key = jax.random.fold_in(jax.random.key(seed), state.step)
-
-  def loss_fn(params):
-    outputs = setup.model.apply({"params": params}, *setup.task.model_inputs(batch),
-                                deterministic=False, rngs={"dropout": dropout_key})
-    loss_sum, nll_sum, count = setup.task.loss(outputs, batch, label_smoothing)
-    return loss_sum / count, nll_sum / count
-
-  (_, nll), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-  updates, opt_state = setup.tx.update(grads, state.opt_state, state.params)
-  params = optax.apply_updates(state.params, updates)
-  metrics = {"train_loss": nll, "learning_rate": setup.schedule(state.step),
-             "grad_norm": optax.tree.norm(grads), "param_norm": optax.tree.norm(params)}
-  if log_grad_norms:  # ‖∂L/∂W‖_F of every weight, per layer and sub-layer.
-    cfg = setup.model.cfg  # Scanned layers: unstacked into layer_0, layer_1, ... first.
-    per_layer = transformer.unscan_params(grads, cfg) if cfg.scan_layers else grads
-    metrics.update(metrics_lib.per_weight_norms(per_layer, "grad_norm"))
-  return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
-
-
-def eval_step(params, batch: dict, *, setup: state_lib.Setup):
-  """Summed NLL (nats) and target count of one held-out batch."""
-  outputs = setup.model.apply({"params": params}, *setup.task.model_inputs(batch),
-                              deterministic=True)
-  _, nll_sum, count = setup.task.loss(outputs, batch, 0.0)
-  return nll_sum, count
-
-
-class _Preemption:
-  """SIGTERM, turned into a step at which the loop saves and exits.
-
-  One process: a Python handler sets a flag the loop checks between steps. Many
-  processes: they must stop at the same step, so JAX's preemption service (it catches
-  SIGTERM itself once jax.distributed is up) agrees on one: the step after the furthest
-  any process had reached when the first one was signalled.
-  """
-
-  def __init__(self):
-    self.requested = False
-    self._previous = None
-
-  def __enter__(self):
-    if jax.process_count() == 1 and threading.current_thread() is threading.main_thread():
-      self._previous = signal.signal(signal.SIGTERM, self._handle)
-    return self
-
-  def _handle(self, signum, frame):
-    self.requested = True
-
-  def reached(self, step: int) -> bool:
-    """Whether to save and stop after `step`; every process calls it at every step."""
-    if jax.process_count() > 1:
-      self.requested = multihost_utils.reached_preemption_sync_point(step)
-    return self.requested
-
-  def __exit__(self, *exc):
-    if self._previous is not None:
-      signal.signal(signal.SIGTERM, self._previous)
 
 
 def prepare_workdir(workdir: str, config: ml_collections.ConfigDict) -> bool:
@@ -139,6 +70,19 @@ def _earlier_summary(workdir: str) -> dict:
   except (OSError, ValueError):
     return {}
   return summary if isinstance(summary, dict) else {}
+
+
+def _record_failure(workdir: str, e: BaseException) -> None:
+  """A summary.json left saying "running" by the segment a refusal (a failed save, say)
+  ends says "failed", with the error's line: nothing trains there any more."""
+  summary = _earlier_summary(workdir)
+  if summary.get("status") == RUNNING:
+    message = f"{e.strerror or e}: {e.filename}" if isinstance(e, OSError) else str(e)
+    summary.update(status=FAILED, error=" ".join(message.split()))
+    try:
+      fileio.write_text(os.path.join(workdir, SUMMARY_FILE), json.dumps(summary, indent=2) + "\n")
+    except OSError:
+      pass  # (A full disk may refuse this too: the error line still reaches the user.)
 
 
 def _best_so_far(workdir: str, name: str | None):
@@ -194,17 +138,25 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Trains (or resumes) the run in `workdir`; returns its summary (also summary.json).
 
   The workdir is locked while the run trains: a second run on it is refused with one line.
+  SIGTERM or SIGUSR1 before the first step raises preemption.Preempted (nothing to save);
+  after it, the run saves and returns with status "preempted".
   """
-  run = run_lib.resolve_config(config)
+  t_start = time.perf_counter()
+  run_lib.resolve_config(config)  # A bad key or value is refused before anything else.
   created = not fileio.exists(workdir)
   try:
     resuming = prepare_workdir(workdir, config)
     if jax.process_index() != 0:  # Process 0 holds the lock for the whole run.
-      return _train_and_evaluate(config, run, workdir, resuming, None)
-    with lock_lib.workdir_lock(workdir) as lock:
+      with preemption.Stop() as stop:
+        return _train_and_evaluate(config, workdir, resuming, None, stop, t_start)
+    with lock_lib.workdir_lock(workdir) as lock, preemption.Stop() as stop:
       if lock.previous_holder:
         log(f"Taking over the lock of {lock.previous_holder}, which ended without releasing it.")
-      return _train_and_evaluate(config, run, workdir, resuming, lock)
+      try:
+        return _train_and_evaluate(config, workdir, resuming, lock, stop, t_start)
+      except (errors.LnjaxError, OSError) as e:
+        _record_failure(workdir, e)
+        raise
   except errors.LnjaxError:
     # A refused data set or setting leaves no empty workdir behind.
     if created and "://" not in workdir and os.path.isdir(workdir) and not os.listdir(workdir):
@@ -212,281 +164,154 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     raise
 
 
-def _make_data(run: run_lib.RunConfig, mesh) -> task_lib.DataSource:
-  """This process's slice of every global batch, in batches that split evenly over the
-  mesh's batch axes."""
-  batch_shards = mesh.shape["data"] * mesh.shape["fsdp"]
-  if getattr(run.data, "batch_size", 0) % batch_shards:
-    raise errors.ConfigError(f"data.batch_size={run.data.batch_size} must be divisible by "
-                             f"mesh data×fsdp={batch_shards}")
-  with progress_lib.Phase(f"preparing {run.data.name} (corpus, tokenizer)") as phase:
-    data = run.task.make_data(run.data, run.seed, jax.process_index(), jax.process_count(),
-                              batch_shards)
-  if phase.seconds >= 2:
-    log(f"Data ready in {phase.seconds:.1f} s ({run.data.name}: corpus, tokenizer; cached "
-        "for the next run).")
-  return data
-
-
-def _complete_config(config: ml_collections.ConfigDict, run: run_lib.RunConfig,
-                     data: task_lib.DataSource):
-  """The config with what only the data know: the vocabulary size, and decay boundaries
-  given in epochs as steps (config.json keeps them so; a resume compares against it)."""
-  if run.model.vocab_size not in (0, data.vocab_size):
-    raise errors.ConfigError(f"model.vocab_size={run.model.vocab_size} differs from the "
-                             f"tokenizer's {data.vocab_size}; leave it 0")
-  config = ml_collections.ConfigDict(config.to_dict())  # An unlocked copy to fill in.
-  config.model.vocab_size = data.vocab_size
-  if run.opt.decay_epochs:
-    config.opt.decay_steps = tuple(optim.decay_boundaries(run.opt, data.steps_per_epoch))
-    config.opt.decay_epochs = ()
-  return config, run_lib.resolve_config(config)
-
-
-def _compile_steps(setup, run: run_lib.RunConfig, mesh, state_sharding, batch_sharding):
-  """The jitted train and eval steps, with explicit shardings and the state donated."""
-  p_train_step = jax.jit(
-      functools.partial(train_step, setup=setup, label_smoothing=run.train.label_smoothing,
-                        seed=run.seed, log_grad_norms=run.train.log_grad_norms),
-      in_shardings=(state_sharding, batch_sharding),
-      out_shardings=(state_sharding, sharding.replicated(mesh)),
-      donate_argnums=0)
-  p_eval_step = jax.jit(functools.partial(eval_step, setup=setup),
-                        in_shardings=(state_sharding.params, batch_sharding),
-                        out_shardings=sharding.replicated(mesh))
-  return p_train_step, p_eval_step
-
-
-def _restore_or_init(checkpoints, train_iter, setup, run: run_lib.RunConfig, mesh,
-                     state_sharding, workdir: str, resuming: bool):
-  """(state, running sums of the logging window): resumed from the latest restorable
-  checkpoint (the data position with it), else initialized (then the task's starting
-  point, e.g. a pre-trained encoder; never on resume)."""
-  restored = checkpoints.restore_latest(state_lib.abstract_state(setup, mesh))
+def _restore_or_init(b: build_lib.Built, checkpoints, train_iter, workdir: str,
+                     resuming: bool):
+  """(state, the hooks' saved state): resumed from the latest restorable checkpoint (the
+  data position with it), else initialized (with the task's starting point)."""
+  restored = checkpoints.restore_latest(b.abstract_state())
   if restored is not None:
-    state, data_state, train_sums = restored
+    state, data_state, saved = restored
     train_iter.set_state(data_state)
     log(f"Resuming {workdir} from step {int(state.step)}.")
-    return state, train_sums
+    return state, saved
   if resuming:
     log(f"{workdir} holds a config but no checkpoint: starting from step 0.")
-  state = state_lib.init_state(setup, mesh, run.seed)
-  if run.task.init_params is not None:
-    params = jax.device_put(run.task.init_params(setup, state.params, run),
-                            state_sharding.params)
-    state = state.replace(params=params, opt_state=jax.jit(
-        setup.tx.init, out_shardings=state_sharding.opt_state)(params))
-  return state, {}
+  return b.init_state(), {}
 
 
-def _train_and_evaluate(config: ml_collections.ConfigDict, run: run_lib.RunConfig,
-                        workdir: str, resuming: bool, lock) -> dict:
-  t_start = time.perf_counter()
-  # The summary's wall_seconds is the run's, over every segment (those ended by kill -9
-  # too, up to their last log line), not the last segment's.
-  earlier = _earlier_summary(workdir) if resuming else {}
-  earlier_seconds = float(earlier.get("wall_seconds") or 0.0)
-  if run.train.compilation_cache_dir:
-    _use_compilation_cache(run.train.compilation_cache_dir)
+class Summary:
+  """summary.json: the run's end (or progress), written at log steps, saves and the end.
+  Its wall_seconds is the run's over every segment (those ended by kill -9 too, up to
+  their last write), not the last segment's."""
 
-  # Devices, then data (its vocabulary and epoch length complete the config), then the
-  # model, optimizer and compiled steps, then the state.
-  mesh = sharding.make_mesh(run.mesh)
-  data = _make_data(run, mesh)
-  config, run = _complete_config(config, run, data)
-  steps_per_epoch = data.steps_per_epoch
-  setup = state_lib.make_setup(run.model, run.opt, run.train.num_steps, steps_per_epoch,
-                               task=run.task)
-  batch_sharding = sharding.batch_sharding(mesh)
-  state_sharding = state_lib.state_shardings(setup, mesh)
-  p_train_step, p_eval_step = _compile_steps(setup, run, mesh, state_sharding, batch_sharding)
-  checkpoints = ckpt_lib.Checkpoints(workdir, run.train.checkpoint_every_steps,
-                                     run.train.keep_checkpoints)
-  train_iter = data.train_iter()
-  state, train_sums = _restore_or_init(checkpoints, train_iter, setup, run, mesh,
-                                       state_sharding, workdir, resuming)
-  # Records after the checkpoint are logged again, as an uninterrupted run logged them.
-  metrics_lib.truncate_metrics(workdir, int(state.step))
-  ckpt_lib.save_config(workdir, config)
-  writer = metrics_lib.MetricWriter(workdir, run.train.tensorboard, run.train.wandb_project,
-                                    config.to_dict())
-  num_params = count_params(state.params)
-  first_step = int(state.step)
-  unigram = data.unigram_entropy
-  log(f"Model: {run.task.name}, {run.model.num_layers} layers, norm_position="
-      f"{run.model.norm_position}, {num_params:,} parameters; devices: {dict(mesh.shape)}; "
-      f"data: {run.data.name} ({data.vocab_size} tokens)"
-      + (f"; held-out unigram baseline {unigram:.4f} nats." if unigram else "."))
-  best = (ckpt_lib.Checkpoints(workdir, 1, 1, folder="best_checkpoint")
-          if run.task.best_metric else None)
-  best_value = _best_so_far(workdir, run.task.best_metric)
+  def __init__(self, b: build_lib.Built, workdir: str, first_step: int, num_params: int,
+               earlier: dict, lock, t_start: float):
+    self.b, self.workdir, self.first_step, self.num_params = b, workdir, first_step, num_params
+    self.earlier, self.lock, self.t_start = earlier, lock, t_start
+    self.last_finite = self.first_step_seconds = self.best_value = None
+    self.last_eval = {}
 
-  eval_batches = [sharding.global_batch(b, batch_sharding) for b in data.eval_batches()]
-
-  def evaluate(step: int, record: bool = True) -> dict:
-    nonlocal best_value
-    nll, count = 0.0, 0.0
-    for batch in eval_batches:
-      n, c = jax.device_get(p_eval_step(state.params, batch))
-      nll, count = nll + float(n), count + float(c)
-    loss = nll / max(count, 1.0)
-    scalars = {"eval_loss": loss, "eval_perplexity": math.exp(min(loss, 700.0))}
-    if unigram:
-      scalars["eval_unigram_baseline"] = unigram
-    context = task_lib.EvalContext(setup, state.params, data, run, mesh, step,
-                                   final=step >= run.train.num_steps)
-    for evaluator in run.task.evaluators:
-      scalars.update(evaluator(context))
-    if record:
-      writer.write(step, scalars)
-    log(f"eval  step {step:>6}  " + "  ".join(
-        f"{k[5:]} {v:.4f}" for k, v in scalars.items()))
-    metric = scalars.get(run.task.best_metric) if best else None
-    if metric is not None and (best_value is None or metric > best_value):
-      best_value = metric
-      best.save(step, state, {}, force=True, replace=True)
-      log(f"      new best {run.task.best_metric} {metric:.4f}: saved to best_checkpoint/")
-    return scalars
-
-  # ---- The loop. Metrics of step s are fetched while step s+1 runs (one step of lag keeps
-  # the host ahead of the device); every step's loss is checked for NaN/Inf.
-  progress = metrics_lib.Progress(run.train.num_steps, first_step,
-                                  task_lib.num_train_shapes(data))
-  status, last_finite, diverged_at, last_eval = COMPLETED, None, None, {}
-  pending, diverged_loss, first_step_seconds = None, None, None
-  profile = run.train.profile_range()
-  trace_dir = os.path.join(workdir, "profile")
-  # jax.profiler writes local files: a bucket workdir's trace is uploaded when it ends.
-  local_trace_dir = tempfile.mkdtemp(prefix="lnjax_profile_") if (
-      profile and fileio.is_remote(workdir)) else trace_dir
-  # Divergence: a NaN/Inf loss, or one `divergence_factor` times the uniform guess's ln V
-  # (about the loss at initialization), which no run that is still learning reaches.
-  max_loss = (run.train.divergence_factor * math.log(data.vocab_size)
-              if run.train.divergence_factor else math.inf)
-
-  def absorb(step: int, m) -> bool:
-    """Host-side handling of step `step`'s metrics; False if the loss diverged."""
-    nonlocal last_finite, train_sums, diverged_loss
-    m = {k: float(v) for k, v in jax.device_get(m).items()}
-    if not math.isfinite(m["train_loss"]) or m["train_loss"] > max_loss:
-      diverged_loss = m["train_loss"]
-      return False
-    last_finite = (step, m["train_loss"])
-    for k, v in m.items():
-      train_sums[k] = train_sums.get(k, 0.0) + v
-    train_sums["_n"] = train_sums.get("_n", 0) + 1
-    if step % run.train.log_every_steps == 0 or step == run.train.num_steps:
-      n = train_sums.pop("_n")
-      means = {k: v / n for k, v in train_sums.items()}
-      means["learning_rate"], means["param_norm"] = m["learning_rate"], m["param_norm"]
-      writer.write(step, means)
-      log(progress.line(step, means["train_loss"], m["learning_rate"], m["grad_norm"]))
-      train_sums = {}
-      write_summary(RUNNING, step)
-    return True
-
-  def summary(status: str, step: int) -> dict:
-    finished_before = first_step >= run.train.num_steps and earlier
+  def summary(self, status: str, step: int) -> dict:
+    run, earlier = self.b.run, self.earlier
+    finished_before = self.first_step >= run.train.num_steps and earlier
     lf = ((earlier.get("last_finite_step"), earlier.get("last_finite_train_loss"))
-          if finished_before else last_finite or (None, None))
+          if finished_before else self.last_finite or (None, None))
+    best = run.task.best_metric
     return {
         "status": status,
         "step": step,
         "num_steps": run.train.num_steps,
         "norm_position": run.model.norm_position,
-        "num_params": num_params,
+        "num_params": self.num_params,
         "last_finite_train_loss": lf[1],
         "last_finite_step": lf[0],
-        "eval_loss": last_eval.get("eval_loss"),
-        "eval_perplexity": last_eval.get("eval_perplexity"),
-        "unigram_baseline": unigram,
-        "steps_per_epoch": steps_per_epoch,  # None for streams without epochs.
-        **({run.task.best_metric: last_eval.get(run.task.best_metric),
-            f"best_{run.task.best_metric}": best_value} if run.task.best_metric else {}),
+        "eval_loss": self.last_eval.get("eval_loss"),
+        "eval_perplexity": self.last_eval.get("eval_perplexity"),
+        "unigram_baseline": self.b.data.unigram_entropy,
+        "steps_per_epoch": self.b.data.steps_per_epoch,  # None for streams without epochs.
+        **({best: self.last_eval.get(best), f"best_{best}": self.best_value} if best else {}),
         # A finished run asked again only re-evaluates: its wall time stays the training's.
-        "wall_seconds": round(earlier_seconds + (0.0 if finished_before else
-                                                 time.perf_counter() - t_start), 1),
+        "wall_seconds": round(float(earlier.get("wall_seconds") or 0.0) + (
+            0.0 if finished_before else time.perf_counter() - self.t_start), 1),
         # This segment's first step, compilation included (a compilation cache shortens it).
-        "first_step_seconds": first_step_seconds,
-        "workdir": fileio.abspath(workdir),
+        "first_step_seconds": self.first_step_seconds,
+        "workdir": fileio.abspath(self.workdir),
     }
 
-  def write_summary(status: str, step: int) -> dict:
-    s = summary(status, step)
+  def write(self, status: str, step: int) -> dict:
+    s = self.summary(status, step)
     if jax.process_index() == 0:
-      fileio.write_text(os.path.join(workdir, SUMMARY_FILE), json.dumps(s, indent=2) + "\n")
-      if lock is not None:
-        lock.refresh()
+      fileio.write_text(os.path.join(self.workdir, SUMMARY_FILE), json.dumps(s, indent=2) + "\n")
+      if self.lock is not None:
+        self.lock.refresh()
     return s
 
-  with _Preemption() as preemption:
-    step = first_step
-    while step < run.train.num_steps:
-      checkpoints.seal()
-      local_batch = next(train_iter)
-      progress.add_tokens(float(local_batch["weights"].sum()) * jax.process_count())
-      batch = sharding.global_batch(local_batch, batch_sharding)
-      if profile and step + 1 == profile[0]:
-        jax.profiler.start_trace(local_trace_dir)
-      t_step = time.perf_counter()
-      compiling = progress.compiling(tuple(batch["inputs"].shape))
-      if compiling:  # (jit compiles in the call; the step itself runs asynchronously.)
-        with progress_lib.Phase(compiling):
-          state, step_metrics = p_train_step(state, batch)
-        progress.exclude(time.perf_counter() - t_step)
-        if step > first_step:  # (The first step has its own line below.)
-          log(f"{compiling[0].upper()}{compiling[1:]}: {time.perf_counter() - t_step:.1f} s, "
-              "kept out of tok/s and the ETA.")
-      else:
-        state, step_metrics = p_train_step(state, batch)
-      step += 1
-      if step == first_step + 1:
-        jax.block_until_ready(step_metrics)
-        first_step_seconds = round(time.perf_counter() - t_step, 3)
-        log(f"First step in {first_step_seconds:.2f} s (compilation included).")
-      if profile and step == profile[1]:
-        jax.block_until_ready(state)
-        jax.profiler.stop_trace()
-        if local_trace_dir != trace_dir:
-          fileio.copy_tree(local_trace_dir, trace_dir)
-        log(f"Profile of steps {profile[0]}..{profile[1]} in {trace_dir} (TensorBoard: profile).")
-      if pending is not None and not absorb(*pending):
-        diverged_at = pending[0]
-        break
-      pending = (step, step_metrics)
-      at_end = step == run.train.num_steps
-      stop = preemption.reached(step)
-      if at_end or step % run.train.eval_every_steps == 0 or step % run.train.checkpoint_every_steps == 0 or stop:
-        if not absorb(*pending):  # Never evaluate or save a diverged state.
-          diverged_at = step
-          break
-        pending = None
-        if at_end or step % run.train.eval_every_steps == 0:
-          last_eval = evaluate(step)
-        if checkpoints.save(step, state, train_iter.get_state(), force=at_end or stop,
-                            window=train_sums):
-          write_summary(RUNNING, step)
-        progress.restart_clock(step)
-        if stop and not at_end:
-          status = PREEMPTED
-          log(f"SIGTERM: saved step {step}; run the same command to resume.")
-          break
-    if first_step >= run.train.num_steps:  # Nothing left to train: report where it stands.
-      log(f"{workdir} is already trained to step {first_step}.")
-      logged = any("eval_loss" in r and r["step"] == first_step
-                   for r in metrics_lib.read_metrics(workdir))
-      last_eval = evaluate(first_step, record=not logged)
-    if diverged_at is not None:
-      status = DIVERGED
-      lf = f"{last_finite[1]:.4f} at step {last_finite[0]}" if last_finite else "none"
-      why = ("non-finite loss" if not math.isfinite(diverged_loss) else
-             f"loss {diverged_loss:.4g} above train.divergence_factor × ln V = {max_loss:.4g}")
-      log(f"Diverged: {why} at step {diverged_at}; last finite loss {lf}.")
 
-  checkpoints.wait()
-  checkpoints.close()
-  if best:
-    best.wait()
-    best.close()
+def evaluate(b: build_lib.Built, params, step: int, eval_batches: list) -> dict:
+  """The held-out scalars at `step`: the loss, perplexity and unigram baseline, then the
+  task's evaluators (BLEU). Stops between batches on SIGTERM (preemption.check)."""
+  nll, count = 0.0, 0.0
+  for batch in eval_batches:
+    preemption.check()
+    n, c = jax.device_get(b.eval_step(params, batch))
+    nll, count = nll + float(n), count + float(c)
+  loss = nll / max(count, 1.0)
+  scalars = {"eval_loss": loss, "eval_perplexity": math.exp(min(loss, 700.0))}
+  if b.data.unigram_entropy:
+    scalars["eval_unigram_baseline"] = b.data.unigram_entropy
+  context = task_lib.EvalContext(b.setup, params, b.data, b.run, b.mesh, step,
+                                 final=step >= b.run.train.num_steps)
+  for evaluator in b.run.task.evaluators:
+    preemption.check()
+    scalars.update(evaluator(context))
+  return scalars
+
+
+def _hooks(b: build_lib.Built, workdir: str, first_step: int, checkpoints) -> list:
+  """The loop's hooks, in the order they act at a step (lnjax/hooks.py)."""
+  run, data = b.run, b.data
+  eval_batches = [b.global_batch(x) for x in b.eval_batches()]
+  best = (ckpt_lib.Checkpoints(workdir, 1, 1, folder="best_checkpoint")
+          if run.task.best_metric else None)
+  logged = {r["step"] for r in metrics_lib.read_metrics(workdir) if "eval_loss" in r}
+  # Divergence: a NaN/Inf loss, or one `divergence_factor` times the uniform guess's ln V.
+  max_loss = (run.train.divergence_factor * math.log(data.vocab_size)
+              if run.train.divergence_factor else math.inf)
+  profile = run.train.profile_range()
+  return [
+      hooks_lib.Preemption(),
+      hooks_lib.Divergence(max_loss),
+      hooks_lib.Logging(run.train.log_every_steps, run.train.num_steps, first_step,
+                        task_lib.num_train_shapes(data)),
+      *([hooks_lib.Profiler(*profile, workdir)] if profile else []),
+      hooks_lib.Evaluation(lambda params, step: evaluate(b, params, step, eval_batches),
+                           run.train.eval_every_steps, run.train.num_steps, best,
+                           run.task.best_metric, _best_so_far(workdir, run.task.best_metric),
+                           logged),
+      hooks_lib.Checkpointing(checkpoints, run.train.num_steps),
+  ]
+
+
+def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, resuming: bool,
+                        lock, stop: preemption.Stop, t_start: float) -> dict:
+  earlier = _earlier_summary(workdir) if resuming else {}
+  cache_dir = run_lib.resolve_config(config).train.compilation_cache_dir
+  if cache_dir:
+    _use_compilation_cache(cache_dir)
+  b = build_lib.build(config, log=log)
+  config, run = b.config, b.run
+  checkpoints = ckpt_lib.Checkpoints(workdir, run.train.checkpoint_every_steps,
+                                     run.train.keep_checkpoints)
+  train_iter = b.data.train_iter()
+  state, saved = _restore_or_init(b, checkpoints, train_iter, workdir, resuming)
+  # Records after the checkpoint are logged again, as an uninterrupted run logged them.
+  metrics_lib.truncate_metrics(workdir, int(state.step))
+  ckpt_lib.save_config(workdir, config)
+  writer = metrics_lib.MetricWriter(workdir, run.train.tensorboard, run.train.wandb_project,
+                                    config.to_dict())
+  num_params, first_step, unigram = count_params(state.params), int(state.step), b.data.unigram_entropy
+  log(f"Model: {run.task.name}, {run.model.num_layers} layers, norm_position="
+      f"{run.model.norm_position}, {num_params:,} parameters; devices: {dict(b.mesh.shape)}; "
+      f"data: {run.data.name} ({b.data.vocab_size} tokens)"
+      + (f"; held-out unigram baseline {unigram:.4f} nats." if unigram else "."))
+  summary = Summary(b, workdir, first_step, num_params, earlier, lock, t_start)
+
+  def restore(max_step: int):  # A hook's rollback: the newest checkpoint up to max_step.
+    checkpoints.wait()
+    restored = checkpoints.restore_latest(b.abstract_state(), max_step)
+    if restored is None:
+      raise errors.CheckpointError(f"no checkpoint at or before step {max_step} to roll back to")
+    metrics_lib.truncate_metrics(workdir, int(restored[0].step))
+    return restored
+
+  hooks = _hooks(b, workdir, first_step, checkpoints)
+  loop = loop_lib.Loop(state=state, train_step=b.train_step, train_iter=train_iter,
+                       batch_sharding=b.batch_sharding, num_steps=run.train.num_steps,
+                       hooks=hooks, workdir=workdir, writer=writer, summary=summary, log=log,
+                       restore=restore)
+  loop.restore_hooks(saved)
+  stop.raising(False)  # From here a signal is honoured by saving first (lnjax/preemption.py).
+  status = loop.run()
   writer.close()
-  return write_summary(status, diverged_at if status == DIVERGED else step)
+  diverged = next(h for h in hooks if isinstance(h, hooks_lib.Divergence)).diverged_at
+  return summary.write(status, diverged if status == hooks_lib.DIVERGED else loop.step)

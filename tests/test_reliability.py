@@ -144,7 +144,7 @@ def test_2_saved_window_is_the_window_at_the_saved_step(reference, tmp_path, mon
   ckpt = checkpoint.Checkpoints(str(tmp_path), 1, 1)
   window = {"train_loss": 3.5, "grad_norm": 0.75, "_n": 1}
   data_state = {"position": [16]}
-  ckpt.save(16, restored.state, data_state, force=True, window=window)
+  ckpt.save(16, restored.state, data_state, force=True, log={"window": window})
   assert handed and all(x is not data_state and x.get("window") is not window for x in handed)
   window["train_loss"] += 3.25  # Step 17, added at once (as the loop does).
   window["_n"] += 1
@@ -152,7 +152,7 @@ def test_2_saved_window_is_the_window_at_the_saved_step(reference, tmp_path, mon
   ckpt.wait()
   _, data, saved = ckpt.restore_latest(restored.state)
   ckpt.close()
-  assert saved == {"train_loss": 3.5, "grad_norm": 0.75, "_n": 1}
+  assert saved == {"window": {"train_loss": 3.5, "grad_norm": 0.75, "_n": 1}}
   assert data == {"position": [16]}
 
 
