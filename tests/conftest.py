@@ -1,5 +1,6 @@
-"""Test set-up: 8 virtual CPU devices (for the sharding tests), a shared data cache, JAX's
-persistent compilation cache, and less XLA optimisation than a training run gets.
+"""Test set-up: 8 virtual CPU devices (for the sharding tests), a data cache holding the
+fixture corpora, JAX's persistent compilation cache, and less XLA optimisation than a
+training run gets.
 
 Everything here is an environment variable set before JAX is first imported, so that the
 command-line runs the tests start (lnjax.main, lnjax.sweep, lnjax.finetune) inherit it.
@@ -14,6 +15,7 @@ command-line runs the tests start (lnjax.main, lnjax.sweep, lnjax.finetune) inhe
 
 import getpass
 import os
+import shutil
 import sys
 import tempfile
 
@@ -31,8 +33,16 @@ if os.environ.get("LNJAX_TEST_JAX_CACHE", "1") != "0":
       tempfile.gettempdir(), f"lnjax_test_jax_cache_{getpass.getuser()}"))
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
-# Prepared data sets and tokenizers are cached once per test session.
-os.environ.setdefault("LNJAX_CACHE_DIR", tempfile.mkdtemp(prefix="lnjax_test_cache_"))
+# Prepared data sets and tokenizers are cached once per test session (the xdist workers
+# inherit the controller's folder). Its download folder starts with the small corpora of
+# tests/fixtures/corpora: lnjax finds them there as corpora it downloaded before, so the
+# tests read no folder outside the repository (a user's clone has none) and no network.
+if "LNJAX_TEST_CACHE_DIR" not in os.environ:
+  os.environ["LNJAX_TEST_CACHE_DIR"] = tempfile.mkdtemp(prefix="lnjax_test_cache_")
+  shutil.copytree(os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "corpora"),
+                  os.path.join(os.environ["LNJAX_TEST_CACHE_DIR"], "downloads"))
+os.environ["LNJAX_CACHE_DIR"] = os.environ["LNJAX_TEST_CACHE_DIR"]
+os.environ.pop("LNJAX_DATA_DIR", None)  # A user's corpus folder would hide the fixtures.
 # Tests never reach the internet: a corpus missing locally is an error naming its URL.
 # The download tests unset this and point LNJAX_DATA_MIRROR at a loopback server.
 os.environ["LNJAX_DATA_OFFLINE"] = "1"

@@ -8,8 +8,8 @@ the repository, and the tests that pin that promise must fail on it.
 A mutant is a textual find/replace on one file (the pattern must occur exactly once, so a
 refactoring that moves the code fails loudly here instead of silently testing nothing).
 For each mutant, lnjax/, tests/, configs/ and pyproject.toml are copied to a temporary
-folder (the real tree is never modified; ../shared is linked beside the copy, as the data
-sets expect), the mutation applied there, and only the named tests run in the copy
+folder (the real tree is never modified; the tests read their corpora from tests/fixtures,
+copied with them), the mutation applied there, and only the named tests run in the copy
 (`pytest -x -q`, PYTHONPATH at the copy). A failing test kills the mutant; passing tests
 let it survive; a pattern no longer in its file is an error. Every mutant must be killed.
 """
@@ -70,13 +70,10 @@ MUTANTS = [
       ("tests/test_models.py::test_layernorm_and_rmsnorm_formulas_with_random_parameters",),
       "RMSNorm ignores its gain g"),
     M("normformer_mid_norm_before_activation", "lnjax/models/layers.py",
-      """    h_BxTxF = act(Dense(self.d_ff, ("embed", "mlp"), self.use_bias, self.kernel_init,
-                        self.dtype, self.weight_grad, name="wi")(x_BxTxD))
+      """    h_BxTxF = act(h_BxTxF)
     if self.mid_norm is not None:
       h_BxTxF = self.mid_norm(name="mid_norm")(h_BxTxF)
-""", """    h_BxTxF = Dense(self.d_ff, ("embed", "mlp"), self.use_bias, self.kernel_init,
-                    self.dtype, self.weight_grad, name="wi")(x_BxTxD)
-    if self.mid_norm is not None:
+""", """    if self.mid_norm is not None:
       h_BxTxF = self.mid_norm(name="mid_norm")(h_BxTxF)
     h_BxTxF = act(h_BxTxF)
 """,
@@ -137,7 +134,7 @@ MUTANTS = [
       ("tests/test_decode.py::test_beam_finds_the_best_sequence_when_all_can_be_enumerated",),
       "beam search scores log p · length^α instead of log p / length^α"),
     # ---- The training loop and its exits.
-    M("label_smoothing_ignored", "lnjax/train.py",
+    M("label_smoothing_ignored", "lnjax/build.py",
       "label_smoothing=run.train.label_smoothing", "label_smoothing=0.0",
       ("tests/test_train.py::test_label_smoothing_changes_the_update",),
       "train.label_smoothing never reaches the train step"),
@@ -145,9 +142,9 @@ MUTANTS = [
       "    train_iter.set_state(data_state)\n", "    pass\n",
       ("tests/test_train.py::test_resume_reproduces_the_uninterrupted_run",),
       "a resumed run reads its data from the start again"),
-    M("nan_loss_not_divergence", "lnjax/train.py",
-      'if not math.isfinite(m["train_loss"]) or m["train_loss"] > max_loss:',
-      'if m["train_loss"] > max_loss:',
+    M("nan_loss_not_divergence", "lnjax/hooks.py",
+      "if not math.isfinite(loss) or loss > self.max_loss:",
+      "if loss > self.max_loss:",
       ("tests/test_train.py::test_divergence_exits_with_code_3",),
       "a NaN loss does not end the run"),
     M("divergence_exit_code_0", "lnjax/main.py",
@@ -194,14 +191,15 @@ MUTANTS = [
       ("tests/test_sweep.py::test_a_run_of_a_killed_launcher_is_never_started_twice",),
       "a relaunch starts a run that a killed launcher's process still trains"),
     M("summary_baseline_renamed", "lnjax/train.py",
-      '"unigram_baseline": unigram,', '"unigram_baseline_nats": unigram,',
+      '"unigram_baseline": self.b.data.unigram_entropy,',
+      '"unigram_baseline_nats": self.b.data.unigram_entropy,',
       ("tests/test_sweep.py::test_killed_sweep_finishes_on_relaunch_without_redoing_finished_runs",),
       "summary.json names the unigram baseline otherwise than the sweep report reads it"),
 ]
 
 
 def copy_repo(dest: str) -> str:
-  """lnjax/, tests/, configs/, pyproject.toml under dest/repo, ../shared linked beside it."""
+  """lnjax/, tests/ (with its fixture corpora), configs/, pyproject.toml under dest/repo."""
   root = os.path.join(dest, "repo")
   os.makedirs(root)
   ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
@@ -211,9 +209,6 @@ def copy_repo(dest: str) -> str:
       shutil.copytree(src, os.path.join(root, name), ignore=ignore)
     else:
       shutil.copy2(src, os.path.join(root, name))
-  shared = os.path.join(os.path.dirname(REPO), "shared")
-  if os.path.isdir(shared):
-    os.symlink(shared, os.path.join(dest, "shared"))
   return root
 
 

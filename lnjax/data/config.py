@@ -68,7 +68,7 @@ class MTDataConfig:
   name: str = "multi30k_de_en"  # multi30k_de_en | iwslt14_de_en | wmt14_de_en
   source_lang: str = "de"  # de | en (either direction)
   target_lang: str = "en"  # de | en, not source_lang
-  data_dir: str | None = None  # raw corpora; None -> LNJAX_DATA_DIR -> ../shared/data, downloads
+  data_dir: str | None = None  # raw corpora; None -> LNJAX_DATA_DIR -> the package, downloads
   cache_dir: str | None = None  # prepared data; None -> env -> ~/.cache/lnjax
   mirror: str | None = None  # replaces the download URLs' base; None -> LNJAX_DATA_MIRROR
   tfds_data_dir: str | None = None  # tfds: names; None -> TFDS_DATA_DIR -> ~/tensorflow_datasets
@@ -121,7 +121,7 @@ class MLMDataConfig:
   """The ``config.data`` block of a BERT pre-training run."""
 
   name: str = "wikitext2_raw"  # tiny_shakespeare | wikitext2_raw
-  data_dir: str | None = None  # raw corpora; None -> env -> ../shared/data
+  data_dir: str | None = None  # raw corpora; None -> LNJAX_DATA_DIR -> the package, downloads
   cache_dir: str | None = None  # prepared data; None -> env -> ~/.cache/lnjax
   mirror: str | None = None  # replaces the download URLs' base; None -> LNJAX_DATA_MIRROR
   tokenizer: str = "sentencepiece"  # char | sentencepiece

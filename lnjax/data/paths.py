@@ -12,9 +12,8 @@ Where a corpus file ``<subdir>/<filename>`` is looked for, in order:
 
 1. the data dir: the configured value or ``LNJAX_DATA_DIR`` when set (then
    only there); otherwise the corpora shipped inside the package
-   (``lnjax/data/corpora``: tiny_shakespeare, the embedded default), then
-   ``<repo root>/../shared/data`` and ``<cwd>/../shared/data`` (a corpus
-   folder checked out beside the repository: a fallback, never required);
+   (``lnjax/data/corpora``: tiny_shakespeare, the embedded default). No other
+   folder is searched: a run reads the same files wherever it is started;
 2. the download folder ``<cache dir>/downloads``;
 3. a download from the file's public URL (`lnjax.data.download`), verified
    against the sha256 kept there, into the download folder.
@@ -30,6 +29,7 @@ import gzip
 import hashlib
 import os
 import pathlib
+import shutil
 from typing import Iterator, Sequence
 
 from lnjax import errors, fileio
@@ -38,8 +38,6 @@ from lnjax.data import download
 DATA_DIR_ENV = "LNJAX_DATA_DIR"
 CACHE_DIR_ENV = "LNJAX_CACHE_DIR"
 
-# <repo root> is two levels above this file: <repo>/lnjax/data/paths.py.
-_REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 # Corpora shipped as package data (each folder with its README and licence).
 EMBEDDED_DIR = pathlib.Path(__file__).resolve().parent / "corpora"
 
@@ -50,19 +48,8 @@ class DataError(errors.LnjaxError):
 
 
 def _default_data_dirs() -> list[pathlib.Path]:
-  """The embedded corpora, then the sibling ``shared/data`` folders of the
-  repo root and of the cwd."""
-  candidates = [
-      EMBEDDED_DIR,
-      _REPO_ROOT.parent / "shared" / "data",
-      pathlib.Path.cwd().parent / "shared" / "data",
-  ]
-  unique: list[pathlib.Path] = []
-  for c in candidates:
-    c = c.resolve()
-    if c not in unique:
-      unique.append(c)
-  return unique
+  """The corpora shipped in the package (a data dir nobody configured)."""
+  return [EMBEDDED_DIR]
 
 
 def data_dir_candidates(configured: str | os.PathLike | None) -> list[pathlib.Path]:
@@ -223,6 +210,21 @@ def fingerprint_files(paths: Sequence[pathlib.Path]) -> str:
     h.update(p.read_bytes())  # hashing the (gzipped) bytes: ~10 ms for 4 MB
     h.update(b"\0")
   return h.hexdigest()[:12]
+
+
+TFDS_INCOMPLETE_PREFIX = "incomplete."  # tensorflow_datasets.core.constants.INCOMPLETE_PREFIX
+
+
+def remove_incomplete(data_dir: str | os.PathLike) -> list[str]:
+  """Removes the `incomplete.*` folders beside `data_dir` (TFDS prepares a data set in
+  such a folder and renames it when complete: one left there is a killed preparation's).
+  Call it holding the preparation's `file_lock`, so that no live preparation owns one.
+  Returns the names removed."""
+  parent = pathlib.Path(data_dir).parent
+  stale = sorted(p for p in parent.glob(TFDS_INCOMPLETE_PREFIX + "*") if p.is_dir())
+  for p in stale:
+    shutil.rmtree(p, ignore_errors=True)
+  return [p.name for p in stale]
 
 
 @contextlib.contextmanager

@@ -36,7 +36,7 @@ class GlueDataConfig:
   init_step: int = -1  # Its checkpoint: -1 = the latest, 0 = its initialization (no
   # pre-training).
   data_dir: str | None = None  # Holds glue_mrpc/, glue_rte/; None: $LNJAX_DATA_DIR, then
-  # ../shared/data beside the repository.
+  # the download folder (fetched on first use).
   seq_len: int = 128  # L: [CLS] A [SEP] B [SEP], trimmed longest-first; <= model.max_len.
   batch_size: int = 32  # B: pairs per step, over all devices and hosts.
   train_examples: int = 0  # Only the first N train pairs; 0 = all (smoke runs use a few).
