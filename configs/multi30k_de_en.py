@@ -63,7 +63,8 @@ def get_sweep(arg=None):
            experiments/multi30k_figs.py --fig=2 --size=paper (CPU-sized, or --full).
     fig4   Fig. 4: Pre-LN without warm-up (×0.1 at epoch 10) against Post-LN with 1000
            warm-up steps then inverse square root, each with Adam and with RAdam.
-    zoo    every placement of lnjax.models.placement × peak lr 5e-4 .. 4e-3, Adam, no
+    zoo    every placement of lnjax.models.placement but nGPT (a decoder-only model,
+           refused in the encoder-decoder) × peak lr 5e-4 .. 4e-3, Adam, no
            warm-up and a constant rate (which placements train without warm-up, up to which
            rate).
     fig2_cpu, fig4_cpu   the same grids with warm-ups short enough for runs of a few hundred
@@ -102,7 +103,8 @@ def get_sweep(arg=None):
          "opt.warmup_steps": 1000 if arg == "fig4" else 200, "opt.decay_epochs": ()}]
     return sweep.product(placements, sweep.axis("opt.name", ["adam", "radam"]))
   if arg == "zoo":
-    return sweep.product(sweep.axis("model.norm_position", list(models.NORM_POSITIONS)),
+    return sweep.product(sweep.axis("model.norm_position",
+                                    [p for p in models.NORM_POSITIONS if p != "ngpt"]),
                          sweep.axis("opt.learning_rate", [5e-4, 1e-3, 2e-3, 4e-3]),
                          [{"opt.schedule": "constant", "opt.warmup_steps": 0,
                            "opt.decay_epochs": ()}])

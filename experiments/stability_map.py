@@ -17,9 +17,10 @@ REFERENCE §6 (8 layers, 2.6M parameters): 40 runs, about 20 minutes each at 300
 2 CPU cores, so `--steps`, `--size` and `--batch_size` shrink it.
 
 --sweep=zoo: every placement of lnjax.models.placement (Post-LN, Pre-LN, Sandwich, Peri,
-DeepNorm, NormFormer, ResiDual, Admin, Mix-LN, B2T) without warm-up over the rates of the
-config's `zoo` sweep: which placements train without warm-up, up to which rate. With
---task=multi30k the runs are configs/multi30k_de_en.py's encoder-decoder (--size=cpu its
+DeepNorm, NormFormer, ResiDual, Admin, Mix-LN, B2T, DyT, LayerNorm Scaling, OLMo 2, nGPT)
+without warm-up over the rates of the config's `zoo` sweep: which placements train without
+warm-up, up to which rate. With --task=multi30k (every placement but the decoder-only
+nGPT) the runs are configs/multi30k_de_en.py's encoder-decoder (--size=cpu its
 own 3+3 d256; --size=map 3+3 d128 with FFN 512 and 2048-token batches) at a constant rate,
 Mix-LN with α = 1/3 (one Post-LN layer of three; the paper's 0.25 gives none at this
 depth), scored by the held-out loss on the validation split against its unigram baseline (no

@@ -10,7 +10,9 @@ the named decay; `warmup_steps=0` means no warm-up.
 """
 
 import dataclasses
+from typing import Callable
 
+import jax
 import jax.numpy as jnp
 import optax
 
@@ -109,8 +111,39 @@ def make_schedule(cfg: OptConfig, num_steps: int,
   return optax.join_schedules([warmup, decay], [w])
 
 
-def make_optimizer(cfg: OptConfig, schedule: optax.Schedule) -> optax.GradientTransformation:
-  """The optimizer as an optax chain: [global-norm clipping] -> update rule with lr(t)."""
+def keep_params_on_unit_sphere(
+    unit_axis: Callable[[tuple[str, ...]], int | None]) -> optax.GradientTransformation:
+  """Modifies the updates so that each parameter for which `unit_axis(its path's keys)`
+  names an axis ends every step with unit norm along it: u ← (p + u)/‖p + u‖ − p, the
+  manner of optax.keep_params_nonnegative; last in a chain. nGPT's renormalization of its
+  matrices after each optimizer step (Loshchilov et al. 2024, arXiv 2410.01131;
+  NVIDIA/ngpt's normalize_matrices)."""
+
+  def init_fn(params):
+    del params
+    return optax.EmptyState()
+
+  def update_fn(updates, state, params=None):
+    if params is None:
+      raise ValueError("keep_params_on_unit_sphere needs the parameters: tx.update(g, s, params)")
+
+    def project(path, u, p):
+      axis = unit_axis(tuple(k.key for k in path))
+      if axis is None:
+        return u
+      new = p + u
+      return new / jnp.linalg.norm(new, axis=axis, keepdims=True) - p
+
+    return jax.tree_util.tree_map_with_path(project, updates, params), state
+
+  return optax.GradientTransformation(init_fn, update_fn)
+
+
+def make_optimizer(cfg: OptConfig, schedule: optax.Schedule,
+                   unit_axis: Callable | None = None) -> optax.GradientTransformation:
+  """The optimizer as an optax chain: [global-norm clipping] -> update rule with lr(t) ->
+  [the parameters `unit_axis` names kept on the unit sphere (nGPT's, from
+  models.placement.unit_sphere_axis)]."""
   if cfg.name == "adam":
     rule = optax.adam(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps)
   elif cfg.name == "adamw":
@@ -121,10 +154,15 @@ def make_optimizer(cfg: OptConfig, schedule: optax.Schedule) -> optax.GradientTr
     rule = optax.radam(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps)
   else:
     raise errors.ConfigError(f"opt.name={cfg.name!r} is not one of: {', '.join(OPTIMIZERS)}")
+  if unit_axis is not None:
+    if cfg.weight_decay:  # nGPT trains without: its matrices are renormalized each step.
+      raise errors.ConfigError(f"opt.weight_decay={cfg.weight_decay} with "
+                               "model.norm_position='ngpt', which has no weight decay: set 0")
+    rule = optax.chain(rule, keep_params_on_unit_sphere(unit_axis))
   if cfg.grad_clip_norm > 0:
     return optax.chain(optax.clip_by_global_norm(cfg.grad_clip_norm), rule)
   return rule
 
 
 __all__ = ["OptConfig", "make_schedule", "make_optimizer", "SCHEDULES",
-           "OPTIMIZERS", "decay_boundaries"]
+           "OPTIMIZERS", "decay_boundaries", "keep_params_on_unit_sphere"]

@@ -11,7 +11,7 @@ import optax
 from jax.sharding import Mesh
 
 from lnjax import optim, sharding
-from lnjax.models import ModelConfig, init_params
+from lnjax.models import ModelConfig, init_params, placement
 from lnjax.task import Task
 
 
@@ -35,8 +35,8 @@ class Setup:
 def make_setup(model_cfg: ModelConfig, opt_cfg: optim.OptConfig, num_steps: int,
                steps_per_epoch: int | None = None, *, task: Task) -> Setup:
   schedule = optim.make_schedule(opt_cfg, num_steps, steps_per_epoch)
-  return Setup(task, task.make_model(model_cfg), optim.make_optimizer(opt_cfg, schedule),
-               schedule)
+  tx = optim.make_optimizer(opt_cfg, schedule, placement.unit_sphere_axis(model_cfg))
+  return Setup(task, task.make_model(model_cfg), tx, schedule)
 
 
 def _init_boxed(setup: Setup, seed: int) -> TrainState:

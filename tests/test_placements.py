@@ -11,9 +11,10 @@ import numpy as np
 import optax
 import pytest
 
-from lnjax import errors, state, tasks
+from lnjax import errors, optim, state, tasks, train
 from lnjax.analysis import probes
 from test_models import random_norms  # γ ~ 1 + N(0, ½²), β ~ N(0, ½²)
+from test_train import smoke_config, train_losses
 from lnjax.models import (NORM_POSITIONS, EncoderDecoder, ModelConfig, TransformerLM,
                           init_params, layers, norms, placement)
 
@@ -43,7 +44,7 @@ def _acts(model, params, *inputs):
     for k, v in node.items():
       if k == "__call__":
         out[prefix] = v[0] if len(v) == 1 else v
-      else:
+      elif isinstance(v, dict):  # (not a value sown by the module under another name)
         walk(v, f"{prefix}/{k}" if prefix else k)
 
   walk(state["intermediates"], "")
@@ -74,7 +75,7 @@ def _logits_from(hidden, params):
 
 @pytest.mark.parametrize("key, value, choices", [
     ("norm_position", "middle", "post, pre, sandwich, peri, deepnorm, normformer, resi_dual, "
-                                "admin, mix, b2t"),
+                                "admin, mix, b2t, dyt, lns, olmo2, ngpt"),
     ("norm_kind", "batchnorm", "layernorm, rmsnorm, scalenorm"),
 ])
 def test_unknown_placement_or_norm_is_one_line_config_error(key, value, choices):
@@ -419,6 +420,244 @@ def test_admin_encoder_and_decoder_chains_are_separate_and_stored():
   assert _omega(params, ("decoder", "layer_0", "ffn_shortcut")) > 1.0
 
 
+# ---- 2024-25: DyT, LayerNorm Scaling, OLMo 2, nGPT. ----------------------------------------
+
+def _rms(x, p, eps=1e-5):
+  return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * np.asarray(p["scale"])
+
+
+def _unit(x, axis=-1):
+  return x / np.linalg.norm(x, axis=axis, keepdims=True)
+
+
+def _ffn(x, p, pre_act=lambda u: u):
+  return _dense(np.maximum(pre_act(_dense(x, p["wi"])), 0.0), p["wo"])
+
+
+def _causal_attention(q_BxTxD, k_BxTxD, v_BxTxD, p_out, heads, scale, qk=lambda q, k: (q, k)):
+  """softmax(q kᵀ·scale + causal mask) v per head, then W^O; `qk` maps the [B, H, T, d_h]
+  queries and keys first."""
+  b, t, d = q_BxTxD.shape
+  split = lambda y: y.reshape(b, t, heads, d // heads).transpose(0, 2, 1, 3)
+  q, k = qk(split(q_BxTxD), split(k_BxTxD))
+  s = np.where(np.tril(np.ones((t, t), bool)), q @ k.transpose(0, 1, 3, 2) * scale, -1e9)
+  w = np.exp(s - s.max(-1, keepdims=True))
+  out = (w / w.sum(-1, keepdims=True)) @ split(v_BxTxD)
+  return _dense(out.transpose(0, 2, 1, 3).reshape(b, t, d), p_out)
+
+
+def _randomize(params, names, seed=0, low=0.3, high=1.5):
+  """`params` with every leaf whose path holds one of `names` drawn from U(low, high)."""
+  keys = iter(jax.random.split(jax.random.key(seed), 1000))
+
+  def draw(path, leaf):
+    if not set(str(getattr(k, "key", k)) for k in path) & set(names):
+      return leaf
+    return jax.random.uniform(next(keys), jnp.shape(leaf), minval=low, maxval=high)
+
+  return jax.tree_util.tree_map_with_path(draw, params)
+
+
+def test_dyt_replaces_every_norm_by_a_scaled_tanh():
+  """Pre-LN's layout with every N a DyT, γ ⊙ tanh(α·x) + β: α₀ 0.5 (the attention blocks'
+  their own when set), γ = 1, β = 0 at init; at random α, γ, β each against numpy."""
+  def dyt(x, p):
+    return np.tanh(float(p["alpha"]) * x) * np.asarray(p["scale"]) + np.asarray(p["bias"])
+
+  _, model, params = _lm(norm_position="dyt", dyt_attention_alpha_init=0.8)
+  assert float(params["layer_1"]["self_attn_norm"]["alpha"]) == pytest.approx(0.8)
+  assert float(params["layer_1"]["ffn_norm"]["alpha"]) == float(params["final_norm"]["alpha"]) == 0.5
+  np.testing.assert_array_equal(params["final_norm"]["scale"], np.ones(CFG.d_model))
+  np.testing.assert_array_equal(params["final_norm"]["bias"], np.zeros(CFG.d_model))
+  params = _randomize(random_norms(params), ["alpha"])
+  acts = _acts(model, params, TOKENS)
+  x = acts["embed"]
+  for i in range(CFG.num_layers):
+    p, a = params[f"layer_{i}"], lambda name: acts[f"layer_{i}/{name}"]
+    np.testing.assert_allclose(a("self_attn_norm"), dyt(x, p["self_attn_norm"]), atol=1e-5)
+    np.testing.assert_allclose(a("self_attn/query"),  # The attention reads DyT(x).
+                               _dense(a("self_attn_norm"), p["self_attn"]["query"]), atol=1e-4)
+    x = x + a("self_attn")
+    np.testing.assert_allclose(a("ffn"), _ffn(dyt(x, p["ffn_norm"]), p["ffn"]), atol=1e-4)
+    x = x + a("ffn")
+    np.testing.assert_allclose(acts[f"layer_{i}"], x, atol=1e-5)
+  np.testing.assert_allclose(acts["final_norm"], dyt(x, params["final_norm"]), atol=1e-5)
+
+
+def test_layernorm_scaling_scales_each_norm_output_by_one_over_sqrt_depth():
+  """x ← x + F(N(x)/√ℓ), ℓ = 1, 2, 3 in layers 0, 1, 2, both sub-layers; the final N
+  unscaled; random γ, β. Scanned: a run per layer (1/√ℓ is each layer's own constant)."""
+  _, model, params = _lm(norm_position="lns", num_layers=3)
+  assert placement.layer_runs(_cfg(norm_position="lns", num_layers=3)) == [
+      ("lns_layer_0", 0, 1), ("lns_layer_1", 1, 2), ("lns_layer_2", 2, 3)]
+  params = random_norms(params)
+  acts = _acts(model, params, TOKENS)
+  x = acts["embed"]
+  for i in range(3):
+    p, a, scale = params[f"layer_{i}"], lambda name: acts[f"layer_{i}/{name}"], (i + 1) ** -0.5
+    n = _ln(x, p["self_attn_norm"])
+    np.testing.assert_allclose(a("self_attn_norm"), n, atol=1e-5)
+    np.testing.assert_allclose(a("self_attn/value"), _dense(n * scale, p["self_attn"]["value"]),
+                               atol=1e-4)
+    x = x + a("self_attn")
+    np.testing.assert_allclose(a("ffn"), _ffn(_ln(x, p["ffn_norm"]) * scale, p["ffn"]), atol=1e-4)
+    x = x + a("ffn")
+    np.testing.assert_allclose(acts[f"layer_{i}"], x, atol=1e-5)
+  np.testing.assert_allclose(acts["final_norm"], _ln(x, params["final_norm"]), atol=1e-5)
+
+
+def test_olmo2_norms_each_sublayer_output_with_qk_norm_and_normal_init():
+  """x ← x + N(F(x)), F reading x itself; q and k normalized over all heads (width D) before
+  the split into heads; a final N; RMSNorm at random g. Sub-layer weights N(0, 0.02²) cut
+  at ±3σ (OLMo-core's truncated normal)."""
+  _, model, params = _lm(norm_position="olmo2", norm_kind="rmsnorm")
+  p = params["layer_0"]
+  assert p["self_attn"]["query_norm"]["scale"].shape == (CFG.d_model,)
+  w = np.concatenate([np.ravel(params[f"layer_{i}"][s][m]["kernel"]) for i in range(2)
+                      for s, ms in (("self_attn", ("query", "key", "value", "out")),
+                                    ("ffn", ("wi", "wo"))) for m in ms])
+  assert w.std() == pytest.approx(0.02 * 0.9866, rel=0.05) and np.abs(w).max() <= 0.06
+  params = random_norms(params)
+  p = params["layer_0"]
+  acts = _acts(model, params, TOKENS)
+  x = acts["embed"]
+  attn = p["self_attn"]
+  q = _rms(_dense(x, attn["query"]), attn["query_norm"])
+  k = _rms(_dense(x, attn["key"]), attn["key_norm"])
+  np.testing.assert_allclose(acts["layer_0/self_attn/query_norm"], q, atol=1e-5)
+  np.testing.assert_allclose(acts["layer_0/self_attn"], _causal_attention(
+      q, k, _dense(x, attn["value"]), attn["out"], CFG.num_heads, CFG.head_dim**-0.5), atol=1e-4)
+  np.testing.assert_allclose(acts["layer_0/self_attn_norm"],
+                             _rms(acts["layer_0/self_attn"], p["self_attn_norm"]), atol=1e-5)
+  x = x + acts["layer_0/self_attn_norm"]
+  np.testing.assert_allclose(acts["layer_0/ffn"], _ffn(x, p["ffn"]), atol=1e-4)
+  np.testing.assert_allclose(acts["layer_0"], x + _rms(acts["layer_0/ffn"], p["ffn_norm"]),
+                             atol=1e-5)
+  np.testing.assert_allclose(acts["final_norm"], _rms(acts["layer_1"], params["final_norm"]),
+                             atol=1e-5)
+
+
+NGPT_SCALES = ["self_attn_alpha", "ffn_alpha", "qk_scale", "hidden_scale", "logit_scale"]
+
+
+def test_ngpt_block_on_the_unit_sphere():
+  """h_0 = Norm(embedding); h ← Norm(h + |α| ⊙ (Norm(F(h)) − h)) for attention and FFN;
+  attention on s_qk ⊙ Norm(q), s_qk ⊙ Norm(k) per head with q kᵀ·√d_h; FFN
+  relu(s_ν√D ⊙ x W¹) W²; logits s_z ⊙ (h W); no final norm. Each learned vector is stored
+  at its scale (α: 1/√D for 0.05) and read as stored·value/scale; here at random values."""
+  _, model, params = _lm(norm_position="ngpt")
+  d, root_d = CFG.d_model, CFG.d_model**0.5
+  p = params["layer_0"]
+  np.testing.assert_allclose(p["self_attn_alpha"]["scale"], np.full(d, 1 / root_d), rtol=1e-6)
+  np.testing.assert_allclose(p["self_attn"]["qk_scale"]["s_qk"]["scale"],
+                             np.full((CFG.num_heads, CFG.head_dim), 1 / root_d), rtol=1e-6)
+  np.testing.assert_array_equal(p["ffn"]["hidden_scale"]["s_nu"]["scale"], np.ones(CFG.d_ff))
+  assert params["logit_scale"]["scale"].shape == (CFG.vocab_size,)
+  assert "final_norm" not in params and not any("norm" in k for k in p)
+  params = _randomize(params, NGPT_SCALES)
+  acts = _acts(model, params, TOKENS)
+  read = lambda tree, value=1.0: np.asarray(tree["scale"]) * value * root_d  # at scale 1/√D
+  h = _unit(acts["embed"])
+  for i in range(CFG.num_layers):
+    p, a = params[f"layer_{i}"], lambda name: acts[f"layer_{i}/{name}"]
+    attn = p["self_attn"]
+    s_qk = read(attn["qk_scale"]["s_qk"])[None, :, None, :]
+    expected = _causal_attention(_dense(h, attn["query"]), _dense(h, attn["key"]),
+                                 _dense(h, attn["value"]), attn["out"], CFG.num_heads,
+                                 CFG.head_dim**0.5, lambda q, k: (s_qk * _unit(q), s_qk * _unit(k)))
+    np.testing.assert_allclose(a("self_attn"), expected, atol=1e-4)
+    alpha = np.abs(read(p["self_attn_alpha"], 0.05))
+    h = _unit(h + alpha * (_unit(a("self_attn")) - h))
+    s_nu = np.asarray(p["ffn"]["hidden_scale"]["s_nu"]["scale"]) * root_d  # at scale 1
+    np.testing.assert_allclose(a("ffn"), _ffn(h, p["ffn"], lambda u: s_nu * u), atol=1e-4)
+    alpha = np.abs(read(p["ffn_alpha"], 0.05))
+    h = _unit(h + alpha * (_unit(a("ffn")) - h))
+    np.testing.assert_allclose(acts[f"layer_{i}"], h, atol=1e-5)
+  np.testing.assert_allclose(acts[""], read(params["logit_scale"]) * _logits_from(h, params),
+                             atol=1e-4)
+
+
+def test_ngpt_matrices_stay_on_the_unit_sphere():
+  """At init and after every optimizer step, the embedding's, the output projection's and
+  every sub-layer matrix's rows along its 'embed' axis (D) have norm 1; the optimizer's
+  step is Adam's u followed by (p + u)/‖p + u‖ (optim.keep_params_on_unit_sphere); the
+  other parameters (positions, biases, learned scales) move freely."""
+  cfg, model, _ = _lm(norm_position="ngpt")
+  boxed = init_params(model, jax.random.key(1), TOKENS)
+  axis_of = placement.unit_sphere_axis(cfg)
+  matrices = []
+
+  def check_init(path, leaf):
+    keys = tuple(k.key for k in path)
+    axis = axis_of(keys)
+    assert (axis is not None) == (keys[-1] in ("kernel", "embedding")), keys
+    if axis is not None:
+      assert leaf.names[axis] == "embed", (keys, leaf.names)
+      np.testing.assert_allclose(np.linalg.norm(leaf.value, axis=axis), 1.0, rtol=1e-5)
+      matrices.append(keys)
+
+  jax.tree_util.tree_map_with_path(check_init, boxed,
+                                   is_leaf=lambda x: isinstance(x, nn.meta.AxisMetadata))
+  assert len(matrices) == 2 + 6 * cfg.num_layers  # embedding, logits; Q, K, V, W^O, W¹, W²
+  params = nn.unbox(boxed)
+  opt_cfg = optim.OptConfig(learning_rate=0.05)
+  tx = optim.make_optimizer(opt_cfg, optax.constant_schedule(0.05), axis_of)
+  adam = optim.make_optimizer(opt_cfg, optax.constant_schedule(0.05))
+  loss = lambda p: optax.softmax_cross_entropy_with_integer_labels(
+      model.apply({"params": p}, TOKENS[:, :-1]), TOKENS[:, 1:]).mean()
+  grads = jax.grad(loss)(params)
+  new = optax.apply_updates(params, tx.update(grads, tx.init(params), params)[0])
+  plain = optax.apply_updates(params, adam.update(grads, adam.init(params), params)[0])
+
+  def check_step(path, p_new, p_plain):
+    axis = axis_of(tuple(k.key for k in path))
+    expected = p_plain if axis is None else _unit(np.asarray(p_plain), axis)
+    np.testing.assert_allclose(p_new, expected, atol=1e-6)
+    if axis is not None:
+      np.testing.assert_allclose(np.linalg.norm(p_new, axis=axis), 1.0, rtol=1e-5)
+
+  jax.tree_util.tree_map_with_path(check_step, new, plain)
+  moved = jax.tree.map(lambda a, b: float(np.abs(a - b).max()), plain, new)
+  assert moved["layer_0"]["ffn"]["wo"]["kernel"] > 1e-3  # The projection did something.
+  with pytest.raises(errors.ConfigError, match="opt.weight_decay=0.1 with model.norm_position="):
+    optim.make_optimizer(optim.OptConfig(name="adamw", weight_decay=0.1),
+                         optax.constant_schedule(0.05), axis_of)
+
+
+def test_new_placements_refusals_are_one_line_config_errors():
+  """nGPT is decoder-only: refused in the encoder-decoder (either stack); OLMo 2 and nGPT
+  normalize q and k themselves: a second QK-norm is refused."""
+  cases = [lambda: EncoderDecoder(_cfg(norm_position="ngpt")).init(jax.random.key(0), TOKENS,
+                                                                   TOKENS),
+           lambda: _cfg(decoder_norm_position="ngpt"),
+           lambda: _cfg(norm_position="olmo2", qk_norm=True),
+           lambda: _cfg(norm_position="ngpt", qk_norm=True)]
+  messages = []
+  for case in cases:
+    with pytest.raises(errors.ConfigError) as e:
+      case()
+    messages.append(str(e.value))
+  assert all("\n" not in m for m in messages)
+  assert messages[0] == ("model.norm_position='ngpt' in the encoder-decoder's encoder: nGPT is "
+                         "defined for decoder-only models (task=lm) only")
+  assert "decoder" in messages[1] and "qk_norm=True" in messages[2] and "'ngpt'" in messages[3]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pos", ["dyt", "lns", "olmo2", "ngpt"])
+def test_new_placement_trains_on_the_lm_smoke_preset(tmp_path, pos):
+  """configs/lm.py:smoke through train_and_evaluate (nGPT's optimizer chosen by the run
+  from the placement), 40 steps without warm-up: the loss falls. nGPT at lr 1e-2: its
+  logits start within ±s_z = ±1 (cosines), and Adam moves s_z by about lr·√D a step."""
+  wd = str(tmp_path / pos)
+  lr = {"opt.learning_rate": 1e-2} if pos == "ngpt" else {}
+  summary = train.train_and_evaluate(smoke_config(**{
+      "model.norm_position": pos, "train.num_steps": 40, **lr}), wd)
+  assert summary["status"] == "completed"
+  losses = train_losses(wd)
+  assert losses[40] < losses[5] - 0.3, losses
+
+
 # ---- Every placement trains. --------------------------------------------------------------
 
 def _train(model, inputs, targets, steps=4, lr=2e-2):
@@ -426,7 +665,8 @@ def _train(model, inputs, targets, steps=4, lr=2e-2):
   placement shares the same small primitives, so this costs far less than compiling ten
   different train steps."""
   params = nn.unbox(init_params(model, jax.random.key(0), *inputs))
-  tx = optax.adam(lr)
+  tx = optim.make_optimizer(optim.OptConfig(b2=0.999), optax.constant_schedule(lr),
+                            placement.unit_sphere_axis(model.cfg))  # nGPT: its sphere kept
   opt_state = tx.init(params)
   loss_fn = lambda p: optax.softmax_cross_entropy_with_integer_labels(
       model.apply({"params": p}, *inputs), targets).mean()
@@ -444,8 +684,9 @@ def _train(model, inputs, targets, steps=4, lr=2e-2):
                                  for p in NORM_POSITIONS])
 def test_each_placement_trains(pos):
   """A few Adam steps on one batch, no warm-up: the loss falls, for the LM and for the
-  encoder-decoder (RMSNorm for Mix-LN, as in its paper, and ScaleNorm for B2T)."""
-  kind = {"mix": "rmsnorm", "b2t": "scalenorm"}.get(pos, "layernorm")
+  encoder-decoder (RMSNorm for Mix-LN and OLMo 2, as in their papers, and ScaleNorm for
+  B2T); nGPT, decoder-only, is refused in the encoder-decoder."""
+  kind = {"mix": "rmsnorm", "olmo2": "rmsnorm", "b2t": "scalenorm"}.get(pos, "layernorm")
   # The other tests' sizes, so that eager mode reuses the primitives they compiled.
   cfg = _cfg(norm_position=pos, norm_kind=kind, num_layers=2 if pos == "mix" else 1,
              mix_post_fraction=0.5)
@@ -454,5 +695,9 @@ def test_each_placement_trains(pos):
   for model, inputs, targets in (
       (TransformerLM(cfg), (tokens[:, :-1],), tokens[:, 1:]),
       (EncoderDecoder(dataclasses.replace(cfg, num_layers=1)), (src, tgt[:, :-1]), tgt[:, 1:])):
+    if pos == "ngpt" and isinstance(model, EncoderDecoder):
+      with pytest.raises(errors.ConfigError, match="decoder-only"):
+        _train(model, inputs, targets)
+      continue
     losses = _train(model, inputs, targets)
     assert np.isfinite(losses).all() and losses[-1] < losses[0] - 0.2, (type(model), losses)

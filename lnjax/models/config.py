@@ -30,13 +30,16 @@ class ModelConfig:
   d_ff: int = 512  # F
   max_len: int = 256  # Longest sequence the position embedding covers (>= data.seq_len).
   norm_position: str = "pre"  # post: LN(x + F(x)) | pre: x + F(LN(x)), with a final LN |
-  # sandwich | peri | deepnorm | normformer | resi_dual | admin | mix | b2t (README table).
+  # sandwich | peri | deepnorm | normformer | resi_dual | admin | mix | b2t | dyt | lns |
+  # olmo2 | ngpt (README table).
   norm_kind: str = "layernorm"  # layernorm | rmsnorm | scalenorm
   norm_eps: float = 1e-5  # ε inside the norm's square root.
   qk_norm: bool = False  # LayerNorm on each head's q and k (ViT-22B).
   mix_post_fraction: float = 0.25  # Mix-LN: α; the first ⌊αL⌋ layers are Post-LN.
   deepnorm_alpha: float = 0.0  # DeepNorm's α and β; 0 = the paper's for the depth
   deepnorm_beta: float = 0.0  # (placement.deepnorm_role_constants).
+  dyt_alpha_init: float = 0.5  # DyT: α₀ of every DyT (the paper's default) ...
+  dyt_attention_alpha_init: float = 0.0  # ... but the attention blocks'; 0 = dyt_alpha_init.
   dropout_rate: float = 0.1  # On sub-layer outputs and embeddings.
   attention_dropout_rate: float = 0.0  # On attention probabilities.
   activation: str = "relu"  # FFN (and MLM head) non-linearity: relu (paper) | gelu (tanh
@@ -94,6 +97,9 @@ class ModelConfig:
     errors.check_range("model.mix_post_fraction", self.mix_post_fraction, low=0.0, high=1.0)
     for key in ("deepnorm_alpha", "deepnorm_beta"):
       errors.check_range(f"model.{key}", getattr(self, key), low=0.0)
+    for key in ("dyt_alpha_init", "dyt_attention_alpha_init"):
+      errors.check_range(f"model.{key}", getattr(self, key), low=0.0)
+    placement.check_options(self)
     if self.d_model % self.num_heads:
       raise errors.ConfigError(
           f"model.d_model={self.d_model} must be divisible by model.num_heads={self.num_heads}")
@@ -102,6 +108,7 @@ class ModelConfig:
     """This config as the `encoder` or `decoder` stack sees it (its own norm placement and
     depth; DeepNorm's α and β for an N+M encoder-decoder)."""
     position = getattr(self, f"{which}_norm_position") or self.norm_position
+    placement.check_stack(position, which)
     n, m = self.num_layers, self.num_decoder_layers or self.num_layers
     alpha, beta = placement.deepnorm_role_constants(which, n, m)
     return dataclasses.replace(self, norm_position=position,

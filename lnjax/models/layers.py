@@ -72,6 +72,10 @@ class Attention(nn.Module):
                 Concat(γ_1 h_1, ..., γ_H h_H) W^O, γ learned per head, init 1
     qk_init, vo_init  kernel initializers of the query/key and value/out projections
                 (DeepNorm's β-scaled Xavier-normal on V and W^O)
+    full_qk_norm  a norm factory: q and k normalized over all heads (width H·d_h) before
+                they split into heads (OLMo 2, arXiv 2501.00656), one gain of width D each
+    unit_qk     a factory of a module (q, k) -> (q, k) putting each head's q and k on the
+                unit sphere (nGPT, arXiv 2410.01131); q kᵀ is then scaled by √d_h, not 1/√d_h
   `attention_impl` (one of ATTENTION_IMPLS) picks the kernel of training and evaluation;
   incremental decoding always runs the plain one.
   """
@@ -85,6 +89,8 @@ class Attention(nn.Module):
   head_scale: bool = False
   qk_init: Callable = xavier_uniform
   vo_init: Callable = xavier_uniform
+  full_qk_norm: Callable | None = None
+  unit_qk: Callable | None = None
   weight_grad: str = "autodiff"  # The projections' Dense.weight_grad.
   attention_impl: str = "plain"  # One of ATTENTION_IMPLS.
 
@@ -102,15 +108,21 @@ class Attention(nn.Module):
     def heads(y_BxSxD, length):  # -> [B, H, S, d_h]
       return y_BxSxD.reshape(b, length, h, d // h).transpose(0, 2, 1, 3)
 
-    q_BxHxTxK = heads(dense("query", ("embed", "heads"), self.qk_init)(x_BxTxD), t)
-    k_BxHxSxK = heads(dense("key", ("embed", "heads"), self.qk_init)(kv_BxSxD), s)
+    q_BxTxD = dense("query", ("embed", "heads"), self.qk_init)(x_BxTxD)
+    k_BxSxD = dense("key", ("embed", "heads"), self.qk_init)(kv_BxSxD)
+    if self.full_qk_norm is not None:
+      q_BxTxD = self.full_qk_norm(name="query_norm")(q_BxTxD)
+      k_BxSxD = self.full_qk_norm(name="key_norm")(k_BxSxD)
+    q_BxHxTxK, k_BxHxSxK = heads(q_BxTxD, t), heads(k_BxSxD, s)
     v_BxHxSxK = heads(dense("value", ("embed", "heads"), self.vo_init)(kv_BxSxD), s)
     if self.qk_norm is not None:
       q_BxHxTxK = self.qk_norm(name="query_norm")(q_BxHxTxK)
       k_BxHxSxK = self.qk_norm(name="key_norm")(k_BxHxSxK)
+    if self.unit_qk is not None:
+      q_BxHxTxK, k_BxHxSxK = self.unit_qk(name="qk_scale")(q_BxHxTxK, k_BxHxSxK)
     if decode:
       k_BxHxSxK, v_BxHxSxK, bias_BxHxTxS = self._cached(k_BxHxSxK, v_BxHxSxK, bias_BxHxTxS)
-    q_BxHxTxK = q_BxHxTxK * (d // h) ** -0.5
+    q_BxHxTxK = q_BxHxTxK * (d // h) ** (0.5 if self.unit_qk is not None else -0.5)
     if self.is_mutable_collection("intermediates") and not decode:
       # lnjax.health: the largest attention logit, masked entries excluded (Wortsman et
       # al. 2023, arXiv 2309.14322: its growth precedes attention-logit divergence). Only
@@ -153,21 +165,27 @@ class Mlp(nn.Module):
   """FFN(x) = act(x W¹ + b¹) W² + b²; the paper's W¹ is 'wi', W² is 'wo'.
 
   `mid_norm` (a norm factory, name -> module) normalizes the F-wide hidden layer,
-  W² N(act(x W¹ + b¹)) + b²: NormFormer's FFN LayerNorm (Shleifer et al. 2021)."""
+  W² N(act(x W¹ + b¹)) + b²: NormFormer's FFN LayerNorm (Shleifer et al. 2021).
+  `pre_act` (a factory, name -> module) maps x W¹ + b¹ before the activation: nGPT's
+  learned s_ν·√D (arXiv 2410.01131)."""
 
   d_ff: int
   activation: str = "relu"
   use_bias: bool = True
   dtype: jnp.dtype = jnp.float32
   mid_norm: Callable | None = None
+  pre_act: Callable | None = None
   kernel_init: Callable = xavier_uniform
   weight_grad: str = "autodiff"  # W¹'s and W²'s Dense.weight_grad.
 
   @nn.compact
   def __call__(self, x_BxTxD):
     act = ACTIVATIONS[self.activation]
-    h_BxTxF = act(Dense(self.d_ff, ("embed", "mlp"), self.use_bias, self.kernel_init,
-                        self.dtype, self.weight_grad, name="wi")(x_BxTxD))
+    h_BxTxF = Dense(self.d_ff, ("embed", "mlp"), self.use_bias, self.kernel_init,
+                    self.dtype, self.weight_grad, name="wi")(x_BxTxD)
+    if self.pre_act is not None:
+      h_BxTxF = self.pre_act(name="hidden_scale")(h_BxTxF)
+    h_BxTxF = act(h_BxTxF)
     if self.mid_norm is not None:
       h_BxTxF = self.mid_norm(name="mid_norm")(h_BxTxF)
     return Dense(x_BxTxD.shape[-1], ("mlp", "embed"), self.use_bias, self.kernel_init,

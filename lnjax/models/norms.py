@@ -61,6 +61,32 @@ class ScaleNorm(nn.Module):
     return (x * (g / jnp.maximum(norm, self.eps))).astype(self.dtype)
 
 
+class DyT(nn.Module):
+  """DyT(x) = γ ⊙ tanh(α·x) + β  (Dynamic Tanh, Zhu et al. 2025, arXiv 2503.10622, eq. 1):
+  no statistics; α one learned scalar, init `alpha_init` (the paper's α₀: 0.5 by default;
+  for its LLaMA models smaller and width-dependent, larger on the attention block's DyT
+  than on the others), γ init 1 and β init 0 per dimension."""
+
+  alpha_init: float = 0.5
+  dtype: jnp.dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x_BxTxD):
+    d = x_BxTxD.shape[-1]
+    alpha = layers.param(self, "alpha", nn.initializers.constant(self.alpha_init), (), ())
+    gamma_D = layers.param(self, "scale", nn.initializers.ones, (d,), ("norm",))
+    beta_D = layers.param(self, "bias", nn.initializers.zeros, (d,), ("norm",))
+    y = jnp.tanh(alpha * x_BxTxD.astype(jnp.float32)) * gamma_D + beta_D
+    return y.astype(self.dtype)
+
+
+def unit(x, axis: int = -1):
+  """x / ‖x‖ along `axis`: nGPT's Norm (Loshchilov et al. 2024, arXiv 2410.01131), which
+  puts hidden states, q, k and weight rows on the unit sphere; no ε, as in nGPT."""
+  x32 = x.astype(jnp.float32)
+  return (x32 / jnp.sqrt(jnp.sum(x32 * x32, axis, keepdims=True))).astype(x.dtype)
+
+
 NORMS = {"layernorm": LayerNorm, "rmsnorm": RMSNorm, "scalenorm": ScaleNorm}
 NORM_KINDS = tuple(NORMS)
 

@@ -19,12 +19,18 @@ formula beside it:
   mix         post in layers l < ⌊αL⌋, pre after; final N   Mix-LN, arXiv 2412.13795
   b2t         post, plus the layer input added inside the layer's last N
                                                        B2T, arXiv 2206.00330
+  dyt         pre, every N a DyT: γ ⊙ tanh(α·x) + β    DyT, arXiv 2503.10622
+  lns         x ← x + F(N(x)/√ℓ), ℓ = 1 + layer index; final N
+                                                       LayerNorm Scaling, arXiv 2502.05795
+  olmo2       x ← x + N(F(x)), QK-norm; final N        OLMo 2, arXiv 2501.00656
+  ngpt        h ← Norm(h + α ⊙ (Norm(F(h)) − h)), Norm(x) = x/‖x‖; h_0 = Norm(embedding);
+              matrices' rows on the unit sphere        nGPT, arXiv 2410.01131
 
 `begin` turns the embedding into the residual stream, `layer` and `residual` advance it,
 and `end` turns it into what the output projection (or the decoder) reads. What a
 placement changes inside the sub-layers (NormFormer's head scales and FFN norm,
-DeepNorm's initialization, the optional QK-norm) is `sublayer_options`; Admin's profiling
-pass at init is `admin_profile`.
+DeepNorm's initialization, the optional QK-norm) is `sublayer_options`; the passes after
+model.init (Admin's profiling, nGPT's matrices onto the sphere) are `INIT_PASSES`.
 """
 
 import functools
@@ -35,13 +41,18 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from lnjax import errors
 from lnjax.models import layers, norms
 
 NORM_POSITIONS = ("post", "pre", "sandwich", "peri", "deepnorm", "normformer", "resi_dual",
-                  "admin", "mix", "b2t")
+                  "admin", "mix", "b2t", "dyt", "lns", "olmo2", "ngpt")
 
 
 def _norm(cfg, name: str) -> nn.Module:
+  if cfg.norm_position == "dyt":  # DyT in place of every norm; the attention blocks' α₀
+    attention = name.startswith(("self_attn", "cross_attn"))  # may differ (LLaMA table).
+    alpha = cfg.dyt_attention_alpha_init if attention else 0.0
+    return norms.DyT(alpha or cfg.dyt_alpha_init, cfg.dtype, name=name)
   return norms.make_norm(cfg.norm_kind, cfg.norm_eps, cfg.dtype, name)
 
 
@@ -57,6 +68,8 @@ def begin(cfg, x_BxTxD: jax.Array):
   if cfg.norm_position == "peri":
     # Peri-LN also normalizes the embedding (REFERENCE §7 marks this unconfirmed).
     return _norm(cfg, "embed_norm")(x_BxTxD)
+  if cfg.norm_position == "ngpt":
+    return norms.unit(x_BxTxD)  # nGPT: the hidden state is on the unit sphere throughout.
   return x_BxTxD
 
 
@@ -90,8 +103,16 @@ def residual(cfg, index: int, name: str, stream, sublayer: Callable, dropout: Ca
   x = stream
   if position == "post":
     return norm("norm")(x + dropout(sublayer(x)))  # x = LN(x + F(x))
-  if position == "pre":
+  if position in ("pre", "dyt"):  # (DyT: N = γ ⊙ tanh(α·x) + β, from _norm)
     return x + dropout(sublayer(norm("norm")(x)))  # x = x + F(LN(x))
+  if position == "lns":  # LayerNorm Scaling: N's output × 1/√ℓ, ℓ = 1 + the layer index.
+    return x + dropout(sublayer(norm("norm")(x) / math.sqrt(index + 1)))  # x + F(N(x)/√ℓ)
+  if position == "olmo2":  # OLMo 2's reordered norm, on F's output (QK-norm: sublayer_options)
+    return x + dropout(norm("norm")(sublayer(x)))  # x = x + N(F(x))
+  if position == "ngpt":  # α: nGPT's eigen learning rate, per dimension (|α| as in its code)
+    alpha_D = jnp.abs(LearnedScale(0.05, cfg.d_model**-0.5, (cfg.d_model,), ("norm",),
+                                   name=f"{name}_alpha")()).astype(x.dtype)
+    return norms.unit(x + alpha_D * (norms.unit(dropout(sublayer(x))) - x))  # Norm(h + α(h_F − h))
   if position in ("sandwich", "peri"):
     return x + dropout(norm("out_norm")(sublayer(norm("norm")(x))))  # x + N_out(F(N_in(x)))
   if position == "normformer":  # Attention: x + N_a(HeadScaleMHA(N(x))); FFN: x + F(N(x)),
@@ -112,9 +133,9 @@ def residual(cfg, index: int, name: str, stream, sublayer: Callable, dropout: Ca
 def end(cfg, stream, name: str = "final_norm") -> jax.Array:
   """The stream after the last layer, as the output projection (or decoder) reads it."""
   x = stream
-  if cfg.norm_position in ("post", "deepnorm", "admin", "b2t"):
+  if cfg.norm_position in ("post", "deepnorm", "admin", "b2t", "ngpt"):
     return x  # Every sub-layer already ended in a norm.
-  if cfg.norm_position in ("pre", "sandwich", "peri", "normformer", "mix"):
+  if cfg.norm_position in ("pre", "sandwich", "peri", "normformer", "mix", "dyt", "lns", "olmo2"):
     # Pre-LN's stream is a sum of un-normalized sub-layer outputs; without this final
     # LN its scale grows with depth (REFERENCE §1: a common bug in public code).
     return _norm(cfg, name)(x)
@@ -134,6 +155,8 @@ def layer_runs(cfg) -> list[tuple[str, int, int]]:
     k = mix_post_layers(cfg)
     runs = [("post_layers", 0, k), ("pre_layers", k, cfg.num_layers)]
     return [run for run in runs if run[2] > run[1]]
+  if cfg.norm_position == "lns":  # 1/√ℓ is a constant of each layer: one run per layer
+    return [(f"lns_layer_{i}", i, i + 1) for i in range(cfg.num_layers)]  # (no saving).
   return [("layers", 0, cfg.num_layers)]
 
 
@@ -191,7 +214,36 @@ def sublayer_options(cfg) -> tuple[dict, dict]:
     _, beta = deepnorm_constants(cfg)  # and the FFN, gain 1 on Q and K.
     attention["qk_init"], attention["vo_init"] = xavier_normal(1.0), xavier_normal(beta)
     mlp["kernel_init"] = xavier_normal(beta)
+  if cfg.norm_position == "olmo2":  # OLMo 2: N on all heads' q and k (width H·d_h); every
+    attention["full_qk_norm"] = functools.partial(norms.NORMS[cfg.norm_kind], eps=cfg.norm_eps,
+                                                  dtype=cfg.dtype)  # weight N(0, 0.02²),
+    olmo_init = nn.initializers.truncated_normal(0.02, lower=-3.0, upper=3.0)  # cut at 3σ
+    attention["qk_init"] = attention["vo_init"] = mlp["kernel_init"] = olmo_init
+  if cfg.norm_position == "ngpt":  # nGPT: s_qk ⊙ Norm(q), s_qk ⊙ Norm(k), softmax scale √d_h;
+    attention["unit_qk"] = functools.partial(NgptQK, cfg.d_model)  # act(s_ν√D ⊙ xW¹);
+    mlp["pre_act"] = functools.partial(NgptHiddenScale, cfg.d_model)  # normal weights
+    attention["qk_init"] = attention["vo_init"] = mlp["kernel_init"] = nn.initializers.normal()
   return attention, mlp
+
+
+def check_options(cfg):
+  """Refuses what contradicts a placement (ModelConfig's check): a second QK-norm, nGPT in
+  an encoder-decoder stack."""
+  positions = {cfg.norm_position, cfg.encoder_norm_position, cfg.decoder_norm_position}
+  for position in sorted(positions & {"olmo2", "ngpt"}):
+    if cfg.qk_norm:
+      raise errors.ConfigError(f"model.qk_norm=True with norm_position={position!r}, which "
+                               "normalizes q and k its own way: set model.qk_norm=False")
+  for which in ("encoder", "decoder"):
+    check_stack(getattr(cfg, f"{which}_norm_position"), which)
+
+
+def check_stack(position: str, which: str):
+  """nGPT (arXiv 2410.01131) is a decoder-only model: no cross-attention update, no
+  encoder output on the decoder's sphere. Refused in the encoder-decoder's stacks."""
+  if position == "ngpt":
+    raise errors.ConfigError(f"model.norm_position='ngpt' in the encoder-decoder's {which}: "
+                             "nGPT is defined for decoder-only models (task=lm) only")
 
 
 class AdminShortcut(nn.Module):
@@ -244,6 +296,101 @@ def admin_profile(model: nn.Module, params, *inputs):
       fill, params, is_leaf=lambda x: isinstance(x, nn.meta.AxisMetadata))
 
 
-# Placements whose initialization needs a forward pass on data, and that pass: `model,
-# params, *inputs -> params` (models.init_params runs it after model.init).
-DATA_DEPENDENT_INIT = {"admin": admin_profile}
+# ---- nGPT (Loshchilov et al. 2024, arXiv 2410.01131; NVIDIA/ngpt's model.py). ------------
+
+class LearnedScale(nn.Module):
+  """One of nGPT's learned vectors: stored as `scale`·1 and read as
+  stored · `value`/`scale` (`value` at init), so that an Adam step of about lr on it moves
+  it by lr·value/scale. nGPT's: α_A, α_M value 0.05, s_qk and s_z value 1, all at scale
+  1/√D; s_ν value 1 at scale 1."""
+
+  value: float
+  scale: float
+  shape: tuple[int, ...]
+  axes: tuple[str | None, ...]
+
+  @nn.compact
+  def __call__(self):
+    stored = layers.param(self, "scale", nn.initializers.constant(self.scale), self.shape,
+                          self.axes)
+    return stored * (self.value / self.scale)
+
+
+class NgptQK(nn.Module):
+  """q ← s_qk ⊙ Norm(q), k ← s_qk ⊙ Norm(k) on each head's d_h, one s_qk [H, d_h] for both
+  (nGPT; NVIDIA/ngpt's sqk); layers.Attention then scales q kᵀ by √d_h instead of 1/√d_h."""
+
+  d_model: int
+
+  @nn.compact
+  def __call__(self, q_BxHxTxK, k_BxHxSxK):
+    shape = (q_BxHxTxK.shape[1], q_BxHxTxK.shape[3])
+    s_HxK = LearnedScale(1.0, self.d_model**-0.5, shape, (None, None), name="s_qk")()
+    s_1xHx1xK = s_HxK[None, :, None, :].astype(q_BxHxTxK.dtype)
+    return s_1xHx1xK * norms.unit(q_BxHxTxK), s_1xHx1xK * norms.unit(k_BxHxSxK)
+
+
+class NgptHiddenScale(nn.Module):
+  """x W¹ → s_ν ⊙ x W¹ · √D before the FFN's activation (nGPT's s_ν on ν,
+  the input of its SwiGLU's SiLU)."""
+
+  d_model: int
+
+  @nn.compact
+  def __call__(self, u_BxTxF):
+    s_F = LearnedScale(1.0, 1.0, u_BxTxF.shape[-1:], ("mlp",), name="s_nu")()
+    return u_BxTxF * (s_F * self.d_model**0.5).astype(u_BxTxF.dtype)
+
+
+def scale_logits(cfg, logits_BxTxV):
+  """The output logits as the placement reads them: nGPT's z ← s_z ⊙ z, s_z
+  learned per vocabulary entry; the others' unchanged."""
+  if cfg.norm_position != "ngpt":
+    return logits_BxTxV
+  s_V = LearnedScale(1.0, cfg.d_model**-0.5, logits_BxTxV.shape[-1:], ("vocab",),
+                     name="logit_scale")()
+  return logits_BxTxV * s_V
+
+
+# nGPT's matrices and the axis (of width D, 'embed') along which each row is a unit vector,
+# as NVIDIA/ngpt's normalize_matrices keeps them: by parameter name, from the end so that
+# scanned layers' leading axis does not count. The other parameters are free.
+NGPT_UNIT_AXES = {"embedding": -1, "query": -2, "key": -2, "value": -2, "out": -1, "wi": -2,
+                  "wo": -1, "logits": -2}
+
+
+def ngpt_unit_axis(path: tuple[str, ...]) -> int | None:
+  """The axis along which parameter `path` (its keys) has unit rows; None: unconstrained."""
+  if path[-1] == "embedding":
+    return NGPT_UNIT_AXES["embedding"]
+  if path[-1] == "kernel" and len(path) > 1:
+    return NGPT_UNIT_AXES.get(path[-2])
+  return None
+
+
+def unit_sphere_axis(cfg):
+  """`ngpt_unit_axis` under nGPT (the optimizer keeps those rows on the sphere, after every
+  step: optim.keep_params_on_unit_sphere), None under any other placement."""
+  return ngpt_unit_axis if cfg.norm_position == "ngpt" else None
+
+
+def ngpt_unit_matrices(model: nn.Module, params, *inputs):
+  """nGPT's init: its matrices' rows projected onto the unit sphere (`ngpt_unit_axis`), as
+  NVIDIA/ngpt's train.py does before step 0. Reads no data."""
+  del model, inputs
+  is_box = lambda x: isinstance(x, nn.meta.AxisMetadata)
+
+  def project(path, leaf):
+    axis = ngpt_unit_axis(tuple(k.key for k in path))
+    if axis is None:
+      return leaf
+    if is_box(leaf):
+      return leaf.replace_boxed(norms.unit(nn.unbox(leaf), axis))
+    return norms.unit(leaf, axis)
+
+  return jax.tree_util.tree_map_with_path(project, params, is_leaf=is_box)
+
+
+# Placements whose initialization needs a pass after model.init, and that pass: `model,
+# params, *inputs -> params` (models.init_params runs it; Admin's on data).
+INIT_PASSES = {"admin": admin_profile, "ngpt": ngpt_unit_matrices}

@@ -196,11 +196,13 @@ def sow_output_stats(module: nn.Module, logits_BxTxV):
 
 
 def output_logits(cfg: ModelConfig, embed: Embed, x_BxTxD):
-  """Logits [B, T, V] in float32: the transposed embedding (tied) or a dense layer."""
+  """Logits [B, T, V] in float32: the transposed embedding (tied) or a dense layer (scaled
+  as the placement says: placement.scale_logits)."""
   if cfg.tie_embeddings:
-    return embed.attend(x_BxTxD).astype(jnp.float32)
-  return layers.Dense(cfg.vocab_size, ("embed", "vocab"), use_bias=False, dtype=cfg.dtype,
-                      weight_grad=cfg.weight_grad, name="logits")(x_BxTxD).astype(jnp.float32)
+    return placement.scale_logits(cfg, embed.attend(x_BxTxD).astype(jnp.float32))
+  return placement.scale_logits(cfg, layers.Dense(
+      cfg.vocab_size, ("embed", "vocab"), use_bias=False, dtype=cfg.dtype,
+      weight_grad=cfg.weight_grad, name="logits")(x_BxTxD).astype(jnp.float32))
 
 
 class TransformerLM(nn.Module):
@@ -288,15 +290,15 @@ class EncoderDecoder(nn.Module):
 
 
 def init_params(model: nn.Module, key: jax.Array, *example_inputs, random_inputs=None):
-  """`model.init`'s parameters (boxed with their logical axes), then the data-dependent
-  init of the placements that have one (`placement.DATA_DEPENDENT_INIT`: Admin's profiling
-  pass), on `random_inputs(key, vocab_size)` (a batch of random tokens) or else the example
-  inputs, so that what it sets is part of the parameters (and of every checkpoint) from
-  step 0."""
+  """`model.init`'s parameters (boxed with their logical axes), then the pass after init
+  of the placements that have one (`placement.INIT_PASSES`: Admin's profiling pass, nGPT's
+  unit-norm matrices), on `random_inputs(key, vocab_size)` (a batch of random tokens) or
+  else the example inputs, so that what it sets is part of the parameters (and of every
+  checkpoint) from step 0."""
   params = model.init(key, *example_inputs)["params"]
   cfg = model.cfg
   positions = {cfg.norm_position, cfg.encoder_norm_position, cfg.decoder_norm_position}
-  for position, init_pass in placement.DATA_DEPENDENT_INIT.items():
+  for position, init_pass in placement.INIT_PASSES.items():
     if position in positions:
       inputs = example_inputs
       if random_inputs is not None:
