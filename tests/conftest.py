@@ -53,6 +53,16 @@ if REPO not in sys.path:
 
 import pytest  # noqa: E402  (after the environment above)
 
+CORPORA = os.path.join(REPO, "tests", "fixtures", "corpora")
+
+
+@pytest.fixture(scope="session")
+def corpora():
+  """tests/fixtures/corpora: a data dir of small real corpora (tests/fixtures/README.md),
+  for tests that name a data dir or use a cache of their own."""
+  import pathlib
+  return pathlib.Path(CORPORA)
+
 # Slow tests (`-m "not slow"` leaves them out) in files that other sessions own: marked
 # here, by node id prefix, until their files carry @pytest.mark.slow themselves.
 SLOW_ELSEWHERE = (
