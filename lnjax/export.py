@@ -25,7 +25,7 @@ from absl import app, flags, logging
 
 from lnjax import allocator
 allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
-from lnjax import errors
+from lnjax import cli, errors
 
 FORMATS = ("safetensors",)
 DTYPES = ("float32", "bfloat16")
@@ -72,6 +72,9 @@ def export(workdir: str, output: str, checkpoint: str = "best", dtype: str = "fl
   errors.check_choice("--format", fmt, FORMATS)
   errors.check_choice("--dtype", dtype, DTYPES)
   averaging.parse_spec(checkpoint)
+  from lnjax import fileio
+  fileio.refuse_run_files("--output", output, [os.path.join(output, name) for name in
+                                               (WEIGHTS_FILE, CONFIG_FILE, TOKENIZER_FILE)])
   config = ckpt_lib.load_config(workdir)
   if config is None:
     raise errors.CheckpointError(f"{workdir} holds no config.json: not an lnjax workdir")
@@ -154,4 +157,4 @@ if __name__ == "__main__":  # Flags only for the command line (the module is a l
   flags.DEFINE_string("checkpoint", "best", "best (latest for runs without one) | latest | "
                       "a step | avg:N")
   flags.DEFINE_string("output", None, "The export folder (default WORKDIR/export).")
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

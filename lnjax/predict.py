@@ -80,12 +80,13 @@ def predict(workdir: str, split: str | None = None, checkpoint: str = "best",
   if split not in t.data.splits:
     raise errors.LnjaxError(f"split {split!r} is not in {t.run.data.name}; available: "
                             f"{', '.join(t.data.splits)}")
-  result = evaluate.score_split(t.chosen.restored.setup, t.params, t.data, split, t.decode,
-                                t.mesh)
   stem = os.path.join(workdir, "predictions", f"{split}.{t.chosen.label}")
   if dataclasses.asdict(t.decode) != dataclasses.asdict(t.run.section(evaluate.DecodeConfig)):
     stem += "." + ".".join(f"{k}{getattr(t.decode, k)}" for k in DECODE_KEYS
                            if getattr(t.decode, k) != getattr(t.run.section(evaluate.DecodeConfig), k))
+  fileio.refuse_run_files("--split", split, [stem + ".hyp", stem + ".json"])
+  result = evaluate.score_split(t.chosen.restored.setup, t.params, t.data, split, t.decode,
+                                t.mesh)
   evaluate.write_hypotheses(stem + ".hyp", result.pop("hypotheses"))
   result.update(split=split, step=t.chosen.restored.step, checkpoint=checkpoint,
                 steps=t.chosen.steps, hypotheses_file=stem + ".hyp",

@@ -7,6 +7,8 @@ r"""Launches a sweep of a config file's `get_sweep(arg)`, or gathers its report.
   python -m lnjax.sweep ... --dry_run         # the runs and their commands; launches nothing
   python -m lnjax.sweep ... --backend=slurm [--nodes_per_run=2] [--sbatch_args="--gpus-per-node=8"]
                                               # a SLURM job array (lnjax/sweep/slurm.py)
+  python -m lnjax.sweep ... --backend=ray --ray_address=HEAD:6379 [--platform=gpu --devices_per_run=8]
+                                              # Ray tasks on a cluster (lnjax/sweep/ray_backend.py)
 
 Each run trains in WORKDIR/<name> (lnjax.main, its output in WORKDIR/<name>/log.txt);
 the same command again skips finished runs and resumes the others. Exit codes: 0 every run
@@ -30,8 +32,9 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file[:presets]
                                           "get_sweep(arg) gives the runs.", lock_config=True)
 _SWEEP = flags.DEFINE_string("sweep", None, "The argument of get_sweep: which sweep.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Root folder: one folder per run, the report.")
-_BACKEND = flags.DEFINE_enum("backend", "local", ["local", "slurm"],
-                             "local: runs on this machine's devices; slurm: a job array.")
+_BACKEND = flags.DEFINE_enum("backend", "local", ["local", "slurm", "ray"],
+                             "local: runs on this machine's devices; slurm: a job array; "
+                             "ray: tasks on a Ray cluster.")
 _PARALLEL = flags.DEFINE_integer("parallel", 1, "Runs at once, each on its own devices "
                                  "(slurm: array tasks at once; default as many as fit).")
 _DEVICES_PER_RUN = flags.DEFINE_integer(
@@ -39,8 +42,12 @@ _DEVICES_PER_RUN = flags.DEFINE_integer(
     "devices / --parallel.")
 _PLATFORM = flags.DEFINE_enum("platform", "auto", ["auto", "cpu", "gpu", "tpu"],
                               "What the devices are; auto: TPU chips, else GPUs, else cores.")
-_NODES_PER_RUN = flags.DEFINE_integer("nodes_per_run", 1, "slurm: nodes per run, one "
+_NODES_PER_RUN = flags.DEFINE_integer("nodes_per_run", 1, "slurm, ray: nodes per run, one "
                                       "process each (jax.distributed).")
+_RAY_ADDRESS = flags.DEFINE_string("ray_address", None, "ray: the cluster's HEAD:PORT "
+                                   "(default $RAY_ADDRESS).")
+_RAY_CONNECT = flags.DEFINE_float("ray_connect_seconds", 30.0, "ray: how long an address "
+                                  "that does not answer is tried before giving up.")
 _SBATCH_ARGS = flags.DEFINE_string("sbatch_args", "", "slurm: sbatch options, e.g. "
                                    "'--partition=gpu --gpus-per-node=8 --time=04:00:00'.")
 _WAIT = flags.DEFINE_bool("wait", True, "slurm: wait for the job array and report.")
@@ -77,6 +84,14 @@ def main(argv):
       launcher = slurm.SlurmLauncher(
           config_arg, _SWEEP.value, runs, root, fixed, nodes_per_run=_NODES_PER_RUN.value,
           sbatch_args=_SBATCH_ARGS.value, wait=_WAIT.value,
+          parallel=_PARALLEL.value if flags.FLAGS["parallel"].present else 0, **view)
+    elif _BACKEND.value == "ray":
+      from lnjax.sweep import ray_backend
+      launcher = ray_backend.RayLauncher(
+          config_arg, _SWEEP.value, runs, root, fixed, address=_RAY_ADDRESS.value,
+          platform=_PLATFORM.value, devices_per_run=_DEVICES_PER_RUN.value,
+          nodes_per_run=_NODES_PER_RUN.value, grace_seconds=_GRACE.value,
+          connect_seconds=_RAY_CONNECT.value,
           parallel=_PARALLEL.value if flags.FLAGS["parallel"].present else 0, **view)
     else:
       slots = [] if _DRY_RUN.value else launcher_lib.make_slots(

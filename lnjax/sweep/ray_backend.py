@@ -1,0 +1,597 @@
+r"""The Ray back end of the sweep launcher: each run of a sweep a Ray task on a node of a
+Ray cluster, in the local launcher's run folders, manifest and progress table.
+
+  python -m lnjax.sweep --backend=ray --ray_address=HEAD:6379 --config=configs/lm.py:size=course \
+      --sweep=course --workdir=/shared/sweeps/course [--platform=auto|cpu|gpu|tpu] \
+      [--devices_per_run=N] [--nodes_per_run=2] [--parallel=K]
+
+A run asks Ray for `--devices_per_run` devices of the platform (cpu: CPUs; gpu: GPUs,
+Ray sets CUDA_VISIBLE_DEVICES; tpu: Ray's `TPU` resource, chips of one host, Ray sets
+TPU_VISIBLE_CHIPS) and one CPU beside accelerators; auto takes TPUs if a node has them,
+else GPUs, else CPUs. Its task runs `python -m lnjax.main` on the node it lands on, in the
+launcher's folder (or the job's working_dir under `ray job submit`), and writes to
+ROOT/<name>: the run folders must be on storage every node sees (a shared file system).
+With `--nodes_per_run=N > 1` a run is N tasks, one per node (a STRICT_SPREAD placement
+group), joined by `--distributed` with process 0's node as coordinator.
+
+What survives what:
+  - a finished run is never started again: the launcher skips it, and a task that finds
+    its run finished (a retry after the run completed) returns at once;
+  - a run holds ROOT/<name>/.lock (flock) while lnjax.main trains it, so two tasks never
+    train one run: a task waits for the lock of an earlier attempt still saving;
+  - a lost node (a dead raylet, a preempted VM): Ray retries the task elsewhere
+    (`max_retries`), and lnjax.main resumes from the run's last checkpoint; a run on
+    several nodes is restarted whole (a new placement group);
+  - lnjax.main gets SIGTERM when its task's worker dies (PR_SET_PDEATHSIG), so a stopped
+    cluster leaves every run with a checkpoint;
+  - the cluster stopping mid-sweep ends Ray's driver (it exits with its raylet): Ray is
+    driven from a child process (`python -m lnjax.sweep.ray_backend`), and the launcher
+    says so in one line and exits 1; the same command resumes on a cluster that is up.
+
+The launcher itself never imports Ray (nor JAX): only its driver process does. Functions
+for other programs (a search launching probe runs): `launch(...)` starts runs and returns
+the launcher (`poll()`, `wait()`, `stop()`, `states`), `run_to_the_end(...)` as the local
+launcher's.
+"""
+
+import ctypes
+import json
+import os
+import pickle
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from lnjax import errors
+from lnjax.sweep import Run, launcher
+
+QUEUED = "queued"  # Submitted to Ray; waiting for a node with the run's resources.
+TASK_FILE = ".ray_task.json"  # In a run folder: where the run's current attempt trains.
+DRIVER_LOG = "ray_driver.log"  # In the sweep folder: the Ray driver's own output.
+PR_SET_PDEATHSIG = 1
+
+
+class ClusterLost(errors.LnjaxError):
+  """The Ray cluster went away during the sweep: the runs are unfinished, not failed."""
+
+  exit_code = 1
+
+
+# ---------------------------------------------------------------------------------------
+# The launcher (no Ray here).
+
+
+class RayLauncher(launcher.Launcher):
+  """Runs `runs` of `config_arg` under `root` as Ray tasks on the cluster at `address`.
+
+  `platform`/`devices_per_run` size each process's Ray resources, `nodes_per_run` the
+  processes of a run (one per node), `parallel` caps the runs submitted at once (0: all;
+  Ray queues what does not fit), `reschedules` how often a run lost with its node is
+  started again, `connect_seconds` how long an address that does not answer is tried.
+  """
+
+  def __init__(self, config_arg, sweep_arg, runs, root, fixed=None, *, address=None,
+               platform="auto", devices_per_run=None, nodes_per_run=1, parallel=0,
+               reschedules=3, connect_seconds=30.0, grace_seconds=600.0, **view):
+    super().__init__(config_arg, sweep_arg, runs, root, [], fixed, grace_seconds=grace_seconds,
+                     **view)
+    self.address = address or os.environ.get("RAY_ADDRESS")
+    if not self.address:
+      raise errors.ConfigError("--backend=ray needs the cluster's address: --ray_address="
+                               "HEAD:6379 (or RAY_ADDRESS)")
+    if "://" in root:
+      raise errors.ConfigError(f"--workdir={root}: the Ray back end keeps its run folders on "
+                               "a file system every node mounts (a bucket: not yet)")
+    if platform not in ("auto", "cpu", "gpu", "tpu"):
+      raise errors.ConfigError(f"--platform={platform} is not one of auto, cpu, gpu, tpu")
+    for name, value, low in (("devices_per_run", devices_per_run or 1, 1),
+                             ("nodes_per_run", nodes_per_run, 1), ("parallel", parallel, 0)):
+      if value < low:
+        raise errors.ConfigError(f"--{name}={value} must be >= {low}")
+    self.platform, self.devices_per_run = platform, devices_per_run
+    self.nodes_per_run, self.parallel, self.reschedules = nodes_per_run, parallel, reschedules
+    self.connect_seconds = connect_seconds
+    self.where: dict[str, str] = {}  # Run name -> "node 10.0.0.3 (1a2b3c4d)".
+    self._tasks: dict[str, dict] = {}  # Run name -> the task file last seen.
+    self._driver = None
+    self._events: queue.Queue = queue.Queue()
+    self._submitted: list[str] = []
+    self._connected_by = None  # Deadline for the driver's connection; 0 once connected.
+    self._done = False
+
+  # ---- Starting, polling, stopping (what other programs call).
+
+  def start(self) -> None:
+    """Records finished runs, checks the cluster answers, and starts the Ray driver on the
+    others; returns at once."""
+    os.makedirs(self.root, exist_ok=True)
+    todo = []
+    for run in self.runs:
+      os.makedirs(self.workdir(run), exist_ok=True)
+      done = launcher.finished_state(run, self.workdir(run))
+      if done:
+        self._record(run, done)
+      else:
+        todo.append(run)
+    self.view.event(
+        f"sweep {self.config_arg} --sweep={self.sweep_arg}: {len(self.runs)} runs, "
+        f"{len(self.runs) - len(todo)} already finished, {len(todo)} to run on the Ray "
+        f"cluster at {self.address} ({self.nodes_per_run} node(s) each); results in {self.root}")
+    if not todo:
+      self._done = True
+      return
+    _wait_for_address(self.address, self.connect_seconds)
+    submitted = time.strftime("%Y-%m-%d %H:%M:%S")
+    for run in todo:
+      attempts = self.manifest["runs"][run.name].get("attempts", 0) + 1
+      self._record(run, QUEUED, attempts=attempts, exit_code=None, error=None, node=None,
+                   started=submitted)
+      self._submitted.append(run.name)
+    spec = {"address": self.address, "platform": self.platform,
+            "devices_per_run": self.devices_per_run, "nodes_per_run": self.nodes_per_run,
+            "parallel": self.parallel, "reschedules": self.reschedules, "cwd": os.getcwd(),
+            "grace_seconds": self.grace_seconds, "submitted": submitted,
+            "runs": [(run, self.command(run), os.path.abspath(self.workdir(run))) for run in todo]}
+    log = open(os.path.join(self.root, DRIVER_LOG), "a")
+    self._driver = subprocess.Popen(
+        [sys.executable, "-m", "lnjax.sweep.ray_backend"], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=log, start_new_session=True)
+    log.close()
+    self._driver.stdin.write(pickle.dumps(spec))
+    self._driver.stdin.close()
+    threading.Thread(target=self._read_events, daemon=True).start()
+    self._connected_by = time.monotonic() + self.connect_seconds + 120
+
+  def poll(self) -> dict[str, str]:
+    """Takes in what happened since the last call; returns every run's state. Raises
+    ConfigError for a refused sweep (no node fits a run, the address is no Ray cluster)
+    and ClusterLost when the cluster went away."""
+    if self._done:
+      return dict(self.states)
+    self._check_tasks()
+    while True:
+      try:
+        event = self._events.get_nowait()
+      except queue.Empty:
+        break
+      if event is None:  # The driver ended.
+        self._driver.wait()
+        self._check_tasks()
+        self._done = True
+        if self._connected_by or any(self.states[n] in (QUEUED, launcher.RUNNING)
+                                     for n in self._submitted):
+          self._lost()
+        break
+      self._on_event(event)
+    if (self._connected_by and time.monotonic() > self._connected_by
+        and self._driver.poll() is None):
+      self._kill_driver()
+      raise errors.ConfigError(f"{self.address} answers but no Ray cluster connected within "
+                               f"{self.connect_seconds + 120:.0f} s (see "
+                               f"{os.path.join(self.root, DRIVER_LOG)})")
+    return dict(self.states)
+
+  def wait(self, timeout: float | None = None) -> dict[str, str]:
+    """poll() until every run ended (or `timeout` seconds passed)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while not self._done and (deadline is None or time.monotonic() < deadline):
+      self.poll()
+      self.view.refresh()
+      time.sleep(0.2)
+    return dict(self.states)
+
+  def stop(self, force: bool = False) -> None:
+    """Stops every run (SIGTERM: each saves a checkpoint; `force`: killed at once)."""
+    if self._driver is not None and self._driver.poll() is None:
+      self._driver.send_signal(signal.SIGUSR1 if force else signal.SIGTERM)
+
+  def run(self) -> int:
+    """Launches what is left of the sweep and waits for it; the exit code."""
+    previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+      self.start()
+      while not self._done:
+        if self._signals and not getattr(self, "_stopping", False):
+          self._stopping = True
+          self.view.event(f"signal {self._signals[0]}: stopping the runs (each saves a "
+                          "checkpoint); the same command resumes the sweep")
+          self.stop()
+        self.poll()
+        self.view.refresh()
+        time.sleep(0.2)
+    except (errors.LnjaxError, KeyboardInterrupt):
+      self._kill_driver()
+      raise
+    finally:
+      for s, handler in previous.items():
+        signal.signal(s, handler)
+    self.view.refresh(force_table=True)
+    return self._exit_code()
+
+  def _on_signal(self, signum, frame):
+    self._signals.append(signum)
+    if len(self._signals) > 1:  # A second signal: no more waiting for checkpoints.
+      self.stop(force=True)
+
+  # ---- What the driver and the run folders say.
+
+  def _read_events(self) -> None:
+    for line in self._driver.stdout:
+      try:
+        self._events.put(json.loads(line))
+      except ValueError:
+        pass
+    self._events.put(None)
+
+  def _on_event(self, event: dict) -> None:
+    kind = event.get("event")
+    if kind == "connected":
+      self._connected_by = 0
+      self.manifest["ray"] = {"address": self.address, "nodes": event["nodes"],
+                              "per_process": event["per_process"]}
+      nodes = ", ".join(f"{n['ip']} ({i[:8]})" for i, n in event["nodes"].items())
+      self.view.event(f"ray: {len(event['nodes'])} nodes ({nodes}); each run "
+                      f"{self.nodes_per_run} × {event['per_process']}")
+    elif kind == "refused":
+      self._kill_driver()
+      raise errors.ConfigError(event["message"])
+    elif kind == "restarted":
+      run = self._run(event["run"])
+      entry = self.manifest["runs"][run.name]
+      self._record(run, QUEUED, restarts=entry.get("restarts", 0) + 1)
+      self.view.event(f"{'restarted':<9} {run.name}: {event['why']}; every process starts "
+                      "again from the run's last checkpoint")
+    elif kind == "ended":
+      self._check_tasks()
+      self._finish_task(self._run(event["run"]), event.get("code"), event.get("error"))
+
+  def _run(self, name: str) -> Run:
+    return next(r for r in self.runs if r.name == name)
+
+  def _check_tasks(self) -> None:
+    """A run's task file changes when its task starts on a node: started or rescheduled."""
+    for name in self._submitted:
+      if self.states[name] not in (QUEUED, launcher.RUNNING):
+        continue
+      run = self._run(name)
+      task = launcher.read_json(os.path.join(self.workdir(run), TASK_FILE))
+      if not task or task == self._tasks.get(name) or task.get("submitted") != self.manifest[
+          "runs"][name].get("started"):
+        continue
+      again = name in self._tasks
+      self._tasks[name] = task
+      self.where[name] = f"node {task['node_ip']} ({task['node_id'][:8]})"
+      entry = self.manifest["runs"][name]
+      fields = {"node": task["node_id"], "node_ip": task["node_ip"], "pid": task["pid"]}
+      if again:
+        fields["reschedules"] = entry.get("reschedules", 0) + 1
+      self._record(run, launcher.RUNNING, **fields)
+      self.active[name] = launcher._Active(run, launcher.Slot(self.where[name], {}), None, 0)
+      log = os.path.join(self.workdir(run), launcher.LOG)
+      self.view.event(f"{'resumed' if again else 'start':<9} {name} on {self.where[name]}"
+                      + (" after its node was lost" if again else f" (log: {log})"))
+
+  def _finish_task(self, run: Run, code: int | None, error: str | None) -> None:
+    workdir = self.workdir(run)
+    summary = launcher.read_json(os.path.join(workdir, "summary.json")) or {}
+    done = launcher.finished_state(run, workdir)
+    if done:
+      state, error = done, None if done == launcher.COMPLETED else (
+          f"non-finite loss at step {summary.get('step')}")
+    elif code in (launcher.EXIT_PREEMPTED, None) and summary.get("status") == "preempted":
+      state, error = launcher.INTERRUPTED, f"stopped at step {summary.get('step', '?')}"
+    elif code is None:
+      state, error = launcher.INTERRUPTED, error or "stopped before it ended"
+    else:
+      state = launcher.FAILED
+      error = error or launcher.last_error_line(os.path.join(workdir, launcher.LOG))
+    self._record(run, state, exit_code=code, error=error,
+                 ended=time.strftime("%Y-%m-%d %H:%M:%S"))
+    self.where.pop(run.name, None)
+    self.active.pop(run.name, None)
+    detail = f": {error}" if error else ""
+    self.view.event(f"{state:<9} {run.name} (exit {code}){detail}")
+
+  def _lost(self) -> None:
+    """The driver ended before its runs: the cluster went away (or the address was none)."""
+    code = self._driver.returncode
+    log = os.path.join(self.root, DRIVER_LOG)
+    if self._connected_by:
+      raise errors.ConfigError(f"could not connect to a Ray cluster at {self.address} "
+                               f"(driver exit {code}: {launcher.last_error_line(log)})")
+    stopped = [n for n in self._submitted if self.states[n] in (QUEUED, launcher.RUNNING)]
+    for name in stopped:
+      self._finish_task(self._run(name), None, "its Ray cluster went away")
+    self.view.refresh(force_table=True)
+    raise ClusterLost(
+        f"the Ray cluster at {self.address} went away during the sweep ({len(stopped)} "
+        f"run(s) stopped: {', '.join(stopped)}; each saved a checkpoint on SIGTERM or "
+        "resumes from its last one); the same command resumes the sweep on a running "
+        "cluster")
+
+  def _kill_driver(self) -> None:
+    if self._driver is not None and self._driver.poll() is None:
+      self._driver.kill()
+      self._driver.wait()
+
+
+def _wait_for_address(address: str, seconds: float) -> None:
+  """Until HOST:PORT accepts a connection; one line naming it after `seconds`."""
+  if address in ("auto", "local"):
+    return
+  host, _, port = address.split("://")[-1].rpartition(":")
+  try:
+    port = int(port)
+  except ValueError:
+    raise errors.ConfigError(f"--ray_address={address} is not HOST:PORT") from None
+  deadline = time.monotonic() + seconds
+  while True:
+    try:
+      socket.create_connection((host.strip("[]"), port), timeout=2).close()
+      return
+    except OSError as e:
+      if time.monotonic() > deadline:
+        raise errors.ConfigError(
+            f"no Ray cluster answers at {address} ({e.strerror or e} for {seconds:.0f} s): "
+            "start one (ray start --head) or fix --ray_address / RAY_ADDRESS") from None
+      time.sleep(0.5)
+
+
+def launch(config_arg: str, runs: list[Run], root: str, fixed: dict | None = None,
+           **options) -> RayLauncher:
+  """Starts `runs` on the Ray cluster (RayLauncher's options) and returns its launcher:
+  `poll()` / `wait()` give every run's state, `stop()` stops them with a checkpoint."""
+  ray_launcher = RayLauncher(config_arg, None, runs, root, fixed, **options)
+  ray_launcher.start()
+  return ray_launcher
+
+
+def run_to_the_end(config: str, sweep_arg: str | None, runs: list[Run], root: str,
+                   fixed: dict | None = None, **options) -> int:
+  """As launcher.run_to_the_end, on a Ray cluster (RayLauncher's options)."""
+  code = RayLauncher(config, sweep_arg, runs, root, fixed, **options).run()
+  if code >= 128:
+    sys.exit(code)
+  return code
+
+
+# ---------------------------------------------------------------------------------------
+# The task: one process of one run, on a node of the cluster.
+
+
+def train_process(run: Run, cmd: list[str], workdir: str, cwd: str, submitted: str,
+                  process_id: int = 0, num_processes: int = 1,
+                  coordinator: str | None = None, grace_seconds: float = 600.0) -> dict:
+  """Runs lnjax.main for `run` on this node and returns {"code": its exit code}; process
+  0 holds the run's lock and writes TASK_FILE for the launcher."""
+  import ray
+  node_id, node_ip = ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
+  if not os.path.isdir(workdir):
+    return {"code": None, "error": f"{workdir} does not exist on node {node_ip}: the sweep's "
+            "--workdir must be on storage every node sees"}
+  if ray.get_runtime_context().runtime_env.get("working_dir"):
+    cwd = os.getcwd()  # `ray job submit --working-dir`: the job's copy of the checkout.
+  lock = None
+  if process_id == 0:
+    if launcher.finished_state(run, workdir):  # A retry after the run ended.
+      return {"code": 0}
+    # An earlier attempt's lnjax.main may still be saving its checkpoint.
+    while (lock := launcher._try_lock(workdir)) is None:
+      time.sleep(1.0)
+    if launcher.finished_state(run, workdir):
+      os.close(lock)
+      return {"code": 0}
+  cmd = [sys.executable, *cmd[1:]]
+  log_name = launcher.LOG
+  if num_processes > 1:
+    cmd += ["--distributed", f"--coordinator_address={coordinator}",
+            f"--num_processes={num_processes}", f"--process_id={process_id}"]
+    log_name = launcher.LOG if process_id == 0 else f"log.process_{process_id}.txt"
+  # One process of several: killed with its task (its peers cannot save without it).
+  death_signal = signal.SIGTERM if num_processes == 1 else signal.SIGKILL
+  parent = os.getpid()
+  with open(os.path.join(workdir, log_name), "a") as log:
+    log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} ray task on node {node_ip} "
+              f"({node_id[:8]}), process {process_id}/{num_processes}: {' '.join(cmd)}\n")
+    log.flush()
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"}, pass_fds=(lock,) if lock else (),
+        preexec_fn=lambda: _die_with(parent, death_signal))
+  if lock is not None:
+    os.close(lock)  # lnjax.main holds it until it exits.
+    _write_json(os.path.join(workdir, TASK_FILE), {
+        "node_id": node_id, "node_ip": node_ip, "host": socket.gethostname(),
+        "pid": proc.pid, "submitted": submitted, "time": time.time()})
+  try:
+    return {"code": proc.wait()}
+  except KeyboardInterrupt:  # ray.cancel: the run saves a checkpoint and stops.
+    proc.send_signal(signal.SIGTERM)
+    try:
+      proc.wait(grace_seconds)
+    except subprocess.TimeoutExpired:
+      proc.kill()
+    raise
+
+
+def _die_with(parent: int, sig: int) -> None:
+  """In the child, before exec: `sig` when the task's worker process dies (a lost node,
+  a stopped cluster, a cancelled task)."""
+  ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig))
+  if os.getppid() != parent:  # It died before the line above.
+    os.kill(os.getpid(), sig)
+
+
+def _write_json(path: str, value: dict) -> None:
+  tmp = f"{path}.{os.getpid()}.tmp"
+  with open(tmp, "w") as f:
+    json.dump(value, f)
+  os.replace(tmp, path)
+
+
+def free_port() -> str:
+  """HOST:PORT free on this node: a multi-process run's coordinator address."""
+  import ray
+  with socket.socket() as s:
+    s.bind(("", 0))
+    port = s.getsockname()[1]
+  return f"{ray.util.get_node_ip_address()}:{port}"
+
+
+# ---------------------------------------------------------------------------------------
+# The driver: the only process that talks to Ray (`python -m lnjax.sweep.ray_backend`, a
+# pickled spec on stdin, one JSON event per line on stdout).
+
+
+def per_process_resources(platform: str, devices: int | None, cluster: dict) -> dict:
+  """Ray's resource request of one process of a run."""
+  if platform == "auto":
+    platform = "tpu" if cluster.get("TPU") else "gpu" if cluster.get("GPU") else "cpu"
+  if platform == "cpu":
+    return {"CPU": devices or 1}
+  return {"CPU": 1, {"gpu": "GPU", "tpu": "TPU"}[platform]: devices or 1}
+
+
+def _ray_options(resources: dict) -> dict:
+  custom = {k: v for k, v in resources.items() if k not in ("CPU", "GPU")}
+  return {"num_cpus": resources.get("CPU", 0), "num_gpus": resources.get("GPU", 0),
+          **({"resources": custom} if custom else {})}
+
+
+class _Driver:
+  """Submits each run as Ray tasks and reports how each ended."""
+
+  def __init__(self, spec: dict):
+    self.spec = spec
+    self.stop_signals = []
+    self.waiting = list(spec["runs"])  # Not yet submitted: (run, cmd, workdir).
+    self.active = {}  # Run name -> {"refs": [...], "pg": ..., "stage": ..., "restarts": n}
+
+  def emit(self, **event) -> None:
+    print(json.dumps(event), flush=True)
+
+  def main(self) -> None:
+    import ray
+    signal.signal(signal.SIGTERM, lambda *_: self.stop_signals.append("term"))
+    signal.signal(signal.SIGUSR1, lambda *_: self.stop_signals.append("kill"))
+    ray.init(address=self.spec["address"], log_to_driver=False, logging_level="ERROR")
+    nodes = {n["NodeID"]: {"ip": n["NodeManagerAddress"], "resources": n["Resources"]}
+             for n in ray.nodes() if n["Alive"]}
+    cluster = ray.cluster_resources()
+    self.resources = per_process_resources(self.spec["platform"], self.spec["devices_per_run"],
+                                           cluster)
+    self.emit(event="connected", nodes=nodes, per_process=self.resources)
+    fit = [n for n in nodes.values()
+           if all(n["resources"].get(k, 0) >= v for k, v in self.resources.items())]
+    if len(fit) < self.spec["nodes_per_run"]:
+      shapes = "; ".join(f"{n['ip']}: " + ", ".join(
+          f"{k} {v:g}" for k, v in sorted(n["resources"].items())
+          if not k.startswith(("node:", "memory", "object_store"))) for n in nodes.values())
+      self.emit(event="refused", message=(
+          f"no run fits the Ray cluster at {self.spec['address']}: a run asks for "
+          f"{self.spec['nodes_per_run']} node(s) with {_shape(self.resources)}, "
+          f"{len(fit)} node(s) have it (nodes: {shapes})"))
+      return
+    self.remote = ray.remote(train_process)
+    self.port = ray.remote(free_port)
+    stopping = 0
+    while self.waiting or self.active:
+      if len(self.stop_signals) > stopping:
+        stopping = len(self.stop_signals)
+        self.waiting.clear()
+        for entry in self.active.values():
+          for ref in entry["refs"]:
+            ray.cancel(ref, force=self.stop_signals[-1] == "kill")
+      parallel = self.spec["parallel"] or len(self.waiting) + len(self.active)
+      while self.waiting and len(self.active) < parallel:
+        self.submit(*self.waiting.pop(0))
+      refs = [ref for entry in self.active.values() for ref in entry["refs"]]
+      ready, _ = ray.wait(refs, num_returns=1, timeout=0.5) if refs else ([], [])
+      if ready:
+        self.advance(ready[0])
+
+  def submit(self, run, cmd, workdir, restarts: int = 0) -> None:
+    from ray.util import placement_group
+    n = self.spec["nodes_per_run"]
+    entry = {"run": run, "cmd": cmd, "workdir": workdir, "restarts": restarts,
+             "submitted": time.strftime("%Y-%m-%d %H:%M:%S")}
+    if n == 1:
+      ref = self.remote.options(**_ray_options(self.resources),
+                                max_retries=self.spec["reschedules"]).remote(
+          run, cmd, workdir, self.spec["cwd"], self.spec["submitted"],
+          grace_seconds=self.spec["grace_seconds"])
+      entry.update(stage="train", refs=[ref])
+    else:
+      pg = placement_group([dict(self.resources)] * n, strategy="STRICT_SPREAD")
+      entry.update(stage="placement", refs=[pg.ready()], pg=pg)
+    self.active[run.name] = entry
+
+  def advance(self, ref) -> None:
+    import ray
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+    name, entry = next((k, e) for k, e in self.active.items() if ref in e["refs"])
+    run = entry["run"]
+    on = lambda i: PlacementGroupSchedulingStrategy(entry["pg"], placement_group_bundle_index=i)
+    if entry["stage"] == "placement":
+      entry.update(stage="coordinator", refs=[self.port.options(
+          num_cpus=0, scheduling_strategy=on(0)).remote()])
+      return
+    if entry["stage"] == "coordinator":
+      coordinator = ray.get(ref)
+      n = self.spec["nodes_per_run"]
+      entry.update(stage="train", results={}, refs=[self.remote.options(
+          **_ray_options(self.resources), max_retries=0, scheduling_strategy=on(i)).remote(
+              run, entry["cmd"], entry["workdir"], self.spec["cwd"],
+              self.spec["submitted"], i, n, coordinator,
+              self.spec["grace_seconds"]) for i in range(n)])
+      return
+    try:
+      result = ray.get(ref)
+    except ray.exceptions.TaskCancelledError:
+      result = {"code": None, "error": "stopped"}
+    except ray.exceptions.RayTaskError as e:  # The task's own code raised.
+      result = {"code": None, "error": str(e).strip().splitlines()[-1]}
+    except ray.exceptions.RayError as e:  # Its node or worker died, retries spent.
+      result = {"code": None, "error": f"lost ({type(e).__name__})", "lost": True}
+    if "pg" not in entry:
+      del self.active[name]
+      self.emit(event="ended", run=name, code=result["code"], error=result.get("error"))
+      return
+    # One process of a run on several nodes ended.
+    entry["refs"].remove(ref)
+    entry["results"][len(entry["results"])] = result
+    lost = result.get("lost")
+    if lost and entry["refs"] and not self.stop_signals:
+      for other in entry["refs"]:
+        ray.cancel(other, force=True)
+    if entry["refs"]:
+      return
+    ray.util.remove_placement_group(entry["pg"])
+    del self.active[name]
+    results = list(entry["results"].values())
+    if (any(r.get("lost") for r in results) and not self.stop_signals
+        and entry["restarts"] < self.spec["reschedules"]):
+      self.emit(event="restarted", run=name, why="a process of the run lost its node")
+      self.submit(run, entry["cmd"], entry["workdir"], entry["restarts"] + 1)
+      return
+    codes = [r["code"] for r in results]
+    errs = [r["error"] for r in results if r.get("error")]
+    code = max(codes, key=lambda c: (c is not None, c != 0)) if codes else None
+    self.emit(event="ended", run=name, code=code, error=errs[0] if errs else None)
+
+
+def _shape(resources: dict) -> str:
+  return ", ".join(f"{k} {v:g}" for k, v in resources.items())
+
+
+def _driver_main() -> None:
+  spec = pickle.load(sys.stdin.buffer)
+  _Driver(spec).main()
+
+
+if __name__ == "__main__":
+  _driver_main()
