@@ -37,7 +37,8 @@ import time
 
 from absl import app, flags, logging
 
-import lnjax  # noqa: F401  (allocator settings before JAX starts)
+from lnjax import allocator
+allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where results, plots and warm-up runs go.",
                                required=True)

@@ -52,7 +52,8 @@ import time
 
 from absl import app, flags, logging
 
-import lnjax  # noqa: F401  (allocator settings before JAX starts)
+from lnjax import allocator
+allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fig3_init_gradients as fig3  # noqa: E402  (its flags: --workdir, --seeds, --smoke)

@@ -46,7 +46,8 @@ import os
 
 from absl import app, flags, logging
 
-import lnjax  # noqa: F401  (allocator settings before JAX starts)
+from lnjax import allocator
+allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
 from lnjax import sweep
 from lnjax.sweep import launcher, report
 

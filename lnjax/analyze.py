@@ -35,25 +35,19 @@ _LR = flags.DEFINE_float("lr", None, "Learning rate of the update ratios (defaul
 
 
 def load(workdir: str, step: str):
-  """(run, setup, params, step label) on a one-device mesh."""
-  import jax
+  """(the run built on one device (lnjax/build.py), its parameters, the step label)."""
+  from lnjax import averaging, build, checkpoint, errors
 
-  from lnjax import checkpoint, run as run_lib, sharding, state as state_lib
-
-  mesh = sharding.make_mesh(sharding.MeshConfig(data=1), jax.local_devices()[:1])
+  mesh = build.one_device_mesh()
   if step == "init":
     config = checkpoint.load_config(workdir)
     if config is None:
-      from lnjax import errors
       raise errors.CheckpointError(f"{workdir} holds no config.json: not an lnjax workdir")
-    run = run_lib.resolve_config(config)
-    setup = state_lib.make_setup(run.model, run.opt, run.train.num_steps, task=run.task)
-    return (*unrolled(run, setup, state_lib.init_state(setup, mesh, run.seed).params),
-            "init")
-  from lnjax import averaging
+    b = build.build(config, mesh, whole_data=True)
+    return b, b.init_state().params, "init"
   chosen = averaging.restore(workdir, step, mesh, flag="--step")
   r = chosen.restored
-  return (*unrolled(r.run, r.setup, chosen.params),
+  return (build.build(r.config, mesh, whole_data=True), chosen.params,
           chosen.label if step.startswith("avg:") else str(r.step))
 
 
@@ -78,10 +72,9 @@ def analyze(workdir: str, step: str = "latest", num_batches: int = 4, lr: float 
 
   from lnjax.analysis import probes
 
-  run, setup, params, label = load(workdir, step)
-  data = run.task.make_data(run.data, run.seed, 0, 1, 1)
-  batches = data.eval_batches()[:num_batches]
-  batches = [{k: v for k, v in b.items() if k != "index"} for b in batches]
+  built, params, label = load(workdir, step)
+  run, setup, params = unrolled(built.run, built.setup, params)
+  batches = built.eval_batches(num_batches)
   grads = probes.gradients(setup, params, batches)
   lr = lr or run.opt.learning_rate
   records = probes.norm_inputs(setup, params, batches[0])

@@ -116,6 +116,12 @@ class Checkpoints:
           f"{', '.join(map(str, steps))}); move them away to start afresh")
     return None
 
+  def drop_after(self, step: int) -> None:
+    """Deletes the checkpoints after `step` (a rollback: training saves those steps anew)."""
+    self.wait()
+    for newer in [s for s in self.manager.all_steps() if s > step]:
+      self.manager.delete(newer)
+
   def _move_aside(self, step: int) -> None:
     if jax.process_index() != 0:
       return

@@ -92,7 +92,8 @@ def export(workdir: str, output: str, checkpoint: str = "best", dtype: str = "fl
           "num_parameters": int(sum(v.size for v in flat.values())),
           "workdir": os.path.abspath(workdir), "lnjax_config": config.to_dict()}
   if run.task.name == "translation":
-    data = run.task.make_data(run.data, run.seed, 0, 1, 1)
+    from lnjax import build
+    data = build.build(chosen.restored.config, build.one_device_mesh(), whole_data=True).data
     with open(os.path.join(output, TOKENIZER_FILE), "wb") as f:
       f.write(data.tokenizer.model_proto)
     meta["tokenizer"] = {"file": TOKENIZER_FILE, "lowercase": run.data.lowercase,

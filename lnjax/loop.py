@@ -33,7 +33,7 @@ class Loop:
     status = None
     try:
       for h in self.hooks:
-        status = status or self._act(h.on_start(self))
+        status = status or self._act(h.on_start(self), self.step)
       pending = None  # (step, metrics) not yet handed to the hooks: one step of lag.
       while status is None and self.step < self.num_steps:
         for _ in range(self._skip):
@@ -56,6 +56,8 @@ class Loop:
         if pending and status is None and any([h.wants_state(self, step) for h in self.hooks]):
           pending, status = None, self._metrics(step, metrics)
           status = status or self._state(step)
+      if status is None and pending is not None:  # (No hook wanted the last step's state.)
+        status = self._metrics(*pending)
     except preemption.Preempted:  # On start (an evaluation run again): its step is saved.
       status = hooks_lib.PREEMPTED
     status = status or hooks_lib.COMPLETED
@@ -69,7 +71,7 @@ class Loop:
     for h in self.hooks:
       action = h.on_step(self, step, metrics)
       if action is not None:
-        return self._act(action)
+        return self._act(action, step)
     return None
 
   def _state(self, step: int) -> str | None:
@@ -78,7 +80,7 @@ class Loop:
     interrupted, status = False, None
     for h in self.hooks:
       try:
-        status = status or self._act(h.on_state(self, step))
+        status = status or self._act(h.on_state(self, step), step)
       except preemption.Preempted:
         interrupted = self.preempted = True
     if interrupted or (self.preempted and step < self.num_steps):
@@ -103,12 +105,12 @@ class Loop:
       h.restore(saved.get(h.name, {}))
     self.lr_scale = float(saved.get("loop", {}).get("lr_scale", 1.0))
 
-  def _act(self, action: hooks_lib.Action | None) -> str | None:
-    """Carries out a hook's Action; its stop status, if any."""
+  def _act(self, action: hooks_lib.Action | None, step: int) -> str | None:
+    """Carries out a hook's Action about `step`; its stop status, if any."""
     if action is None:
       return None
     if action.rollback_steps:
-      state, data_state, saved = self._restore(self.step - action.rollback_steps)
+      state, data_state, saved = self._restore(step - action.rollback_steps)
       self.state, self.step = state, int(state.step)
       self.train_iter.set_state(data_state)
       self.restore_hooks(saved)

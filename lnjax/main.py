@@ -150,7 +150,7 @@ def main(argv):
           "--config.decode.max_extra_len=N)")
   if _DISTRIBUTED.value or _COORDINATOR.value:
     _initialize_distributed()
-  from lnjax import predict, train  # Imported late: JAX starts after flags are checked.
+  from lnjax import predict, preemption, train  # Imported late: JAX starts after flags.
   try:
     if _MODE.value == "predict":
       result = predict.predict(_WORKDIR.value, _SPLIT.value, _CHECKPOINT.value,
@@ -165,6 +165,10 @@ def main(argv):
     if _CONFIG.value is None:
       _fail("--config is required to train")
     summary = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  except preemption.Preempted as e:  # Before the first step: nothing to save yet.
+    print(f"{e}: stopped before the first step; run the same command to start.",
+          file=sys.stderr, flush=True)
+    os._exit(e.exit_code)
   except errors.LnjaxError as e:
     _fail(str(e), e.exit_code)
   except OSError as e:  # A full disk, a lost mount: the run resumes from its last checkpoint.

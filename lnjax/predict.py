@@ -12,7 +12,7 @@ import dataclasses
 import json
 import os
 
-from lnjax import averaging, checkpoint as ckpt_lib, errors, evaluate, fileio, sharding
+from lnjax import averaging, build, checkpoint as ckpt_lib, errors, evaluate, fileio, sharding
 
 # The keys of config.decode that decoding reads; the others only steer BLEU in training.
 DECODE_KEYS = ("beam_size", "length_penalty", "max_extra_len")
@@ -64,11 +64,10 @@ def load(workdir: str, checkpoint: str = "best", overrides: dict | None = None) 
     raise errors.LnjaxError(f"{workdir} is a {task} run; lnjax decodes translation runs")
   mesh = sharding.make_mesh(sharding.MeshConfig())
   chosen = averaging.restore(workdir, checkpoint, mesh)
-  run = chosen.restored.run
-  cfg = decode_config(run.section(evaluate.DecodeConfig), overrides)
   # (Decoding cuts its own batches of the source text: the data's process slice is unused.)
-  data = run.task.make_data(run.data, run.seed, 0, 1, mesh.shape["data"] * mesh.shape["fsdp"])
-  return Translator(run, chosen.restored.setup.model, chosen.params, data, cfg, mesh, chosen)
+  b = build.build(chosen.restored.config, mesh, whole_data=True)
+  cfg = decode_config(b.run.section(evaluate.DecodeConfig), overrides)
+  return Translator(b.run, b.setup.model, chosen.params, b.data, cfg, mesh, chosen)
 
 
 def predict(workdir: str, split: str | None = None, checkpoint: str = "best",

@@ -301,7 +301,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, resumin
     restored = checkpoints.restore_latest(b.abstract_state(), max_step)
     if restored is None:
       raise errors.CheckpointError(f"no checkpoint at or before step {max_step} to roll back to")
-    metrics_lib.truncate_metrics(workdir, int(restored[0].step))
+    checkpoints.drop_after(int(restored[0].step))  # Those steps are trained (and saved) anew,
+    metrics_lib.truncate_metrics(workdir, int(restored[0].step))  # and logged anew.
     return restored
 
   hooks = _hooks(b, workdir, first_step, checkpoints)
