@@ -18,6 +18,7 @@ for decoding and analysis.
 import dataclasses
 import json
 import os
+import re
 import sys
 
 import jax
@@ -27,7 +28,7 @@ from absl import app, flags, logging
 from lnjax import allocator
 allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
 from lnjax import checkpoint as ckpt_lib
-from lnjax import errors, fileio, sharding
+from lnjax import cli, errors, fileio, sharding
 
 AVERAGE_FILE = "averaged_from.json"
 
@@ -43,12 +44,13 @@ class Chosen:
 
 
 def parse_spec(spec: str, flag: str = "--checkpoint") -> tuple[str, int | None]:
-  """'best' | 'latest' | 'STEP' | 'avg:N' -> (kind, number)."""
+  """'best' | 'latest' | 'STEP' | 'avg:N' -> (kind, number); the numbers in ASCII digits
+  only (str.isdigit also takes '²', which int() then refuses)."""
   if spec in ("best", "latest"):
     return spec, None
-  if spec.isdigit():
+  if isinstance(spec, str) and re.fullmatch(r"[0-9]+", spec):
     return "step", int(spec)
-  if spec.startswith("avg:") and spec[4:].isdigit() and int(spec[4:]) >= 1:
+  if isinstance(spec, str) and re.fullmatch(r"avg:0*[1-9][0-9]*", spec):
     return "avg", int(spec[4:])
   raise errors.LnjaxError(f"{flag}={spec!r} must be best, latest, a step or avg:N "
                           "(the mean of the last N checkpoints' parameters)")
@@ -59,7 +61,7 @@ def checkpoint_steps(workdir: str, folder: str = "checkpoints") -> list[int]:
   directory = os.path.join(workdir, folder)
   if not fileio.isdir(directory):
     return []
-  return sorted(int(n) for n in os.listdir(directory) if n.isdigit())
+  return sorted(int(n) for n in os.listdir(directory) if re.fullmatch(r"[0-9]+", n))
 
 
 def restore(workdir: str, spec: str = "latest", mesh=None, flag: str = "--checkpoint") -> Chosen:
@@ -88,8 +90,10 @@ def restore(workdir: str, spec: str = "latest", mesh=None, flag: str = "--checkp
 
 def write_average(workdir: str, last: int, output: str) -> dict:
   """Writes the mean of `workdir`'s last `last` checkpoints as the run in `output`."""
+  errors.check_int("--last", last, 1)
   if ckpt_lib.load_config(output) is not None or checkpoint_steps(output):
     raise errors.WorkdirError(f"{output} already holds a run; choose a new --output")
+  fileio.refuse_run_files("--output", output, [output])
   steps = checkpoint_steps(workdir)
   if len(steps) < last:
     raise errors.CheckpointError(
@@ -130,4 +134,4 @@ if __name__ == "__main__":  # Flags only for the command line (the module is a l
   flags.DEFINE_string("workdir", None, "The run whose checkpoints to average.", required=True)
   flags.DEFINE_integer("last", 5, "Average the last N checkpoints (checkpoints/).", lower_bound=1)
   flags.DEFINE_string("output", None, "The new workdir (default: WORKDIR_avgN).")
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

@@ -16,10 +16,15 @@ import sys
 
 from absl import app, flags
 
-from lnjax import fileio, metrics as metrics_lib
+from lnjax import cli, errors, fileio, metrics as metrics_lib
 
-_OUTPUT = flags.DEFINE_string("output", "compare", "Stem of the PNG and Markdown files.")
-_TITLE = flags.DEFINE_string("title", None, "Title of the figure.")
+
+def _define_flags() -> None:
+  """The command's flags, defined when it runs only: the module is a library too, and
+  a process importing several tools would see flags of the same name twice."""
+  global _OUTPUT, _TITLE
+  _OUTPUT = flags.DEFINE_string("output", "compare", "Stem of the PNG and Markdown files.")
+  _TITLE = flags.DEFINE_string("title", None, "Title of the figure.")
 
 
 def load_run(workdir: str) -> dict:
@@ -119,6 +124,7 @@ def plot(runs: list[dict], path: str, title: str | None = None) -> None:
 
 
 def compare(workdirs: list[str], output: str = "compare", title: str | None = None) -> dict:
+  fileio.refuse_run_files("--output", output, [output + ".png", output + ".md"])
   runs = [load_run(w) for w in workdirs]
   for r, name in zip(runs, _names(workdirs)):
     r["name"] = name
@@ -141,7 +147,7 @@ def main(argv):
     sys.exit(2)
   try:
     result = compare(workdirs, _OUTPUT.value, _TITLE.value)
-  except (OSError, ValueError) as e:
+  except (OSError, ValueError, errors.LnjaxError) as e:
     print(f"lnjax: error: {e}", file=sys.stderr)
     sys.exit(2)
   print(result["table"])
@@ -149,4 +155,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  _define_flags()
+  app.run(main, flags_parser=cli.parse_flags)

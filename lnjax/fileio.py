@@ -18,6 +18,9 @@ Built-in `open()` never works on gs://: use `read_bytes`/`write_bytes` here.
 import hashlib
 import os
 import shutil
+import socket
+import threading
+import urllib.parse
 import uuid
 
 
@@ -28,7 +31,49 @@ def is_remote(path: str) -> bool:
 
 def _remote(path: str):
   from etils import epath  # (gcsfs is imported on the first bucket path only)
+  if str(path).startswith("gs://"):
+    _require_reachable(storage_endpoint(), path)
   return epath.Path(path)
+
+
+PROBE_SECONDS = 10.0  # How long the first bucket access waits for the storage endpoint.
+_reachable: set[str] = set()
+
+
+def storage_endpoint() -> str:
+  """The URL gs:// paths go to: STORAGE_EMULATOR_HOST (an emulator) or Google's."""
+  host = os.environ.get("STORAGE_EMULATOR_HOST", "").strip()
+  if not host:
+    return "https://storage.googleapis.com"
+  return host if "://" in host else f"http://{host}"
+
+
+def _require_reachable(endpoint: str, path: str) -> None:
+  """One connection to `endpoint` (within PROBE_SECONDS, name lookup included) before a
+  process's first bucket access: with no network, gcsfs's own retries take about a
+  minute and end in an error that names neither the bucket nor the endpoint."""
+  if endpoint in _reachable:
+    return
+  url = urllib.parse.urlsplit(endpoint)
+  address = (url.hostname, url.port or (443 if url.scheme == "https" else 80))
+  outcome = []
+
+  def connect():
+    try:
+      socket.create_connection(address, timeout=PROBE_SECONDS).close()
+      outcome.append("")
+    except OSError as e:
+      outcome.append(e.strerror or str(e) or type(e).__name__)
+
+  probe = threading.Thread(target=connect, daemon=True)  # (A name lookup has no timeout.)
+  probe.start()
+  probe.join(PROBE_SECONDS)
+  why = outcome[0] if outcome else f"no answer in {PROBE_SECONDS:.0f} s"
+  if why:
+    from lnjax import errors
+    raise errors.LnjaxError(f"{path}: the storage endpoint {endpoint} is not reachable "
+                            f"({why}); check the network (or STORAGE_EMULATOR_HOST)")
+  _reachable.add(endpoint)
 
 
 def abspath(path: str) -> str:
@@ -158,3 +203,47 @@ def move(src: str, dst: str) -> None:
     return
   copy_tree(src, dst)
   rmtree(src)
+
+
+# A run's own files and folders in its workdir (what training writes and resumes from;
+# averaged_from.json: an averaged run; finetune_config.json, seeds/: a fine-tuning driver's,
+# sweep.json, log.txt, .lock: a sweep's and its runs').
+RUN_FILES = ("config.json", "summary.json", "metrics.jsonl", "checkpoints", "best_checkpoint",
+             "corrupt_checkpoints", "tensorboard", "profile", "wandb", ".lnjax.lock",
+             "averaged_from.json", "finetune_config.json", "seeds", "sweep.json", "log.txt",
+             ".lock")
+# What marks a folder as a run's workdir (an export's config.json holds "lnjax_config").
+_RUN_MARKS = ("summary.json", "metrics.jsonl", "checkpoints", "sweep.json", "finetune_config.json")
+
+
+def is_run_workdir(path: str) -> bool:
+  """Whether `path` holds a run (a training run, an average, a fine-tuning or a sweep)."""
+  if any(exists(join(path, mark)) for mark in _RUN_MARKS):
+    return True
+  text = read_text(join(path, "config.json")) if isdir(path) else None
+  return text is not None and '"lnjax_config"' not in text
+
+
+def refuse_run_files(flag: str, value: str, targets: list[str]) -> None:
+  """The one guard of every command's output: `targets` (the files or folders the command
+  given `flag`=`value` would write) must not be, or be inside, a run's own files
+  (RUN_FILES of any workdir above them), nor a workdir itself. A refusal is one line
+  (errors.WorkdirError, exit 2) before anything is written."""
+  from lnjax import errors
+
+  for target in targets:
+    target = abspath(target).rstrip("/")
+    folder = target
+    while True:
+      if is_run_workdir(folder):
+        rel = os.path.relpath(target, folder) if not is_remote(folder) else target[len(folder):].lstrip("/")
+        if rel == "." or rel.split("/")[0] in RUN_FILES:
+          what = "is the workdir of" if rel == "." else f"would write {rel} of"
+          raise errors.WorkdirError(
+              f"{flag}={value} {what} the run in {folder}: a run's own files are never "
+              "overwritten; choose an output outside them (a new folder)")
+      parent = os.path.dirname(folder)
+      if parent == folder or parent.endswith(":/") or parent.endswith(":"):
+        break
+      folder = parent
+

@@ -12,10 +12,12 @@ holder on another host that died). Two launches within the same second can both 
 check; the later write wins and the other launch, reading the lock back, stops.
 """
 
+import errno
 import fcntl
 import json
 import os
 import socket
+import stat
 import time
 
 from lnjax import errors, fileio
@@ -33,7 +35,7 @@ class WorkdirLock:
 
   def __enter__(self):
     while True:
-      fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+      fd = open_lock_file(self.path)
       try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
       except BlockingIOError:
@@ -66,6 +68,25 @@ class WorkdirLock:
         pass
       os.close(self._fd)
       self._fd = None
+
+
+def open_lock_file(path: str) -> int:
+  """An fd on the lock file `path`, created if absent, never through a symbolic link (a
+  link there would have the lock line written into whatever it points to): a link, or
+  anything but a plain file, is refused with one line (WorkdirError)."""
+  try:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+  except OSError as e:
+    if e.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+      raise
+    fd = None
+  if fd is not None and stat.S_ISREG(os.fstat(fd).st_mode):
+    return fd
+  if fd is not None:
+    os.close(fd)
+  kind = "a symbolic link" if os.path.islink(path) else "not a plain file"
+  raise errors.WorkdirError(f"lock file {path} is {kind}; a lock is never a link: remove "
+                            "it and launch again")
 
 
 def _read_holder(fd: int) -> str:

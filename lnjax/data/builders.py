@@ -303,6 +303,7 @@ def prepare(
     # Reopened under the lock: a builder made while another process (a host of a
     # multi-process run) was still preparing the data set knows none of its splits.
     builder = BUILDERS[name](source_dir=data_dir, cache_dir=cache_dir, mirror=mirror)
+    paths.remove_incomplete(builder.data_dir)  # (A killed preparation's folder.)
     builder.download_and_prepare()
   return builder
 

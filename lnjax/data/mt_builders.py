@@ -356,6 +356,7 @@ def prepare(
   builder = MT_BUILDERS[name](source_dir=data_dir, cache_dir=cache_dir, mirror=mirror)
   tfds.disable_progress_bar()  # no tqdm bars in training logs
   with paths.file_lock(pathlib.Path(builder.data_dir).parent.parent / ".lock"):
+    paths.remove_incomplete(builder.data_dir)  # (A killed preparation's folder.)
     builder.download_and_prepare()
   return builder
 

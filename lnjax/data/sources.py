@@ -25,9 +25,12 @@ as in ``wmt14_translate/de-en``), nested under ``data.text_field`` when that is 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
+import socket
+import urllib.parse
 from typing import Any, Sequence
 
 from lnjax.data import paths
@@ -154,9 +157,14 @@ class HfSource(_External):
           or os.path.exists(os.path.join(path, "dataset_info.json"))):
         loaded = datasets.load_from_disk(path)
       else:
-        loaded = datasets.load_dataset(path, config or None)
+        unreachable = _hub_unreachable()
+        with _hub_offline(bool(unreachable)):
+          loaded = datasets.load_dataset(path, config or None)
     except Exception as e:
-      raise paths.DataError(f"{self.name}: cannot load the Hugging Face data set ({_one_line(e)})") from None
+      where = (f"; the hub is not reachable ({unreachable}): only the local Hugging Face "
+               "cache was searched" if unreachable else "")
+      raise paths.DataError(f"{self.name}: cannot load the Hugging Face data set "
+                            f"({_one_line(e)}){where}") from None
     if isinstance(loaded, datasets.Dataset):  # a single split saved on its own
       loaded = datasets.DatasetDict({"train": loaded})
     self._dict = loaded
@@ -166,6 +174,41 @@ class HfSource(_External):
 
   def _records(self, split: str):
     return self._dict[split]
+
+
+HUB_PROBE_SECONDS = 3.0  # One connection attempt to the hub before any download.
+
+
+def _hub_unreachable() -> str:
+  """Why the Hugging Face hub cannot be used ("" if it can): downloads turned off, or no
+  connection to HF_ENDPOINT within HUB_PROBE_SECONDS. (Unprobed, an unreachable hub costs
+  huggingface_hub's retries: 23 warning lines over ~26 s before the error.)"""
+  from lnjax.data import download
+
+  if download.offline() or os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0"):
+    return "downloads are off"
+  url = urllib.parse.urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+  try:
+    socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)),
+                             timeout=HUB_PROBE_SECONDS).close()
+  except OSError as e:
+    return f"{url.scheme}://{url.netloc}: {e.strerror or type(e).__name__}"
+  return ""
+
+
+@contextlib.contextmanager
+def _hub_offline(offline: bool):
+  """datasets and huggingface_hub reading their cache only (no request, no retry)."""
+  import datasets.config
+  import huggingface_hub.constants as hub
+
+  saved = datasets.config.HF_HUB_OFFLINE, hub.HF_HUB_OFFLINE
+  if offline:
+    datasets.config.HF_HUB_OFFLINE = hub.HF_HUB_OFFLINE = True
+  try:
+    yield
+  finally:
+    datasets.config.HF_HUB_OFFLINE, hub.HF_HUB_OFFLINE = saved
 
 
 def cache_name(name: str) -> str:

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 
-from lnjax import errors
+from lnjax import errors, lock
 from lnjax.sweep import Run, flag_value
 
 # Run states, in the manifest and the progress view.
@@ -190,7 +190,7 @@ def last_error_line(log_path: str, since: int = 0) -> str:
 
 def _try_lock(workdir: str) -> int | None:
   """An fd holding the run's lock, or None if another process holds it."""
-  fd = os.open(os.path.join(workdir, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+  fd = lock.open_lock_file(os.path.join(workdir, ".lock"))  # (A link there is refused.)
   try:
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
   except BlockingIOError:

@@ -1,0 +1,241 @@
+"""Reliability, third round (issue 28): no command writes into a run's own files, lock
+files are never links, hostile input to the tools is refused in one line or read as far
+as it is valid, and the remaining defects of the issue's list (items 1-3 and 5).
+
+Each test pins one defect; the in-process ones need no trained run (a workdir is what
+`checkpoint.save_config` writes), the command-line and training ones are marked slow.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from lnjax import averaging, checkpoint, compare, errors, export, fileio, lock, sharding
+from lnjax.data import builders, paths, sources
+from lnjax.sweep import launcher
+from test_train import REPO, _one_line_error, smoke_config
+
+
+def _run_workdir(path) -> str:
+  """A run's workdir as training starts it: its config.json and summary.json."""
+  wd = str(path)
+  os.makedirs(os.path.join(wd, "checkpoints"))
+  checkpoint.save_config(wd, smoke_config())
+  fileio.write_text(os.path.join(wd, "summary.json"), json.dumps({"status": "running"}))
+  return wd
+
+
+def _files(wd) -> dict:
+  return {rel: fileio.read_bytes(os.path.join(wd, rel)) for rel in fileio.walk_files(wd)}
+
+
+def _cli(module, *args, env=None, timeout=300):
+  return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True,
+                        text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+# ---- Item 1 and part 2: no output of a command lands in a run's own files.
+
+def test_export_into_the_workdir_is_refused_and_changes_nothing(tmp_path):
+  wd = _run_workdir(tmp_path / "run")
+  before = _files(wd)
+  for output in (wd, os.path.join(wd, "checkpoints", "x")):
+    with pytest.raises(errors.WorkdirError, match="a run's own files are never overwritten"):
+      export.export(wd, output)
+  assert _files(wd) == before
+
+
+@pytest.mark.parametrize("target, refused", [
+    ("", True), ("config.json", True), ("metrics.jsonl", True), ("checkpoints/10", True),
+    ("best_checkpoint", True), (".lnjax.lock", True), ("export/config.json", False),
+    ("analysis/init/report.md", False), ("predictions/test.step20.hyp", False)])
+def test_the_output_guard_refuses_the_runs_files_only(tmp_path, target, refused):
+  wd = _run_workdir(tmp_path / "run")
+  path = os.path.join(wd, target) if target else wd
+  if refused:
+    with pytest.raises(errors.WorkdirError, match="never overwritten"):
+      fileio.refuse_run_files("--output", path, [path])
+  else:
+    fileio.refuse_run_files("--output", path, [path])
+  # An export folder (its config.json names the run's config) is no run: export again.
+  os.makedirs(tmp_path / "exp")
+  (tmp_path / "exp" / "config.json").write_text('{"lnjax_config": {}}')
+  fileio.refuse_run_files("--output", str(tmp_path / "exp"), [str(tmp_path / "exp/config.json")])
+
+
+def test_averaging_and_compare_refuse_an_output_in_a_runs_files(tmp_path):
+  wd = _run_workdir(tmp_path / "run")
+  before = _files(wd)
+  with pytest.raises(errors.WorkdirError, match="never overwritten"):
+    averaging.write_average(wd, 1, os.path.join(wd, "checkpoints", "avg"))
+  with pytest.raises(errors.WorkdirError, match="never overwritten"):
+    compare.compare([wd], os.path.join(wd, "tensorboard", "cmp"))
+  assert _files(wd) == before
+
+
+@pytest.mark.slow
+def test_translate_and_export_commands_refuse_the_workdir_in_one_line(tmp_path):
+  wd = _run_workdir(tmp_path / "run")
+  before = _files(wd)
+  _one_line_error(_cli("lnjax.export", f"--workdir={wd}", f"--output={wd}"), "is the workdir")
+  _one_line_error(_cli("lnjax.translate", f"--workdir={wd}",
+                       f"--output={os.path.join(wd, 'metrics.jsonl')}"), "metrics.jsonl")
+  assert _files(wd) == before
+
+
+# ---- Item 2: lock files are never opened through a link.
+
+def test_the_workdir_lock_refuses_a_symlink_and_leaves_its_target_alone(tmp_path):
+  victim = tmp_path / "precious.txt"
+  victim.write_text("keep me\n")
+  wd = tmp_path / "run"
+  wd.mkdir()
+  os.symlink(victim, wd / lock.LOCK_FILE)
+  with pytest.raises(errors.WorkdirError, match="is a symbolic link"):
+    with lock.WorkdirLock(str(wd)):
+      pass
+  assert victim.read_text() == "keep me\n" and os.path.islink(wd / lock.LOCK_FILE)
+  # The sweep launcher's lock on a run: the same.
+  os.symlink(victim, wd / ".lock")
+  with pytest.raises(errors.WorkdirError, match="is a symbolic link"):
+    launcher._try_lock(str(wd))
+  assert victim.read_text() == "keep me\n"
+  # A plain lock file is still taken and released.
+  os.remove(wd / lock.LOCK_FILE)
+  with lock.WorkdirLock(str(wd)):
+    assert "PID" in (wd / lock.LOCK_FILE).read_text()
+
+
+# ---- Item 3: binary and Latin-1 input to lnjax.translate.
+
+def test_translate_reads_undecodable_lines_as_empty_ones(tmp_path):
+  from lnjax import translate
+
+  path = tmp_path / "in.txt"
+  path.write_bytes("Ein Hund.\r\n".encode() + "Café Straße\n".encode("latin-1")
+                   + b"\x7fELF\x00\xff\xfe\n\nZwei Katzen.\x0bim Haus\n")
+  lines, bad = translate.read_lines(str(path))
+  # Lines end at \n only (\x0b inside a line is no break, unlike str.splitlines).
+  assert lines == ["Ein Hund.", "", "", "", "Zwei Katzen.\x0bim Haus"] and bad == [2, 3]
+
+
+# ---- Item 5.
+
+@pytest.mark.parametrize("spec", ["²", "avg:²", "¹⁰", "٣", "avg:0", " 3", "-1", "3.0"])
+def test_checkpoint_specs_take_ascii_digits_only(spec):
+  with pytest.raises(errors.LnjaxError, match="must be best, latest, a step or avg:N"):
+    averaging.parse_spec(spec)
+  assert averaging.parse_spec("20") == ("step", 20)
+  assert averaging.parse_spec("avg:3") == ("avg", 3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module, flag", [("lnjax.translate", "--checkpoint"),
+                                          ("lnjax.export", "--checkpoint"),
+                                          ("lnjax.analyze", "--step")])
+def test_a_superscript_checkpoint_is_one_line(tmp_path, module, flag):
+  wd = _run_workdir(tmp_path / "run")
+  _one_line_error(_cli(module, f"--workdir={wd}", f"{flag}=²"), "must be best, latest")
+
+
+def test_analyze_refuses_zero_batches_and_a_bad_rate(tmp_path):
+  from lnjax import analyze
+
+  wd = _run_workdir(tmp_path / "run")
+  for kwargs, needle in (({"num_batches": 0}, "--batches=0"), ({"num_batches": -2}, "--batches"),
+                         ({"lr": float("nan")}, "--lr=nan"), ({"lr": -1.0}, "--lr")):
+    with pytest.raises(errors.ConfigError, match=needle):
+      analyze.analyze(wd, "latest", **kwargs)
+
+
+def test_averaging_last_zero_is_one_line():
+  r = _cli("lnjax.averaging", "--workdir=/nonexistent", "--last=0")
+  _one_line_error(r, "--last=0")
+
+
+def test_hf_name_offline_is_one_quick_line(monkeypatch, capfd):
+  import datasets  # noqa: F401  (imported before the clock starts)
+
+  monkeypatch.delenv("LNJAX_DATA_OFFLINE", raising=False)
+  monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")  # No hub there.
+  t0 = time.perf_counter()
+  with pytest.raises(paths.DataError, match="the hub is not reachable"):
+    sources.open_external("hf:org/NOSUCH")
+  assert time.perf_counter() - t0 < 15
+  assert "Retry" not in capfd.readouterr().err
+
+
+def _closed_port() -> int:
+  s = socket.socket()
+  s.bind(("127.0.0.1", 0))
+  port = s.getsockname()[1]
+  s.close()
+  return port
+
+
+def test_a_bucket_without_network_is_a_bounded_line_naming_the_endpoint(monkeypatch):
+  monkeypatch.setattr(fileio, "_reachable", set())
+  endpoint = f"http://127.0.0.1:{_closed_port()}"
+  monkeypatch.setenv("STORAGE_EMULATOR_HOST", endpoint)
+  t0 = time.perf_counter()
+  with pytest.raises(errors.LnjaxError, match=f"storage endpoint {endpoint} is not reachable"):
+    fileio.exists("gs://bucket/run")
+  # A name that does not resolve (.invalid never does, RFC 2606), as with no network at
+  # all: the wait is at most PROBE_SECONDS, not gcsfs's minute of retries.
+  monkeypatch.setattr(fileio, "PROBE_SECONDS", 2.0)
+  monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://storage.lnjax.invalid:4443")
+  with pytest.raises(errors.LnjaxError, match="storage.lnjax.invalid:4443 is not reachable"):
+    fileio.write_text("gs://bucket/run/config.json", "{}")
+  assert time.perf_counter() - t0 < 10
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+  """A 1 MiB tmpfs (root only)."""
+  mount = tmp_path / "disk"
+  mount.mkdir()
+  r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+                     capture_output=True)
+  if r.returncode:
+    pytest.skip("needs permission to mount a tmpfs")
+  yield str(mount)
+  subprocess.run(["umount", "-l", str(mount)])
+
+
+@pytest.mark.slow
+def test_a_refused_save_leaves_the_summary_failed_not_running(small_disk):
+  from lnjax import train
+
+  wd = os.path.join(small_disk, "run")
+  with open(os.path.join(small_disk, "filler"), "wb") as f:  # Room for all but checkpoints.
+    f.write(b"\0" * (1024 * 1024 - 150 * 1024))
+  with pytest.raises(errors.CheckpointError, match="could not save the checkpoint"):
+    train.train_and_evaluate(smoke_config(**{"train.checkpoint_every_steps": 5}), wd)
+  summary = json.load(open(os.path.join(wd, "summary.json")))
+  assert summary["status"] == "failed" and "could not save" in summary["error"], summary
+
+
+def test_a_mesh_on_fewer_devices_than_present_says_so(capfd):
+  mesh = sharding.make_mesh(sharding.MeshConfig(data=2))
+  err = capfd.readouterr().err.strip().splitlines()
+  assert len(mesh.devices.flat) == 2 and err == ["Mesh: 2 of the 8 devices used "
+                 "(data×fsdp×model = 2×1×1); the other 6 stay idle (mesh.data=-1 uses them "
+                 "all)."], err
+  sharding.make_mesh(sharding.MeshConfig())  # Every device: nothing to say.
+  sharding.make_mesh(sharding.MeshConfig(data=1), sharding.jax.local_devices()[:1])
+  assert capfd.readouterr().err == ""
+
+
+def test_a_killed_preparations_incomplete_folder_is_removed_on_the_next(tmp_path):
+  builder = builders.prepare("tiny_shakespeare", cache_dir=str(tmp_path / "cache"))
+  left = os.path.join(os.path.dirname(builder.data_dir), "incomplete.AB12CD_1.0.0")
+  os.makedirs(os.path.join(left, "partial"))
+  builders.prepare("tiny_shakespeare", cache_dir=str(tmp_path / "cache"))
+  assert not os.path.exists(left)
+  assert sorted(os.listdir(os.path.dirname(builder.data_dir))) == [
+      os.path.basename(builder.data_dir)]
