@@ -26,12 +26,17 @@ from lnjax import allocator
 allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
 from lnjax import fileio
 
-_WORKDIR = flags.DEFINE_string("workdir", None, "The run's workdir.", required=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "The run's workdir (or --hf).")
 _STEP = flags.DEFINE_string("step", "latest", "init | latest | best | a checkpoint step | "
                             "avg:N (the mean of the last N checkpoints' parameters).")
 _BATCHES = flags.DEFINE_integer("batches", 4, "Held-out batches to average over.")
 _LR = flags.DEFINE_float("lr", None, "Learning rate of the update ratios (default: the "
                          "run's peak opt.learning_rate).")
+_HF = flags.DEFINE_string("hf", None, "Instead of a run: a Hugging Face GPT-2 or BERT folder, "
+                          "or a hub name (gpt2, bert-base-uncased: fetched when online).")
+_TEXT = flags.DEFINE_string("text", None, "With --hf: the UTF-8 text file its loss is on.")
+_OUTPUT = flags.DEFINE_string("output", None, "With --hf: the report's folder (default "
+                              "hf_analysis/NAME).")
 
 
 def load(workdir: str, step: str):
@@ -172,12 +177,25 @@ def _report(result: dict, out: str) -> None:
   fileio.write_text(os.path.join(out, "report.md"), "\n".join(lines))
 
 
+def _figures(result: dict, out: str) -> None:
+  _plots(result, out)
+  _report(result, out)
+
+
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
   from lnjax import errors
   from lnjax import progress
   try:
+    if _HF.value is not None or _WORKDIR.value is None:  # lnjax/hf_analyze.py
+      from lnjax import hf_analyze
+      with progress.Phase(f"analyzing {_HF.value}"):
+        result, out = hf_analyze.analyze_flags(_HF.value, _TEXT.value, _OUTPUT.value,
+                                               _BATCHES.value, _LR.value, report=_figures)
+      print(f"{result['architecture']} ({result['norm_position']}-LN): loss "
+            f"{result['loss']:.4f}; report, JSON and plots in {out}")
+      return
     with progress.Phase(f"analyzing {_WORKDIR.value} at {_STEP.value}"):
       result, out = analyze(_WORKDIR.value, _STEP.value, _BATCHES.value, _LR.value)
   except errors.LnjaxError as e:
