@@ -16,7 +16,7 @@ import numpy as np
 import sacrebleu
 from jax.experimental import multihost_utils
 
-from lnjax import decode, errors, fileio, progress, sharding
+from lnjax import decode, errors, fileio, preemption, progress, sharding
 from lnjax.data import batching
 
 
@@ -85,6 +85,7 @@ def decode_ids(model, params, sources: list[np.ndarray], cfg: DecodeConfig, mesh
   out: list[list[int] | None] = [None] * len(sources)
   bar = progress.Bar(len(sources), desc, unit="sentences")
   for b in range(plan.num_batches):
+    preemption.check()  # SIGTERM during a training run's BLEU: save and stop within seconds.
     ids_n = order_N[plan.starts[b]:plan.starts[b] + plan.counts[b]]
     rows, length = int(plan.rows[b]), int(plan.lens[b])
     src_RxS = np.zeros((rows, length), np.int32)
