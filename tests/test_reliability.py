@@ -118,6 +118,28 @@ def test_1_lock_names_its_holder(tmp_path):
       train.train_and_evaluate(smoke_config(), str(tmp_path))
 
 
+def test_1_bucket_lock_of_a_live_process_of_this_host_is_refused_however_old(tmp_path):
+  """A bucket lock naming a process of this host that is alive (a `sleep` started here) is
+  refused, even one not refreshed for twice STALE_SECONDS: age only condemns other hosts'
+  holders, whose processes cannot be seen. Once that process has ended it is taken over.
+  (The lock's logic on a local folder: fileio serves local paths and buckets alike.)"""
+  name = f"host {socket.gethostname()} PID "
+  holder = subprocess.Popen(["sleep", "600"])
+  try:
+    with open(tmp_path / lock.LOCK_FILE, "w") as f:
+      json.dump({"host": socket.gethostname(), "pid": holder.pid,
+                 "time": time.time() - 2 * lock.STALE_SECONDS}, f)
+    with pytest.raises(errors.WorkdirError, match=f"in use by {name}{holder.pid};"):
+      with lock.BucketLock(str(tmp_path)):
+        pass
+  finally:
+    holder.kill()
+    holder.wait()
+  with lock.BucketLock(str(tmp_path)) as taken:
+    assert taken.previous_holder == f"{name}{holder.pid}"
+    assert json.load(open(tmp_path / lock.LOCK_FILE))["pid"] == os.getpid()
+
+
 # ---- 2. Logged losses do not depend on where the run was interrupted.
 
 def test_2_resume_inside_a_logging_window_logs_the_uninterrupted_records(reference, tmp_path):
