@@ -1,0 +1,367 @@
+"""The Ray back end of lnjax.sweep on a real two-node Ray cluster on this machine: a head
+and a second node, each its own `ray start` (its own session, 1 CPU, a custom resource
+naming it), on loopback only, stopped by the test (every process of their sessions).
+
+Four smoke runs spread over both nodes; a relaunch starts none of them again; one run on
+two nodes (two processes joined by jax.distributed, 4 virtual CPU devices each) equals
+the run in one process on 8; the second node killed (kill -9, every process of its
+session: raylet, workers, the run) while a run trains there: Ray reschedules the run on
+the head, it resumes from its checkpoint and ends with the uninterrupted run's metrics;
+the whole cluster stopped mid-sweep: the launcher exits with one line and the relaunch on
+a new cluster resumes. Bad input: an address nobody answers, a run no node fits.
+
+Loopback: Ray's CLI takes 127.0.0.1 for "this machine" and replaces it with the
+machine's routable address; RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 keeps the head (and the
+launcher's driver) on 127.0.0.1, and the second node joins through `127.1` (the same
+address, which Ray does not rewrite, resolved by gRPC's native resolver), so every Ray
+server listens on 127.0.0.1 only (Ray binds to 127.0.0.1 alone when a node's address is
+exactly that).
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RAY = shutil.which("ray")
+STEPS = 60
+# The runs' config: configs/lm.py:smoke, longer, with a checkpoint every 20 steps.
+CONFIG = f"""
+from configs import lm
+from lnjax import sweep
+
+def get_config(arg=None):
+  c = lm.get_config('smoke')
+  c.train.num_steps = {STEPS}
+  c.train.checkpoint_every_steps = 20
+  c.train.eval_every_steps = {STEPS}
+  return c
+
+def get_sweep(arg=None):
+  norms = sweep.axis('model.norm_position', ['pre', 'post'])
+  if arg == 'four':
+    return sweep.product(norms, sweep.axis('seed', [0, 1]))
+  if arg == 'two':
+    return norms
+  return sweep.axis('model.norm_position', ['pre'])
+"""
+# The two-process run (tests/test_multiprocess.py's settings): SGD, a mesh of fsdp 4 ×
+# model 2, built from the two processes' 1×2×2 devices.
+MP_STEPS = 6
+MP = {"opt.name": "sgd", "opt.learning_rate": 0.1, "train.num_steps": MP_STEPS,
+      "train.log_every_steps": 1, "train.eval_every_steps": MP_STEPS,
+      "train.checkpoint_every_steps": 3, "data.eval_batches": 1, "mesh.data": 1,
+      "mesh.model": 2}
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def _session_pids(sid: int) -> list[int]:
+  pids = []
+  for entry in os.listdir("/proc"):
+    if entry.isdigit():
+      try:
+        stat = open(f"/proc/{entry}/stat").read()
+      except OSError:
+        continue
+      fields = stat[stat.rindex(")") + 2:].split()
+      if int(fields[3]) == sid and fields[0] != "Z":
+        pids.append(int(entry))
+  return pids
+
+
+def _cmdline(pid: int) -> str:
+  try:
+    return open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+  except OSError:
+    return ""
+
+
+class Cluster:
+  """A Ray cluster of this machine: the head and a second node, each `ray start` in a
+  session of its own (so that every process of a node is found by its session id)."""
+
+  def __init__(self):
+    # Short: Ray's Unix sockets live under it (a socket path is at most 107 bytes).
+    self.temp = tempfile.mkdtemp(prefix="lnjr", dir="/tmp")
+    self.sessions: dict[str, int] = {}
+    base = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    flags = [f for f in base.get("XLA_FLAGS", "").split()
+             if not f.startswith("--xla_force_host_platform_device_count")]
+    self.env = {**base, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1",
+                "XLA_FLAGS": " ".join(flags + ["--xla_force_host_platform_device_count=4"]),
+                # A lost node is seen within seconds (Ray's default: 5 × 3 s).
+                "RAY_health_check_period_ms": "500", "RAY_health_check_timeout_ms": "500",
+                "RAY_health_check_failure_threshold": "3"}
+    self.local = {**self.env, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+
+  def start_head(self) -> None:
+    self.port = _free_port()
+    self.address = f"127.0.0.1:{self.port}"
+    self._start("head", ["--head", "--node-ip-address=127.0.0.1", f"--port={self.port}",
+                         f"--ray-client-server-port={_free_port()}",
+                         f"--dashboard-port={_free_port()}", f"--temp-dir={self.temp}",
+                         "--include-dashboard=false"],
+                self.local)
+
+  def start_node(self) -> None:
+    self._start("node_b", [f"--address=127.1:{self.port}"],
+                {**self.env, "GRPC_DNS_RESOLVER": "native"})
+
+  def _start(self, name: str, args: list[str], env: dict) -> None:
+    with open(os.path.join(self.temp, f"{name}.log"), "a") as log:
+      proc = subprocess.Popen(
+          [RAY, "start", *args, "--num-cpus=1", f'--resources={{"{name}": 1}}',
+           "--object-store-memory=78643200", "--include-log-monitor=false", "--disable-usage-stats",
+           f"--dashboard-agent-listen-port={_free_port()}"],
+          stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+          start_new_session=True)
+    self.sessions[name] = proc.pid
+    code = proc.wait(180)
+    tail = open(os.path.join(self.temp, f"{name}.log")).read()[-3000:]
+    assert code == 0, tail
+
+  def kill(self, name: str, spare=lambda cmdline: False) -> list[int]:
+    """kill -9 every process of a node's session (but those `spare` keeps)."""
+    pids = [p for p in _session_pids(self.sessions.pop(name)) if not spare(_cmdline(p))]
+    for pid in pids:
+      try:
+        os.kill(pid, signal.SIGKILL)
+      except ProcessLookupError:
+        pass
+    return pids
+
+  def stop(self) -> None:
+    for name in list(self.sessions):
+      self.kill(name)
+    shutil.rmtree(self.temp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+  if RAY is None:
+    pytest.skip("ray is not installed (pip install -r requirements.txt)")
+  c = Cluster()
+  try:
+    c.start_head()
+    c.start_node()
+    yield c
+  finally:
+    c.stop()
+
+
+def _config(tmp) -> str:
+  path = os.path.join(tmp, "ray_sweep_config.py")
+  with open(path, "w") as f:
+    f.write(CONFIG)
+  return path
+
+
+def _sweep(cluster, config, sweep, root, *flags, wait=True):
+  cmd = [sys.executable, "-m", "lnjax.sweep", f"--config={config}", f"--sweep={sweep}",
+         f"--workdir={root}", "--backend=ray", f"--ray_address={cluster.address}", *flags]
+  proc = subprocess.Popen(cmd, cwd=REPO, env=cluster.local, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, start_new_session=True)
+  if not wait:
+    return proc
+  out, _ = proc.communicate(timeout=300)
+  return proc.returncode, out
+
+
+def _losses(workdir: str) -> list[tuple]:
+  records = [json.loads(l) for l in open(os.path.join(workdir, "metrics.jsonl"))]
+  return [(r["step"], r.get("train_loss"), r.get("eval_loss")) for r in records
+          if "train_loss" in r or "eval_loss" in r]
+
+
+def _manifest(root: str) -> dict:
+  return json.load(open(os.path.join(root, "sweep.json")))
+
+
+def _node_names(manifest: dict) -> dict[str, str]:
+  """Node id -> the custom resource naming it (head, node_b)."""
+  return {i: next(k for k in n["resources"] if k in ("head", "node_b"))
+          for i, n in manifest["ray"]["nodes"].items()}
+
+
+@pytest.fixture(scope="module")
+def reference(cluster, tmp_path_factory):
+  """Four smoke runs through the Ray back end, uninterrupted: the reference metrics."""
+  tmp = str(tmp_path_factory.mktemp("ray"))
+  config, root = _config(tmp), os.path.join(tmp, "four")
+  code, out = _sweep(cluster, config, "four", root)
+  return {"config": config, "root": root, "code": code, "out": out, "tmp": tmp}
+
+
+def test_four_runs_spread_over_both_nodes_and_a_relaunch_starts_none(cluster, reference):
+  root, out = reference["root"], reference["out"]
+  assert reference["code"] == 0, out[-3000:]
+  manifest = _manifest(root)
+  names = _node_names(manifest)
+  runs = manifest["runs"]
+  assert sorted(runs) == ["norm=post,seed=0", "norm=post,seed=1", "norm=pre,seed=0",
+                          "norm=pre,seed=1"]
+  assert all(r["state"] == "completed" and r["exit_code"] == 0 for r in runs.values()), runs
+  assert {names[r["node"]] for r in runs.values()} == {"head", "node_b"}  # Both nodes ran.
+  # The local launcher's progress lines and table.
+  assert "ray: 2 nodes" in out and out.count("start     norm=") == 4
+  assert out.count("completed norm=") == 4 and f"{STEPS}/{STEPS}" in out
+  for name in runs:
+    assert _losses(os.path.join(root, name))[-1][0] == STEPS
+
+  # The same command again: every run finished, none starts (no Ray driver at all).
+  task_files = {n: open(os.path.join(root, n, ".ray_task.json")).read() for n in runs}
+  code, again = _sweep(cluster, reference["config"], "four", root)
+  assert code == 0 and "4 already finished, 0 to run" in again and "start " not in again
+  assert task_files == {n: open(os.path.join(root, n, ".ray_task.json")).read() for n in runs}
+  assert all(r["attempts"] == 1 for r in _manifest(root)["runs"].values())
+
+
+def test_a_run_on_two_nodes_equals_the_run_in_one_process(cluster, reference):
+  """--nodes_per_run=2: one process per node (a STRICT_SPREAD placement group), joined by
+  jax.distributed, against the same run in one process on 8 devices."""
+  tmp = reference["tmp"]
+  one = os.path.join(tmp, "mp_one")
+  flags = [f"--config.{k}={v}" for k, v in MP.items()]
+  env = {**os.environ, "JAX_PLATFORMS": "cpu"}  # 8 virtual devices (tests/conftest.py).
+  r = subprocess.run([sys.executable, "-m", "lnjax.main", f"--config={reference['config']}",
+                      f"--workdir={one}", *flags, "--config.mesh.fsdp=4"], cwd=REPO, env=env,
+                     capture_output=True, text=True, timeout=300)
+  assert r.returncode == 0, r.stderr[-3000:]
+  root = os.path.join(tmp, "mp")
+  code, out = _sweep(cluster, reference["config"], "one", root, "--nodes_per_run=2",
+                     *flags, "--config.mesh.fsdp=2", "--config.mesh.dcn_fsdp=2")
+  assert code == 0, out[-3000:] + open(os.path.join(root, "norm=pre", "log.txt")).read()[-3000:]
+  two = os.path.join(root, "norm=pre")
+  # Both processes trained, process 1 on the other node; only process 0 wrote metrics.
+  log0, log1 = (open(os.path.join(two, f)).read() for f in ("log.txt", "log.process_1.txt"))
+  assert "process 0/2" in log0 and "process 1/2" in log1
+  assert os.path.isdir(os.path.join(two, "checkpoints", str(MP_STEPS), "state",
+                                    "ocdbt.process_1"))
+  import numpy as np
+  a, b = _losses(one), _losses(two)
+  assert [s for s, *_ in a] == [s for s, *_ in b]
+  np.testing.assert_allclose([x[1:] for x in b], [x[1:] for x in a], rtol=1e-5, atol=1e-5)
+
+
+def test_a_run_no_node_fits_is_one_line(cluster, reference):
+  root = os.path.join(reference["tmp"], "too_big")
+  code, out = _sweep(cluster, reference["config"], "one", root, "--platform=cpu",
+                     "--devices_per_run=64")
+  lines = [l for l in out.splitlines() if l.startswith("lnjax.sweep: error")]
+  assert code == 2 and len(lines) == 1, out[-3000:]
+  assert "a run asks for 1 node(s) with CPU 64, 0 node(s) have it" in lines[0]
+
+
+def test_unreachable_address_is_one_line_after_a_bounded_wait(tmp_path):
+  config, port = _config(str(tmp_path)), _free_port()
+  t0 = time.monotonic()
+  r = subprocess.run([sys.executable, "-m", "lnjax.sweep", f"--config={config}", "--sweep=one",
+                      f"--workdir={tmp_path / 'x'}", "--backend=ray",
+                      f"--ray_address=127.0.0.1:{port}", "--ray_connect_seconds=2"],
+                     cwd=REPO, capture_output=True, text=True, timeout=120)
+  assert r.returncode == 2 and time.monotonic() - t0 < 60, r.stderr[-3000:]
+  assert r.stderr.strip().splitlines() == [
+      f"lnjax.sweep: error: no Ray cluster answers at 127.0.0.1:{port} (Connection refused "
+      "for 2 s): start one (ray start --head) or fix --ray_address / RAY_ADDRESS"]
+
+
+def _wait_for(predicate, timeout: float, what: str):
+  deadline = time.monotonic() + timeout
+  while time.monotonic() < deadline:
+    value = predicate()
+    if value:
+      return value
+    time.sleep(0.1)
+  raise AssertionError(f"timed out waiting for {what}")
+
+
+def _checkpointed_not_done(workdir: str):
+  """True once the run saved step 20 and has not yet reached step 60."""
+  steps = [s for s, *_ in _losses(workdir)] if os.path.exists(
+      os.path.join(workdir, "metrics.jsonl")) else []
+  return (os.path.isdir(os.path.join(workdir, "checkpoints", "20"))
+          and (not steps or steps[-1] < STEPS))
+
+
+def test_a_run_whose_node_is_lost_is_rescheduled_and_resumes(cluster, reference):
+  """Two runs (one per node); the second node's processes killed with -9 while its run
+  trains past its first checkpoint: Ray retries the task on the head, the run resumes."""
+  root = os.path.join(reference["tmp"], "lost")
+  proc = _sweep(cluster, reference["config"], "two", root, wait=False)
+  try:
+    def on_node_b():
+      if not os.path.exists(os.path.join(root, "sweep.json")):
+        return None
+      manifest = _manifest(root)
+      if "ray" not in manifest:
+        return None
+      names = _node_names(manifest)
+      return next((n for n, r in manifest["runs"].items()
+                   if r.get("node") and names.get(r["node"]) == "node_b"), None)
+    name = _wait_for(on_node_b, 120, "a run on node_b")
+    workdir = os.path.join(root, name)
+    _wait_for(lambda: _checkpointed_not_done(workdir), 120, "the run's checkpoint at step 20")
+    killed = [_cmdline(p) for p in cluster.kill("node_b")]
+    assert any("raylet" in c for c in killed) and any("lnjax.main" in c for c in killed)
+    out, _ = proc.communicate(timeout=300)
+  finally:
+    if proc.poll() is None:
+      os.killpg(proc.pid, signal.SIGKILL)
+  assert proc.returncode == 0, out[-3000:]
+  assert f"resumed   {name} on node 127.0.0.1" in out and "after its node was lost" in out
+  entry = _manifest(root)["runs"][name]
+  assert entry["state"] == "completed" and entry["reschedules"] == 1
+  assert _node_names(_manifest(root))[entry["node"]] == "head"
+  log = open(os.path.join(workdir, "log.txt")).read()
+  assert "Resuming" in log or "from step" in log, log[-3000:]
+  # The resumed run's metrics are the uninterrupted run's (norm=X,seed=0 of the sweep).
+  for run in ("norm=pre", "norm=post"):
+    assert _losses(os.path.join(root, run)) == _losses(
+        os.path.join(reference["root"], f"{run},seed=0")), run
+
+
+def test_the_cluster_stopping_mid_sweep_is_one_line_and_the_relaunch_resumes(
+    cluster, reference):
+  """Every Ray process of both nodes killed while a run trains (as `ray stop` does; the
+  run gets SIGTERM from its dead worker and saves); a new cluster, the same command."""
+  if "node_b" in cluster.sessions:
+    cluster.kill("node_b")
+  root = os.path.join(reference["tmp"], "stopped")
+  proc = _sweep(cluster, reference["config"], "one", root, wait=False)
+  workdir = os.path.join(root, "norm=pre")
+  try:
+    _wait_for(lambda: _checkpointed_not_done(workdir), 120, "the run's checkpoint")
+    cluster.kill("head", spare=lambda cmdline: "lnjax.main" in cmdline)
+    out, _ = proc.communicate(timeout=120)
+  finally:
+    if proc.poll() is None:
+      os.killpg(proc.pid, signal.SIGKILL)
+  errors = [l for l in out.splitlines() if l.startswith("lnjax.sweep: error")]
+  assert proc.returncode == 1 and errors == [
+      f"lnjax.sweep: error: the Ray cluster at {cluster.address} went away during the sweep "
+      "(1 run(s) stopped: norm=pre; each saved a checkpoint on SIGTERM or resumes from its "
+      "last one); the same command resumes the sweep on a running cluster"], out[-3000:]
+  # The run saw SIGTERM and saved (its lock goes with it).
+  _wait_for(lambda: (json.load(open(os.path.join(workdir, "summary.json"))).get("status")
+                     in ("preempted", "completed")), 60, "the run's SIGTERM checkpoint")
+
+  cluster.start_head()
+  code, out = _sweep(cluster, reference["config"], "one", root)
+  assert code == 0, out[-3000:]
+  assert "0 already finished, 1 to run" in out or "1 already finished" in out
+  assert _losses(workdir) == _losses(os.path.join(reference["root"], "norm=pre,seed=0"))
