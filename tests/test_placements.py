@@ -466,7 +466,8 @@ def test_dyt_replaces_every_norm_by_a_scaled_tanh():
 
   _, model, params = _lm(norm_position="dyt", dyt_attention_alpha_init=0.8)
   assert float(params["layer_1"]["self_attn_norm"]["alpha"]) == pytest.approx(0.8)
-  assert float(params["layer_1"]["ffn_norm"]["alpha"]) == float(params["final_norm"]["alpha"]) == 0.5
+  assert float(params["layer_1"]["ffn_norm"]["alpha"]) == 0.5
+  assert float(params["final_norm"]["alpha"]) == 0.5
   np.testing.assert_array_equal(params["final_norm"]["scale"], np.ones(CFG.d_model))
   np.testing.assert_array_equal(params["final_norm"]["bias"], np.zeros(CFG.d_model))
   params = _randomize(random_norms(params), ["alpha"])

@@ -112,7 +112,8 @@ def residual(cfg, index: int, name: str, stream, sublayer: Callable, dropout: Ca
   if position == "ngpt":  # α: nGPT's eigen learning rate, per dimension (|α| as in its code)
     alpha_D = jnp.abs(LearnedScale(0.05, cfg.d_model**-0.5, (cfg.d_model,), ("norm",),
                                    name=f"{name}_alpha")()).astype(x.dtype)
-    return norms.unit(x + alpha_D * (norms.unit(dropout(sublayer(x))) - x))  # Norm(h + α(h_F − h))
+    h_f = norms.unit(dropout(sublayer(x)))
+    return norms.unit(x + alpha_D * (h_f - x))  # h = Norm(h + α ⊙ (Norm(F(h)) − h))
   if position in ("sandwich", "peri"):
     return x + dropout(norm("out_norm")(sublayer(norm("norm")(x))))  # x + N_out(F(N_in(x)))
   if position == "normformer":  # Attention: x + N_a(HeadScaleMHA(N(x))); FFN: x + F(N(x)),
@@ -214,14 +215,18 @@ def sublayer_options(cfg) -> tuple[dict, dict]:
     _, beta = deepnorm_constants(cfg)  # and the FFN, gain 1 on Q and K.
     attention["qk_init"], attention["vo_init"] = xavier_normal(1.0), xavier_normal(beta)
     mlp["kernel_init"] = xavier_normal(beta)
-  if cfg.norm_position == "olmo2":  # OLMo 2: N on all heads' q and k (width H·d_h); every
+  if cfg.norm_position == "olmo2":
+    # OLMo 2: N on all heads' q and k (width H·d_h, before the split into heads); every
+    # sub-layer weight N(0, 0.02²) cut at ±3σ (OLMo-core's 'normal' init).
     attention["full_qk_norm"] = functools.partial(norms.NORMS[cfg.norm_kind], eps=cfg.norm_eps,
-                                                  dtype=cfg.dtype)  # weight N(0, 0.02²),
-    olmo_init = nn.initializers.truncated_normal(0.02, lower=-3.0, upper=3.0)  # cut at 3σ
+                                                  dtype=cfg.dtype)
+    olmo_init = nn.initializers.truncated_normal(0.02, lower=-3.0, upper=3.0)
     attention["qk_init"] = attention["vo_init"] = mlp["kernel_init"] = olmo_init
-  if cfg.norm_position == "ngpt":  # nGPT: s_qk ⊙ Norm(q), s_qk ⊙ Norm(k), softmax scale √d_h;
-    attention["unit_qk"] = functools.partial(NgptQK, cfg.d_model)  # act(s_ν√D ⊙ xW¹);
-    mlp["pre_act"] = functools.partial(NgptHiddenScale, cfg.d_model)  # normal weights
+  if cfg.norm_position == "ngpt":
+    # nGPT: s_qk ⊙ Norm(q), s_qk ⊙ Norm(k) and q kᵀ·√d_h; act(s_ν√D ⊙ x W¹); normal weights
+    # (their rows put on the sphere after init, ngpt_unit_matrices).
+    attention["unit_qk"] = functools.partial(NgptQK, cfg.d_model)
+    mlp["pre_act"] = functools.partial(NgptHiddenScale, cfg.d_model)
     attention["qk_init"] = attention["vo_init"] = mlp["kernel_init"] = nn.initializers.normal()
   return attention, mlp
 
@@ -230,10 +235,10 @@ def check_options(cfg):
   """Refuses what contradicts a placement (ModelConfig's check): a second QK-norm, nGPT in
   an encoder-decoder stack."""
   positions = {cfg.norm_position, cfg.encoder_norm_position, cfg.decoder_norm_position}
-  for position in sorted(positions & {"olmo2", "ngpt"}):
-    if cfg.qk_norm:
-      raise errors.ConfigError(f"model.qk_norm=True with norm_position={position!r}, which "
-                               "normalizes q and k its own way: set model.qk_norm=False")
+  own_qk_norm = sorted(positions & {"olmo2", "ngpt"})
+  if cfg.qk_norm and own_qk_norm:
+    raise errors.ConfigError(f"model.qk_norm=True with norm_position={own_qk_norm[0]!r}, which "
+                             "normalizes q and k its own way: set model.qk_norm=False")
   for which in ("encoder", "decoder"):
     check_stack(getattr(cfg, f"{which}_norm_position"), which)
 
