@@ -24,7 +24,7 @@ from lnjax import (averaging, checkpoint, compare, config_doc, export, metrics, 
                    train)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SPLIT = "test_2017_mscoco"  # The smallest Multi30k split (461 sentences).
+SPLIT = "test_2017_mscoco"  # 100 sentences in the fixture corpora (461 in Multi30k).
 
 
 def _one_device_env(**extra):
@@ -67,7 +67,7 @@ def test_translate_on_stdin_and_on_a_file_reproduces_predict(mt_run, tmp_path):
   [result_file] = glob.glob(os.path.join(mt_run, "predictions", f"{SPLIT}.step*.json"))
   result = json.load(open(result_file))
   predicted = open(result["hypotheses_file"]).read().splitlines()
-  assert len(predicted) == 461
+  assert len(predicted) == 100
   sources, refs = _sources_and_refs(mt_run)
   src_file, ref_file = tmp_path / "src.de", tmp_path / "ref.en"
   src_file.write_text("\n".join(sources) + "\n")
