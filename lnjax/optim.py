@@ -41,8 +41,10 @@ class OptConfig:
   grad_clip_norm: float = 0.0  # Global-norm clipping threshold; 0 = off (the default).
 
   def __post_init__(self):
-    object.__setattr__(self, "decay_steps", tuple(self.decay_steps))
-    object.__setattr__(self, "decay_epochs", tuple(self.decay_epochs))
+    for key in ("decay_steps", "decay_epochs"):  # (None or a bare number: one line.)
+      if not isinstance(getattr(self, key), (list, tuple)):
+        raise errors.ConfigError(f"opt.{key}={getattr(self, key)!r} must be a tuple of numbers")
+      object.__setattr__(self, key, tuple(getattr(self, key)))
     errors.check_choice("opt.name", self.name, OPTIMIZERS)
     errors.check_choice("opt.schedule", self.schedule, SCHEDULES)
     errors.check_range("opt.learning_rate", self.learning_rate, low=0.0, low_open=True)
@@ -52,7 +54,7 @@ class OptConfig:
     errors.check_range("opt.warmup_steps", self.warmup_steps, low=0)
     errors.check_range("opt.decay_factor", self.decay_factor, low=0.0, low_open=True)
     for b in self.decay_steps:
-      errors.check_range("opt.decay_steps", b, low=0, low_open=True)
+      errors.check_int("opt.decay_steps", b, 1)
     for b in self.decay_epochs:
       errors.check_range("opt.decay_epochs", b, low=0, low_open=True)
     if self.decay_steps and self.decay_epochs:
