@@ -10,6 +10,9 @@ writes into --output:
                       (checkpoint, steps), the dtype, and the run's whole lnjax config
   tokenizer.model     the run's SentencePiece model (translation runs)
 
+`--format=hf` writes a Hugging Face folder instead (lnjax/hf_export.py): an LM as GPT-2, a
+BERT as BertForMaskedLM, with the run's tokenizer; a config with no counterpart is refused.
+
 `load(folder)` rebuilds the Flax model from config.json and returns it with the
 parameters: `model.apply({"params": params}, ...)` then gives the checkpoint's logits
 exactly (float32), or those of its parameters rounded to bfloat16.
@@ -27,7 +30,7 @@ from lnjax import allocator
 allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
 from lnjax import cli, errors
 
-FORMATS = ("safetensors",)
+FORMATS = ("safetensors", "hf")
 DTYPES = ("float32", "bfloat16")
 WEIGHTS_FILE, CONFIG_FILE, TOKENIZER_FILE = "model.safetensors", "config.json", "tokenizer.model"
 
@@ -82,6 +85,11 @@ def export(workdir: str, output: str, checkpoint: str = "best", dtype: str = "fl
     checkpoint = "latest"  # Only tasks with a best metric (BLEU) keep a best checkpoint.
   chosen = averaging.restore(workdir, checkpoint)
   run = chosen.restored.run
+  if fmt == "hf":  # A Hugging Face folder (lnjax/hf_export.py).
+    from lnjax import hf_export
+    result = hf_export.export(run, chosen.params, output, dtype)
+    return {**result, "dtype": dtype, "checkpoint": checkpoint, "steps": chosen.steps,
+            "output": output, "files": sorted(os.listdir(output))}
   target = np.float32 if dtype == "float32" else ml_dtypes.bfloat16
   flat = {k: v.astype(target) for k, v in flatten(jax.device_get(chosen.params)).items()}
   os.makedirs(output, exist_ok=True)
@@ -143,7 +151,8 @@ def main(argv):
     _fail(f"{e.strerror or e}{f': {e.filename}' if e.filename else ''}")
   print(f"{result['num_parameters']:,} parameters ({result['dtype']}, checkpoint "
         f"{result['checkpoint']}, steps {', '.join(map(str, result['steps']))}) in {output}: "
-        f"{', '.join(result['files'])}; load with lnjax.export.load({output!r})")
+        f"{', '.join(result['files'])}; load with "
+        f"{result.get('load', f'lnjax.export.load({output!r})')}")
 
 
 def _fail(message: str, code: int = 2):
@@ -153,7 +162,8 @@ def _fail(message: str, code: int = 2):
 
 if __name__ == "__main__":  # Flags only for the command line (the module is a library too).
   flags.DEFINE_string("workdir", None, "The run to export.", required=True)
-  flags.DEFINE_string("format", "safetensors", "safetensors (the only format so far).")
+  flags.DEFINE_string("format", "safetensors", "safetensors (lnjax's names) | hf (a Hugging "
+                      "Face GPT-2 or BertForMaskedLM folder).")
   flags.DEFINE_string("dtype", "float32", "float32 | bfloat16")
   flags.DEFINE_string("checkpoint", "best", "best (latest for runs without one) | latest | "
                       "a step | avg:N")

@@ -195,9 +195,11 @@ def tensor_map(architecture: str, cfg: ModelConfig, prefix: str) -> list[tuple[s
   if p:  # The masked-LM head.
     out += dense("mlm_transform", "cls.predictions.transform.dense", "linear")
     out += norm("mlm_norm", "cls.predictions.transform.LayerNorm")
-    out.append(("mlm_bias", "cls.predictions.bias", "same"))
-    if not cfg.tie_embeddings:
-      out.append(("logits.kernel", "cls.predictions.decoder.weight", "linear"))
+    if cfg.tie_embeddings:
+      out.append(("mlm_bias", "cls.predictions.bias", "same"))
+    else:  # Untied, transformers reads the decoder's own bias, not cls.predictions.bias.
+      out += [("logits.kernel", "cls.predictions.decoder.weight", "linear"),
+              ("mlm_bias", "cls.predictions.decoder.bias", "same")]
   return out
 
 
@@ -266,10 +268,12 @@ def _alias(hf_name: str, tensors: dict) -> str:
 def _ignorable(hf_name: str, cfg: ModelConfig) -> bool:
   if hf_name.endswith(_IGNORED_SUFFIXES) or hf_name.startswith(_IGNORED_PREFIXES):
     return True
-  # A tied output saved anyway (lm_head.weight, the MLM decoder), and the decoder's bias,
-  # which transformers ties to cls.predictions.bias.
-  return (cfg.tie_embeddings and hf_name in ("lm_head.weight", "cls.predictions.decoder.weight")
-          or hf_name == "cls.predictions.decoder.bias")
+  # A tied output saved anyway (lm_head.weight, the MLM decoder and its bias, which
+  # transformers ties to cls.predictions.bias); untied, cls.predictions.bias is unused.
+  if cfg.tie_embeddings:
+    return hf_name in ("lm_head.weight", "cls.predictions.decoder.weight",
+                       "cls.predictions.decoder.bias")
+  return hf_name == "cls.predictions.bias"
 
 
 def _read_tensors(folder: str) -> dict[str, np.ndarray]:
@@ -365,7 +369,6 @@ def to_hf(task: str, cfg: ModelConfig, params) -> tuple[dict, dict[str, np.ndarr
   require("pos_emb", ("learned",), "its positions are learned embeddings")
   require("use_bias", (True,), "its dense layers have biases")
   require("qk_norm", (False,), "its attention has no QK-norm")
-  require("scan_layers", (False,), "export the unrolled parameters (transformer.unscan_params)")
   act_key = "activation_function" if task == "lm" else "hidden_act"
   # A scaled tied embedding (√D·E in, E out) is written untied: the input table √D·E.
   tied = cfg.tie_embeddings and not cfg.scale_embeddings
@@ -389,6 +392,8 @@ def to_hf(task: str, cfg: ModelConfig, params) -> tuple[dict, dict[str, np.ndarr
   for hf_name, value in list(tensors.items()):
     if isinstance(value, list):
       tensors[hf_name] = np.concatenate([v for _, v in sorted(value, key=lambda x: x[0])], -1)
+  if "cls.predictions.decoder.bias" in tensors:  # (what an untied BertForMaskedLM saves)
+    tensors["cls.predictions.bias"] = tensors["cls.predictions.decoder.bias"]
   tensors = {k: np.ascontiguousarray(v) for k, v in tensors.items()}
   common = {"architectures": [architecture], "vocab_size": cfg.vocab_size,
             act_key: _ACTIVATION_NAMES[cfg.activation], "tie_word_embeddings": tied,

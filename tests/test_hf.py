@@ -138,3 +138,77 @@ def test_token_ids_equal_the_hugging_face_tokenizer(folders, name):
     ours = hf_tokenizer.load(str(root / name))
     for text in TEXTS:
       assert ours.encode(text).tolist() == theirs(text)["input_ids"], text
+
+
+# ---- lnjax -> Hugging Face (lnjax.export --format=hf)
+
+
+def _trained(workdir, config):
+  from lnjax import train
+
+  config.train.num_steps = config.train.eval_every_steps = config.train.checkpoint_every_steps = 2
+  train.train_and_evaluate(config, str(workdir))
+  return str(workdir)
+
+
+def _lm_config(**model):
+  from test_train import smoke_config
+
+  return smoke_config(**{f"model.{k}": v for k, v in model.items()})
+
+
+def _bert_config(**model):
+  from test_bert import bert_smoke_config
+
+  c = bert_smoke_config()
+  c.model.embed_norm = True
+  for k, v in model.items():
+    c.model[k] = v
+  return c
+
+
+EXPORTS = {
+    # lnjax's default LM: ReLU, untied output, √D-scaled embedding (written untied).
+    "lm_default": lambda: _lm_config(),
+    # Tied and unscaled: GPT-2's own layout, tanh-GELU.
+    "lm_tied_gelu": lambda: _lm_config(tie_embeddings=True, scale_embeddings=False,
+                                       activation="gelu"),
+    # BERT (mlm_nsp, Post-LN, tied, √D-scaled): BertForMaskedLM with the NSP head left out.
+    "bert": lambda: _bert_config(),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(EXPORTS))
+def test_exported_folder_gives_the_same_logits_in_transformers(tmp_path, name):
+  import torch
+  import transformers
+
+  from lnjax import averaging, export
+
+  workdir = _trained(tmp_path / "run", EXPORTS[name]())
+  out = str(tmp_path / "hf")
+  result = export.export(workdir, out, "latest", "float32", "hf")
+  assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(result["files"])
+  bert = name == "bert"
+  auto = transformers.AutoModelForMaskedLM if bert else transformers.AutoModelForCausalLM
+  theirs = auto.from_pretrained(out).eval()
+  tok = transformers.AutoTokenizer.from_pretrained(out)
+  texts = ["First Citizen:\nBefore we", "All:\nSpeak, speak."]  # (max_len 32)
+  batch = tok(texts, padding=True, return_tensors="np")
+  chosen = averaging.restore(workdir, "latest")
+  run = chosen.restored.run
+  chars = run.task.make_data(run.data, run.seed, 0, 1, 1).tokenizer
+  for text, ids in zip(texts, batch["input_ids"]):  # The run's character ids, as lnjax's.
+    expected = chars.encode(text).tolist()
+    if bert:
+      expected = [len(chars.chars) + 2] + expected + [len(chars.chars) + 3]
+    assert ids[: len(expected)].tolist() == expected
+  with torch.no_grad():
+    want = theirs(input_ids=torch.tensor(batch["input_ids"]),
+                  attention_mask=torch.tensor(batch["attention_mask"])).logits.numpy()
+  imported = hf.Imported(out, "", "mlm" if bert else "lm", run.model,
+                         hf.make_model("mlm" if bert else "lm", run.model), chosen.params, {})
+  got = np.asarray(hf.logits(imported, batch["input_ids"], batch["attention_mask"]))
+  real = batch["attention_mask"].astype(bool)
+  np.testing.assert_allclose(got[real], want[real], atol=1e-4, rtol=0)
