@@ -30,8 +30,6 @@ import time
 
 import pytest
 
-pytestmark = pytest.mark.slow
-
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RAY = shutil.which("ray")
 STEPS = 60
@@ -171,14 +169,18 @@ def _config(tmp) -> str:
   return path
 
 
-def _sweep(cluster, config, sweep, root, *flags, wait=True):
+def _sweep(cluster, config, sweep, root, *flags, wait=True, timeout=300):
   cmd = [sys.executable, "-m", "lnjax.sweep", f"--config={config}", f"--sweep={sweep}",
          f"--workdir={root}", "--backend=ray", f"--ray_address={cluster.address}", *flags]
   proc = subprocess.Popen(cmd, cwd=REPO, env=cluster.local, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, start_new_session=True)
   if not wait:
     return proc
-  out, _ = proc.communicate(timeout=300)
+  try:
+    out, _ = proc.communicate(timeout=timeout)
+  finally:
+    if proc.poll() is None:
+      os.killpg(proc.pid, signal.SIGKILL)
   return proc.returncode, out
 
 
@@ -207,6 +209,7 @@ def reference(cluster, tmp_path_factory):
   return {"config": config, "root": root, "code": code, "out": out, "tmp": tmp}
 
 
+@pytest.mark.slow
 def test_four_runs_spread_over_both_nodes_and_a_relaunch_starts_none(cluster, reference):
   root, out = reference["root"], reference["out"]
   assert reference["code"] == 0, out[-3000:]
@@ -231,6 +234,7 @@ def test_four_runs_spread_over_both_nodes_and_a_relaunch_starts_none(cluster, re
   assert all(r["attempts"] == 1 for r in _manifest(root)["runs"].values())
 
 
+@pytest.mark.slow
 def test_a_run_on_two_nodes_equals_the_run_in_one_process(cluster, reference):
   """--nodes_per_run=2: one process per node (a STRICT_SPREAD placement group), joined by
   jax.distributed, against the same run in one process on 8 devices."""
@@ -258,15 +262,17 @@ def test_a_run_on_two_nodes_equals_the_run_in_one_process(cluster, reference):
   np.testing.assert_allclose([x[1:] for x in b], [x[1:] for x in a], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_run_no_node_fits_is_one_line(cluster, reference):
   root = os.path.join(reference["tmp"], "too_big")
   code, out = _sweep(cluster, reference["config"], "one", root, "--platform=cpu",
-                     "--devices_per_run=64")
+                     "--devices_per_run=64", timeout=120)
   lines = [l for l in out.splitlines() if l.startswith("lnjax.sweep: error")]
   assert code == 2 and len(lines) == 1, out[-3000:]
   assert "a run asks for 1 node(s) with CPU 64, 0 node(s) have it" in lines[0]
 
 
+@pytest.mark.slow
 def test_unreachable_address_is_one_line_after_a_bounded_wait(tmp_path):
   config, port = _config(str(tmp_path)), _free_port()
   t0 = time.monotonic()
@@ -290,6 +296,14 @@ def _wait_for(predicate, timeout: float, what: str):
   raise AssertionError(f"timed out waiting for {what}")
 
 
+def _ended_summary(workdir: str) -> dict | None:
+  try:
+    summary = json.load(open(os.path.join(workdir, "summary.json")))
+  except (OSError, ValueError):
+    return None
+  return summary if summary.get("status") not in (None, "running") else None
+
+
 def _checkpointed_not_done(workdir: str):
   """True once the run saved step 20 and has not yet reached step 60."""
   steps = [s for s, *_ in _losses(workdir)] if os.path.exists(
@@ -298,6 +312,7 @@ def _checkpointed_not_done(workdir: str):
           and (not steps or steps[-1] < STEPS))
 
 
+@pytest.mark.slow
 def test_a_run_whose_node_is_lost_is_rescheduled_and_resumes(cluster, reference):
   """Two runs (one per node); the second node's processes killed with -9 while its run
   trains past its first checkpoint: Ray retries the task on the head, the run resumes."""
@@ -335,6 +350,7 @@ def test_a_run_whose_node_is_lost_is_rescheduled_and_resumes(cluster, reference)
         os.path.join(reference["root"], f"{run},seed=0")), run
 
 
+@pytest.mark.slow
 def test_the_cluster_stopping_mid_sweep_is_one_line_and_the_relaunch_resumes(
     cluster, reference):
   """Every Ray process of both nodes killed while a run trains (as `ray stop` does; the
@@ -356,12 +372,38 @@ def test_the_cluster_stopping_mid_sweep_is_one_line_and_the_relaunch_resumes(
       f"lnjax.sweep: error: the Ray cluster at {cluster.address} went away during the sweep "
       "(1 run(s) stopped: norm=pre; each saved a checkpoint on SIGTERM or resumes from its "
       "last one); the same command resumes the sweep on a running cluster"], out[-3000:]
-  # The run saw SIGTERM and saved (its lock goes with it).
-  _wait_for(lambda: (json.load(open(os.path.join(workdir, "summary.json"))).get("status")
-                     in ("preempted", "completed")), 60, "the run's SIGTERM checkpoint")
+  # The run got SIGTERM from its dead worker (PR_SET_PDEATHSIG) and saved a checkpoint.
+  summary = _wait_for(lambda: _ended_summary(workdir), 60, "the run's end")
+  assert summary["status"] == "preempted" and summary["step"] < STEPS, summary
 
   cluster.start_head()
   code, out = _sweep(cluster, reference["config"], "one", root)
   assert code == 0, out[-3000:]
   assert "0 already finished, 1 to run" in out or "1 already finished" in out
   assert _losses(workdir) == _losses(os.path.join(reference["root"], "norm=pre,seed=0"))
+
+
+def test_kuberay_manifests_match_the_pinned_ray_and_ask_for_their_accelerators():
+  """cluster/*.yaml: a RayCluster at requirements.txt's Ray version, the shared volume in
+  every pod, workers asking Kubernetes for TPU chips or GPUs on nodes that have them."""
+  import yaml
+  pin = next(l.split("==")[1].split()[0] for l in open(os.path.join(REPO, "requirements.txt"))
+             if l.startswith("ray=="))
+  for name, resource, selector in (("tpu", "google.com/tpu", "cloud.google.com/gke-tpu-accelerator"),
+                                   ("gpu", "nvidia.com/gpu", "cloud.google.com/gke-accelerator")):
+    docs = list(yaml.safe_load_all(open(os.path.join(REPO, "cluster", f"kuberay-{name}.yaml"))))
+    claim = next(d for d in docs if d["kind"] == "PersistentVolumeClaim")
+    cluster = next(d for d in docs if d["kind"] == "RayCluster")
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert cluster["spec"]["rayVersion"] == pin
+    pods = [cluster["spec"]["headGroupSpec"]["template"]["spec"]] + [
+        g["template"]["spec"] for g in cluster["spec"]["workerGroupSpecs"]]
+    for pod in pods:
+      (container,) = pod["containers"]
+      assert {"name": "shared", "mountPath": "/shared"} in container["volumeMounts"]
+      assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    for group in cluster["spec"]["workerGroupSpecs"]:
+      pod = group["template"]["spec"]
+      limits = pod["containers"][0]["resources"]["limits"]
+      assert int(limits[resource]) >= 1 and selector in pod["nodeSelector"]
+      assert group["minReplicas"] >= 1  # A run's shape is checked against present nodes.

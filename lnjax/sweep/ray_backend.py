@@ -436,10 +436,11 @@ def _write_json(path: str, value: dict) -> None:
 def free_port() -> str:
   """HOST:PORT free on this node: a multi-process run's coordinator address."""
   import ray
+  ip = ray.util.get_node_ip_address()
   with socket.socket() as s:
-    s.bind(("", 0))
+    s.bind((ip, 0))
     port = s.getsockname()[1]
-  return f"{ray.util.get_node_ip_address()}:{port}"
+  return f"{ip}:{port}"
 
 
 # ---------------------------------------------------------------------------------------
