@@ -212,3 +212,253 @@ def test_exported_folder_gives_the_same_logits_in_transformers(tmp_path, name):
   got = np.asarray(hf.logits(imported, batch["input_ids"], batch["attention_mask"]))
   real = batch["attention_mask"].astype(bool)
   np.testing.assert_allclose(got[real], want[real], atol=1e-4, rtol=0)
+
+
+# ---- Refusals, the layer-removal profile, the analysis command (no torch needed)
+
+
+def lnjax_folder(folder, task: str = "lm", **model) -> str:
+  """A Hugging Face folder written by lnjax from a random lnjax model (hf.to_hf), with a
+  character tokenizer: valid input for the import, made without transformers."""
+  import jax
+
+  from lnjax.models import ModelConfig
+
+  chars = "".join(sorted(set("".join(TEXTS + corpus_lines(50)))))
+  vocab = len(chars) + 2 + (3 if task == "mlm" else 0)
+  defaults = dict(norm_position="pre", tie_embeddings=True, scale_embeddings=False,
+                  activation="gelu") if task == "lm" else dict(
+                      norm_position="post", embed_norm=True, activation="gelu_erf",
+                      norm_eps=1e-12, tie_embeddings=True, scale_embeddings=False)
+  cfg = ModelConfig(vocab_size=vocab, num_layers=3, d_model=16, num_heads=2, d_ff=32,
+                    max_len=64, dropout_rate=0.0, **{**defaults, **model})
+  model = hf.make_model(task, cfg)
+  params = jax.tree.map(lambda x: np.asarray(x) + 0.1 * np.random.RandomState(0).randn(*x.shape),
+                        hf._init(model, task))  # LN γ, β and biases away from 1 and 0
+  config, tensors = hf.to_hf(task, cfg, params)
+  hf.write_folder(str(folder), config, {k: v.astype(np.float32) for k, v in tensors.items()})
+  write = hf_tokenizer.write_char if task == "lm" else hf_tokenizer.write_bert_char
+  write(str(folder), chars, cfg.max_len)
+  return str(folder), model, params
+
+
+def _edit_config(folder, **changes):
+  path = os.path.join(folder, "config.json")
+  with open(path) as f:
+    config = json.load(f)
+  config.update(changes)
+  with open(path, "w") as f:
+    json.dump(config, f)
+
+
+def _edit_tensors(folder, edit):
+  from safetensors.numpy import load_file, save_file
+
+  path = os.path.join(folder, "model.safetensors")
+  tensors = load_file(path)
+  edit(tensors)
+  save_file(tensors, path)
+
+
+BAD_FOLDERS = {
+    "not_a_model": (lambda d: os.remove(os.path.join(d, "config.json")),
+                    "is not a Hugging Face model folder: it has no config.json"),
+    "architecture": (lambda d: _edit_config(d, architectures=["LlamaForCausalLM"]),
+                     "architectures=['LlamaForCausalLM'] is not supported"),
+    "activation": (lambda d: _edit_config(d, activation_function="swish"),
+                   "activation_function='swish' is not supported"),
+    "layer_scaled_attention": (lambda d: _edit_config(d, scale_attn_by_inverse_layer_idx=True),
+                               "scale_attn_by_inverse_layer_idx=True is not supported"),
+    "missing_tensor": (lambda d: _edit_tensors(d, lambda t: t.pop("transformer.h.2.ln_2.weight")),
+                       "has no tensor 'transformer.h.2.ln_2.weight'"),
+    "mismatched_shape": (lambda d: _edit_config(d, n_inner=48),
+                         "tensor 'transformer.h.0.mlp.c_fc.weight' has shape (16, 32), "
+                         "config.json implies (16, 48)"),
+    "unknown_tensor": (lambda d: _edit_tensors(d, lambda t: t.update(
+        {"transformer.h.0.attn.q_attn.weight": np.zeros((16, 16), np.float32)})),
+                       "tensor 'transformer.h.0.attn.q_attn.weight' is not supported"),
+    "truncated": (lambda d: os.truncate(os.path.join(d, "model.safetensors"),
+                                        os.path.getsize(os.path.join(d, "model.safetensors")) // 2),
+                  "is not a readable safetensors file, truncated or corrupt"),
+    "pytorch_bin_only": (lambda d: os.rename(os.path.join(d, "model.safetensors"),
+                                             os.path.join(d, "pytorch_model.bin")),
+                         "has no model.safetensors (lnjax reads safetensors only"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_FOLDERS))
+def test_a_folder_lnjax_cannot_import_is_refused_in_one_line(tmp_path, case):
+  folder, _, _ = lnjax_folder(tmp_path / "gpt2")
+  hf.read_folder(folder)  # (valid before the edit)
+  edit, message = BAD_FOLDERS[case]
+  edit(folder)
+  with pytest.raises(hf.HFError) as e:
+    hf.read_folder(folder)
+  assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_bert_fields_lnjax_cannot_carry_are_refused(tmp_path):
+  folder, _, _ = lnjax_folder(tmp_path / "bert", "mlm")
+  assert hf.read_folder(folder).cfg.embed_norm
+  for key, value in [("position_embedding_type", "relative_key"), ("is_decoder", True),
+                     ("type_vocab_size", 3)]:
+    _edit_config(folder, **{key: value})
+    with pytest.raises(hf.HFError, match=f"config.json: {key}={value!r} is not supported"):
+      hf.read_folder(folder)
+    _edit_config(folder, **{key: {"position_embedding_type": "absolute", "is_decoder": False,
+                                  "type_vocab_size": 2}[key]})
+
+
+@pytest.mark.parametrize("task,model,message", [
+    ("lm", dict(norm_position="post"), "model.norm_position='post' does not map onto "
+     "GPT2LMHeadModel: GPT-2 is Pre-LN"),
+    ("lm", dict(norm_kind="rmsnorm"), "model.norm_kind='rmsnorm' does not map"),
+    ("lm", dict(pos_emb="sinusoidal"), "model.pos_emb='sinusoidal' does not map"),
+    ("mlm", dict(embed_norm=False), "model.embed_norm=False does not map onto BertForMaskedLM"),
+    ("translation", {}, "task 'translation' has no Hugging Face counterpart"),
+])
+def test_a_config_that_does_not_map_is_refused_naming_the_field(task, model, message):
+  from lnjax.models import ModelConfig
+
+  base = dict(norm_position="post", embed_norm=True) if task == "mlm" else {}
+  cfg = ModelConfig(vocab_size=10, num_layers=1, d_model=8, num_heads=2, d_ff=16,
+                    **{**base, **model})
+  with pytest.raises(hf.HFError, match=message.replace("(", r"\(")):
+    hf.to_hf(task, cfg, {})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", ["lm", "mlm"])
+def test_written_folder_imports_back_to_the_same_logits(tmp_path, task):
+  """lnjax -> folder -> lnjax, for a √D-scaled untied LM and a scaled tied BERT (written
+  untied): the same logits (transformers' side is test_exported_folder_gives_...)."""
+  model_options = dict(scale_embeddings=True, tie_embeddings=task == "mlm")
+  folder, model, params = lnjax_folder(tmp_path / task, task, **model_options)
+  imported = hf.read_folder(folder)
+  ids = hf_tokenizer.load(folder).encode(TEXTS[0])[None]
+  original = hf.Imported(folder, "", task, model.cfg, model, params, {})
+  np.testing.assert_allclose(np.asarray(hf.logits(imported, ids)),
+                             np.asarray(hf.logits(original, ids)), atol=1e-5, rtol=0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("norm_position", ["pre", "post"])
+def test_layer_removal_equals_the_model_with_that_block_passing_its_input_on(norm_position):
+  """removal.layer_removal (a model one layer shallower, later layers moved down) against
+  the full model whose block i returns its input, intercepted."""
+  import flax.linen as nn
+  import jax
+  import jax.numpy as jnp
+
+  from lnjax import tasks
+  from lnjax.analysis import probes, removal
+  from lnjax.models import ModelConfig, TransformerLM, init_params
+  from lnjax.models.transformer import Block
+  from lnjax.state import Setup
+
+  cfg = ModelConfig(vocab_size=20, num_layers=3, d_model=16, num_heads=2, d_ff=32,
+                    norm_position=norm_position, dropout_rate=0.0)
+  model = TransformerLM(cfg)
+  params = nn.unbox(init_params(model, jax.random.key(0), jnp.ones((1, 8), jnp.int32)))
+  rng = np.random.RandomState(1)
+  tokens = rng.randint(1, 20, (2, 9)).astype(np.int32)
+  batches = [{"inputs": tokens[:, :-1], "targets": tokens[:, 1:],
+              "weights": np.ones((2, 8), np.float32)}]
+  setup = Setup(tasks.get("lm"), model, None, None)
+  profile = removal.layer_removal(setup, params, batches)
+  for i in range(3):
+    def skip(next_fun, args, kwargs, context, i=i):
+      if isinstance(context.module, Block) and context.module.index == i:
+        return args[0]
+      return next_fun(*args, **kwargs)
+
+    with nn.intercept_methods(skip):
+      skipped = float(probes.mean_loss(params, setup, batches))
+    assert profile["increase"][i] == pytest.approx(skipped - profile["loss"], abs=1e-5)
+  assert len(set(np.round(profile["increase"], 6))) == 3  # Three different layers.
+
+
+def test_text_that_cannot_be_scored_is_refused_in_one_line(tmp_path):
+  from lnjax import hf_analyze
+
+  empty, latin1 = tmp_path / "empty.txt", tmp_path / "latin1.txt"
+  empty.write_text(" \n")
+  latin1.write_bytes("café".encode("latin-1"))
+  for path, message in [(empty, "is empty"), (latin1, "is not UTF-8 text (byte 0xe9 at offset 3)"),
+                        (tmp_path / "none.txt", "No such file")]:
+    with pytest.raises(hf.HFError, match=message.replace("(", r"\(").replace(")", r"\)")):
+      hf_analyze.read_text(str(path))
+
+
+def _analyze_cli(*args):
+  env = {**os.environ, "LNJAX_PROGRESS_SECONDS": "100000", "HF_HUB_OFFLINE": "1"}
+  return subprocess.run([sys.executable, "-m", "lnjax.analyze", *args], capture_output=True,
+                        text=True, env=env, timeout=600)
+
+
+@pytest.mark.slow
+def test_analyze_cli_on_an_imported_gpt2_writes_the_report_and_layer_removal(tmp_path):
+  folder, _, _ = lnjax_folder(tmp_path / "gpt2")
+  text = tmp_path / "text.txt"
+  text.write_text("\n".join(corpus_lines(200)), encoding="utf-8")
+  out = tmp_path / "report"
+  proc = _analyze_cli(f"--hf={folder}", f"--text={text}", f"--output={out}", "--batches=2")
+  assert proc.returncode == 0, proc.stderr
+  assert f"GPT2LMHeadModel (pre-LN): loss" in proc.stdout
+  result = json.loads((out / "analysis.json").read_text())
+  assert result["norm_position"] == "pre" and result["num_batches"] == 2
+  assert result["tokens_per_window"] == 64  # min(128, n_positions)
+  assert {f"layer_{i}/ffn/wi/kernel" for i in range(3)} <= set(result["gradient_norms"])
+  assert "final_norm" in result["norm_jacobians"]
+  assert len(result["layer_removal"]["increase"]) == 3
+  report = (out / "report.md").read_text()
+  assert "## Layer removal" in report and "Pre-LN" in report
+  assert (out / "gradients.png").stat().st_size and (out / "layer_removal.png").stat().st_size
+
+
+@pytest.mark.slow
+def test_analyze_on_an_imported_bert_scores_its_masked_tokens(tmp_path):
+  from lnjax import hf_analyze
+
+  folder, _, _ = lnjax_folder(tmp_path / "bert", "mlm")
+  text = tmp_path / "text.txt"
+  text.write_text("\n".join(corpus_lines(100)), encoding="utf-8")
+  result, out = hf_analyze.analyze(folder, str(text), str(tmp_path / "report"), num_batches=1,
+                                   seq_len=40)
+  assert result["norm_position"] == "post" and result["tokens_per_window"] == 40
+  assert "bert/embed_norm" in result["norms"]
+  assert len(result["layer_removal"]["increase"]) == 3
+  # 15% of the 38 text tokens of each window are masked and scored: 6 per window.
+  tok = hf_tokenizer.load(folder)
+  batch = hf_analyze.make_batches("mlm", tok, text.read_text(), 40, 1, 4)[0]
+  assert batch["mlm_positions"].shape == (4, 6)
+  assert (np.take_along_axis(batch["inputs"], batch["mlm_positions"], 1) == tok.mask_id).all()
+  assert (batch["inputs"][:, 0] == tok.cls_id).all() and (batch["inputs"][:, -1] == tok.sep_id).all()
+
+
+@pytest.mark.slow
+def test_analyze_cli_refuses_bad_input_in_one_line_with_exit_2(tmp_path):
+  folder, _, _ = lnjax_folder(tmp_path / "gpt2")
+  text = tmp_path / "text.txt"
+  text.write_text("To be, or not to be", encoding="utf-8")
+  (tmp_path / "empty.txt").write_text("")
+  (tmp_path / "latin1.txt").write_bytes("café".encode("latin-1"))
+  (tmp_path / "not_a_model").mkdir()
+  truncated = tmp_path / "truncated"
+  os.system(f"cp -r {folder} {truncated}")
+  os.truncate(truncated / "model.safetensors", 100)
+  cases = [
+      ([f"--hf={tmp_path / 'not_a_model'}", f"--text={text}"], "has no config.json"),
+      ([f"--hf={truncated}", f"--text={text}"], "is not a readable safetensors file"),
+      ([f"--hf={folder}", f"--text={tmp_path / 'empty.txt'}"], "is empty"),
+      ([f"--hf={folder}", f"--text={tmp_path / 'latin1.txt'}"], "is not UTF-8 text"),
+      ([f"--hf={folder}"], "--hf needs --text=FILE"),
+      (["--hf=openai-community/gpt2", f"--text={text}"],
+       "could not fetch 'openai-community/gpt2' from the Hugging Face hub"),
+  ]
+  for args, message in cases:
+    proc = _analyze_cli(*args, f"--output={tmp_path / 'out'}")
+    assert proc.returncode == 2, (args, proc.stderr)
+    assert proc.stderr.startswith("lnjax: error: ") and message in proc.stderr, (args, proc.stderr)
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+  assert not (tmp_path / "out").exists()
