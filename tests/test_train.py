@@ -102,6 +102,31 @@ def test_logged_train_loss_is_the_mean_of_the_windows_step_losses(uninterrupted,
     assert windows[last] == pytest.approx(expected, rel=1e-6), (last, windows, every_step)
 
 
+def test_dropout_draws_new_masks_at_every_step():
+  """The resume tests compare two runs that draw their masks alike, so a key that never
+  changed (the same mask at every step) would pass them. Here: from one state and batch,
+  the step's loss is the same when repeated and changes with the step number (dropout
+  0.1), and does not change with it without dropout."""
+  from lnjax import optim, state as state_lib, tasks
+  from lnjax.models import ModelConfig
+
+  batch = {"inputs": np.arange(32, dtype=np.int32).reshape(2, 16) % 13 + 1,
+           "weights": np.ones((2, 16), np.float32)}
+  batch["targets"] = (batch["inputs"] + 1) % 13 + 1
+  mesh = sharding.make_mesh(sharding.MeshConfig(data=1), jax.devices()[:1])
+  losses = {}
+  for rate in (0.1, 0.0):
+    cfg = ModelConfig(vocab_size=16, num_layers=1, d_model=32, num_heads=2, d_ff=64,
+                      max_len=16, dropout_rate=rate)
+    setup = state_lib.make_setup(cfg, optim.OptConfig(), 10, task=tasks.get("lm"))
+    state = state_lib.init_state(setup, mesh, 0)
+    step = jax.jit(lambda s, b: train.train_step(s, b, setup=setup, label_smoothing=0.0,
+                                                 seed=0)[1]["train_loss"])
+    losses[rate] = [float(step(state.replace(step=t), batch)) for t in (0, 0, 1)]
+  assert losses[0.1][0] == losses[0.1][1] != losses[0.1][2], losses
+  assert losses[0.0][0] == losses[0.0][2], losses
+
+
 @pytest.mark.slow
 def test_label_smoothing_changes_the_update(tmp_path):
   """train.label_smoothing reaches the objective: step 1's reported loss (the NLL, from the
