@@ -2,6 +2,7 @@
 downloads from a real HTTP server on 127.0.0.1, tfds: and hf: names, IWSLT14's preparation."""
 
 import contextlib
+import dataclasses
 import functools
 import gzip
 import hashlib
@@ -26,13 +27,7 @@ from lnjax.data import download, paths, prepare, sources
 from lnjax.data.paths import DataError
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared" / "data"
-
-
-def _require(*rel: str) -> None:
-  for r in rel:
-    if not (SHARED / r).exists():
-      pytest.skip(f"the corpus fixture {SHARED / r} is not here")
+CORPORA = REPO / "tests" / "fixtures" / "corpora"  # The first lines of the real corpora.
 
 
 def _git_files() -> list[str]:
@@ -90,7 +85,7 @@ def test_embedded_corpus_is_the_published_file():
 
 
 # ---------------------------------------------------------------------------
-# Downloads: a real HTTP server on 127.0.0.1 serving the real corpus files as a mirror.
+# Downloads: a real HTTP server on 127.0.0.1 serving the fixture corpora as a mirror.
 # ---------------------------------------------------------------------------
 
 
@@ -137,15 +132,20 @@ def _serve(root: pathlib.Path):
 
 @pytest.fixture
 def mirror(tmp_path, monkeypatch):
-  """A mirror of the Multi30k and newstest2014 files (as published) on 127.0.0.1;
-  downloads on, an empty data dir and cache."""
-  _require("multi30k", "wmt14_newstest2014_de-en")
+  """A mirror of the Multi30k and newstest2014 files on 127.0.0.1 (the fixtures' first
+  lines, in the published layout: gzipped text, plain SGML), the recorded checksums
+  replaced by the served files' own; downloads on, an empty data dir and cache."""
   root = tmp_path / "mirror"
-  shutil.copytree(SHARED / "multi30k", root / "multi30k")  # byte-identical to GitHub's
+  shutil.copytree(CORPORA / "multi30k", root / "multi30k")
   (root / "wmt14_newstest2014_de-en").mkdir()
   for name in ("newstest2014-deen-src.de.sgm", "newstest2014-deen-ref.en.sgm"):
     (root / "wmt14_newstest2014_de-en" / name).write_bytes(
-        gzip.decompress((SHARED / "wmt14_newstest2014_de-en" / f"{name}.gz").read_bytes()))
+        gzip.decompress((CORPORA / "wmt14_newstest2014_de-en" / f"{name}.gz").read_bytes()))
+  for key, remote in list(download.REMOTE.items()):
+    if key[0] in ("multi30k", "wmt14_newstest2014_de-en"):
+      parts = tuple((p, hashlib.sha256((root / key[0] / p).read_bytes()).hexdigest())
+                    for p, _ in remote.parts)
+      monkeypatch.setitem(download.REMOTE, key, dataclasses.replace(remote, parts=parts))
   monkeypatch.delenv("LNJAX_DATA_OFFLINE", raising=False)
   monkeypatch.setenv("LNJAX_DATA_DIR", str(tmp_path / "empty"))
   monkeypatch.setenv("LNJAX_CACHE_DIR", str(tmp_path / "cache"))
@@ -164,8 +164,8 @@ def test_first_use_downloads_verifies_and_trains_then_reuses(mirror, tmp_path):
   assert summary["status"] == "completed"
   got = sorted(p.split("/")[-1] for p in _Mirror.requests)
   assert got == sorted(download._MULTI30K_SHA), got  # every split's two files, once each
-  for name in download._MULTI30K_SHA:  # the published bytes, nothing else left behind
-    assert (downloads / "multi30k" / name).read_bytes() == (SHARED / "multi30k" / name).read_bytes()
+  for name in download._MULTI30K_SHA:  # the served bytes, nothing else left behind
+    assert (downloads / "multi30k" / name).read_bytes() == (CORPORA / "multi30k" / name).read_bytes()
   assert sorted(os.listdir(downloads / "multi30k")) == sorted(download._MULTI30K_SHA)
   # Second use: nothing downloaded.
   _Mirror.requests.clear()
@@ -179,8 +179,9 @@ def test_sgm_test_set_download_equals_the_extracted_text(mirror):
   _, downloads = mirror
   path = paths.find_corpus_file(None, "wmt14_newstest2014_de-en", "newstest2014.de", "?")
   assert path == downloads / "wmt14_newstest2014_de-en" / "newstest2014.de"
-  want = gzip.decompress((SHARED / "wmt14_newstest2014_de-en" / "newstest2014.de.gz").read_bytes())
-  assert path.read_bytes() == want  # 3,003 segments, as sacreBLEU reads the .sgm
+  want = gzip.decompress((CORPORA / "wmt14_newstest2014_de-en" / "newstest2014.de.gz").read_bytes())
+  assert path.read_bytes() == want  # the <seg> texts, as sacreBLEU reads the .sgm
+  assert len(want.decode().splitlines()) == 100
 
 
 def test_corrupt_file_is_refused_and_nothing_is_kept(mirror):
@@ -225,8 +226,8 @@ def _shakespeare_docs():
 
 
 def _multi30k_pairs(stem: str, n: int):
-  de = gzip.decompress((SHARED / "multi30k" / f"{stem}.de.gz").read_bytes()).decode().splitlines()
-  en = gzip.decompress((SHARED / "multi30k" / f"{stem}.en.gz").read_bytes()).decode().splitlines()
+  de = gzip.decompress((CORPORA / "multi30k" / f"{stem}.de.gz").read_bytes()).decode().splitlines()
+  en = gzip.decompress((CORPORA / "multi30k" / f"{stem}.en.gz").read_bytes()).decode().splitlines()
   return de[:n], en[:n]
 
 
@@ -258,7 +259,7 @@ class LnjaxTestMt(tfds.core.GeneratorBasedBuilder):
         languages=("de", "en")))
 
   def _split_generators(self, dl_manager):
-    return {"train": self._generate_examples(*_multi30k_pairs("train", 4000)),
+    return {"train": self._generate_examples(*_multi30k_pairs("train", 2000)),
             "validation": self._generate_examples(*_multi30k_pairs("val", 200))}
 
   def _generate_examples(self, de, en):
@@ -268,7 +269,6 @@ class LnjaxTestMt(tfds.core.GeneratorBasedBuilder):
 
 @pytest.fixture(scope="module")
 def tfds_dir(tmp_path_factory):
-  _require("multi30k")
   root = tmp_path_factory.mktemp("tfds")
   for cls in (LnjaxTestLm, LnjaxTestMt):
     cls(data_dir=str(root), file_format="array_record").download_and_prepare()
@@ -340,7 +340,6 @@ def test_hf_saved_dataset_trains_lm_and_reads_nested_translations(tmp_path):
   assert summary["status"] == "completed"
   assert _losses(tmp_path / "run")[20] < _losses(tmp_path / "run")[5]
 
-  _require("multi30k")
   de, en = _multi30k_pairs("val", 50)
   mt = tmp_path / "hf_mt"
   datasets.DatasetDict({"validation": datasets.Dataset.from_dict(
@@ -416,13 +415,13 @@ def test_lm_splits_read_the_named_text_field(kind, tmp_path):
 # ---------------------------------------------------------------------------
 
 
-def _iwslt_archive(path: pathlib.Path, n_train: int = 1500) -> None:
+def _iwslt_archive(path: pathlib.Path, n_train: int = 200) -> None:
   """de-en.tgz as the TED release lays it out: train.tags with their tag lines, and the
-  five xml sets. The text is real TED text (the test sets' raw release files)."""
-  _require("iwslt14_de-en/xml", "iwslt14_de-en/raw")
+  five xml sets. The text is real TED text (the fixtures' excerpts of the test sets'
+  release files: 40 segments of each)."""
   files = {}
   for lang in ("de", "en"):
-    lines = gzip.decompress((SHARED / "iwslt14_de-en" / "raw" / f"test.{lang}.gz").read_bytes()
+    lines = gzip.decompress((CORPORA / "iwslt14_de-en" / "raw" / f"test.{lang}.gz").read_bytes()
                             ).decode().splitlines()[:n_train]
     tags = [f"<url>http://www.ted.com/talks/talk_{i}.html</url>" for i in range(3)]
     body = (tags + [f"<keywords>talks, science</keywords>", "<talkid>1</talkid>",
@@ -431,7 +430,7 @@ def _iwslt_archive(path: pathlib.Path, n_train: int = 1500) -> None:
     files[f"de-en/train.tags.de-en.{lang}"] = "\n".join(body) + "\n"
     for name in prepare.IWSLT14_TEST_SETS:
       files[f"de-en/{name}.de-en.{lang}.xml"] = gzip.decompress(
-          (SHARED / "iwslt14_de-en" / "xml" / f"{name}.de-en.{lang}.xml.gz").read_bytes()).decode()
+          (CORPORA / "iwslt14_de-en" / "xml" / f"{name}.de-en.{lang}.xml.gz").read_bytes()).decode()
   with tarfile.open(path, "w:gz") as tar:
     for name, text in files.items():
       data = text.encode()
@@ -452,18 +451,18 @@ def test_iwslt14_prepare_matches_fairseq_test_split_and_trains_the_smoke(tmp_pat
   read = lambda name: gzip.decompress((folder / f"{name}.gz").read_bytes()).decode().splitlines()
   # The test split is fairseq's, line for line (its tokenized, lowercased files).
   for lang in ("de", "en"):
-    want = gzip.decompress((SHARED / "iwslt14_de-en" / "fairseq_tok" / f"test.{lang}.gz")
+    want = gzip.decompress((CORPORA / "iwslt14_de-en" / "fairseq_tok" / f"test.{lang}.gz")
                            .read_bytes()).decode().splitlines()
     got = read(f"test.{lang}")
-    assert len(got) == len(want) == 6750
+    assert len(got) == len(want) == 5 * 40
     same = sum(a == b for a, b in zip(got, want))
     assert same / len(want) > 0.99, same  # sacremoses against tokenizer.perl
   train_de, valid_de = read("train.de"), read("valid.de")
   assert len(read("train.en")) == len(train_de) and len(read("valid.en")) == len(valid_de)
   n = len(train_de) + len(valid_de)
-  # 1,500 text lines (title and description kept) + the bad pair, which clean-corpus cuts,
+  # 200 text lines (title and description kept) + the bad pair, which clean-corpus cuts,
   # as it cuts real pairs beyond the 1.5 ratio; every 23rd pair goes to validation.
-  assert 1400 < n <= 1500 and len(valid_de) == n // 23
+  assert 180 < n <= 200 and len(valid_de) == n // 23
   assert all(l == l.lower() for l in train_de[:200])
   assert "a b c d e f g h i j" not in read("train.de") + read("valid.de")
 
