@@ -83,11 +83,11 @@ def test_resolve_dirs_order(tmp_path, monkeypatch):
   monkeypatch.delenv("LNJAX_CACHE_DIR")
   monkeypatch.setenv("HOME", str(tmp_path / "home"))
   assert resolve_cache_dir(None) == tmp_path / "home" / ".cache" / "lnjax"
-  # Default: the embedded corpora only; a corpus folder beside the repository or the cwd
-  # changes nothing.
-  (REPO_ROOT.parent / "shared" / "data").resolve()
+  # Default: the embedded corpora only; a corpus folder beside the cwd (the layout earlier
+  # versions searched) changes nothing.
   monkeypatch.chdir(tmp_path)
-  (tmp_path.parent / "shared" / "data" / "multi30k").mkdir(parents=True, exist_ok=True)
+  sibling = tmp_path.parent / "shared"
+  (sibling / "data" / "multi30k").mkdir(parents=True, exist_ok=True)
   assert paths.data_dir_candidates(None) == [paths.EMBEDDED_DIR]
   assert resolve_data_dir(None) == paths.EMBEDDED_DIR
 
