@@ -18,7 +18,7 @@ import optax
 
 from lnjax import errors
 
-SCHEDULES = ("constant", "inverse_sqrt", "linear", "step", "cosine")
+SCHEDULES = ("constant", "inverse_sqrt", "linear", "step", "cosine", "exponential")
 OPTIMIZERS = ("adam", "adamw", "sgd", "radam")
 
 
@@ -26,10 +26,10 @@ OPTIMIZERS = ("adam", "adamw", "sgd", "radam")
 class OptConfig:
   name: str = "adam"  # adam | adamw | sgd | radam
   learning_rate: float = 1e-3  # Peak learning rate (after warm-up).
-  schedule: str = "constant"  # constant | inverse_sqrt | linear | step | cosine
+  schedule: str = "constant"  # constant | inverse_sqrt | linear | step | cosine | exponential
   warmup_steps: int = 0  # Linear warm-up from 0; 0 = none.
   end_learning_rate: float = 0.0  # Where `linear` and `cosine` end at train.num_steps.
-  decay_factor: float = 0.1  # `step`: lr ×= decay_factor at each boundary.
+  decay_factor: float = 0.1  # `step`: lr ×= decay_factor at each boundary; `exponential`: every step.
   decay_steps: tuple[int, ...] = ()  # `step`: boundaries in steps (`inverse_sqrt`: hold lr until the first) ...
   decay_epochs: tuple[float, ...] = ()  # ... or in epochs (resolved with steps per epoch).
   b1: float = 0.9  # Adam's β₁.
@@ -104,6 +104,10 @@ def make_schedule(cfg: OptConfig, num_steps: int,
         peak, {max(b - w, 0): cfg.decay_factor for b in sorted(set(bounds))})
   elif cfg.schedule == "cosine":
     decay = optax.cosine_decay_schedule(peak, after_w, alpha=cfg.end_learning_rate / peak)
+  elif cfg.schedule == "exponential":
+    # lr(t) = learning_rate · γ^t after warm-up; with γ > 1 the learning-rate range test
+    # (Smith, arXiv:1506.01186; fastai's lr_find): the rate grows geometrically (lnjax.stability).
+    decay = optax.exponential_decay(peak, transition_steps=1, decay_rate=cfg.decay_factor)
   else:
     raise errors.ConfigError(
         f"opt.schedule={cfg.schedule!r} is not one of: {', '.join(SCHEDULES)}")

@@ -199,3 +199,12 @@ def test_cross_entropy_gradient_equals_autodiff_of_the_formula(eps):
 
   np.testing.assert_allclose(ours(logits), plain(logits), rtol=1e-6)
   np.testing.assert_allclose(jax.grad(ours)(logits), jax.grad(plain)(logits), atol=1e-6)
+
+
+def test_exponential_schedule_grows_geometrically_for_the_range_test():
+  """lr(t) = lr₀ · γ^t: the range test's 1e-5 → 1 over 101 steps is γ = 10^(5/100)."""
+  gamma = 10 ** (5 / 100)
+  s = optim.make_schedule(optim.OptConfig(learning_rate=1e-5, schedule="exponential",
+                                          decay_factor=gamma), 101)
+  assert [lr(s, t) for t in (0, 1, 20, 50, 100)] == pytest.approx(
+      [1e-5, 1e-5 * gamma, 1e-4, 10 ** -2.5, 1.0], rel=1e-4)
