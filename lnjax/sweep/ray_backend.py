@@ -102,6 +102,7 @@ class RayLauncher(launcher.Launcher):
     self._submitted: list[str] = []
     self._connected_by = None  # Deadline for the driver's connection; 0 once connected.
     self._done = False
+    self._stopping = False  # Asked the driver to stop the runs (a signal came).
 
   # ---- Starting, polling, stopping (what other programs call).
 
@@ -195,7 +196,7 @@ class RayLauncher(launcher.Launcher):
     try:
       self.start()
       while not self._done:
-        if self._signals and not getattr(self, "_stopping", False):
+        if self._signals and not self._stopping:
           self._stopping = True
           self.view.event(f"signal {self._signals[0]}: stopping the runs (each saves a "
                           "checkpoint); the same command resumes the sweep")
