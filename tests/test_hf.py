@@ -56,7 +56,7 @@ def make_gpt2(folder, tie: bool = True, seed: int = 0):
   tok.save_pretrained(folder)
   config = transformers.GPT2Config(vocab_size=len(tok), n_positions=64, n_embd=32, n_layer=2,
                                    n_head=4, tie_word_embeddings=tie, bos_token_id=0,
-                                   eos_token_id=0)
+                                   eos_token_id=0, layer_norm_epsilon=1e-3)  # (not the default)
   model = transformers.GPT2LMHeadModel(config).eval()
   _randomize(model, seed)
   model.save_pretrained(folder)
@@ -115,6 +115,7 @@ def test_imported_logits_equal_transformers_on_a_padded_batch(folders, name, pad
   expected = (out.logits if hasattr(out, "logits") else out.last_hidden_state).numpy()
   imported = hf.read_folder(str(root / name))
   assert imported.cfg.norm_position == ("pre" if name == "gpt2" else "post")
+  assert imported.cfg.norm_eps == (1e-3 if name == "gpt2" else 1e-12)  # (BERT's ε)
   got = np.asarray(hf.logits(imported, batch["input_ids"], batch["attention_mask"]))
   real = batch["attention_mask"].astype(bool)
   assert got.shape == expected.shape
