@@ -1,0 +1,131 @@
+"""The stability search's results (python -m lnjax.stability): a table per cell in Markdown
+and JSON, and the figure of the highest stable rate with its bracket as error bars."""
+
+import json
+import os
+
+from lnjax.sweep import search
+
+
+def rows(s) -> list[dict]:
+  """One row per cell of the search `s` (lnjax.stability.Search): its answer, its bracket,
+  its probes and the training steps they took."""
+  out = []
+  for cell in s.cells():
+    placement, depth, warmup = cell
+    start, outcome = s.bracket(placement, depth), s.outcome(cell)
+    probes = s.state["probes"].get("/".join(map(str, cell)), {})
+    range_test = s.state["range_tests"].get(f"{placement}/{depth}", {})
+    out.append({
+        "placement": placement, "label": _label(placement), "depth": depth, "warmup": warmup,
+        "status": outcome.status if outcome and outcome.status else "unfinished",
+        "highest_stable_lr": outcome.lower if outcome else None,
+        "lowest_unstable_lr": outcome.upper if outcome else None,
+        "range_test_bracket": [start.lo, start.hi] if start else None,
+        "range_test_note": start.note if start else None,
+        "range_test_steps": range_test.get("steps"),
+        "probes": [{"lr": float(lr), **p} for lr, p in probes.items()],
+        "probe_runs": sum(len(p["runs"]) for p in probes.values()),
+        "probe_steps_trained": sum(p["steps"] for p in probes.values()),
+        "events": list(outcome.events) if outcome else []})
+  return out
+
+
+def _label(placement: str) -> str:
+  return search.LABELS.get(placement, placement)
+
+
+def _lr(v) -> str:
+  return "—" if v is None else f"{v:.3g}"
+
+
+def answer(row: dict) -> str:
+  if row["status"] == search.ABOVE:
+    return f"≥ {_lr(row['highest_stable_lr'])}"
+  if row["status"] == search.BELOW:
+    return f"< {_lr(row['lowest_unstable_lr'])}"
+  return _lr(row["highest_stable_lr"])
+
+
+def markdown(s, table: list[dict], command: str) -> list[str]:
+  lines = [f"# Highest stable learning rate: {s.config_arg}", "",
+           f"`{command}`", "", s.stable.describe(s.seeds) + ".", "",
+           f"Range test: {s.range_steps} steps, rate ×{search.range_test_growth(s.lr_min, s.lr_max, s.range_steps):.4f} "
+           f"a step from {s.lr_min:g} to {s.lr_max:g}; bisection in log-space until the "
+           f"bracket's ends are within ×{s.tolerance:g}; an end that fails is moved once "
+           f"×{s.widen:g}.", "",
+           "| placement | layers | warm-up (steps) | highest stable lr | lowest unstable lr "
+           "| range-test bracket | probes | runs | steps trained | notes |",
+           "|---|---:|---:|---:|---:|---|---:|---:|---:|---|"]
+  for r in table:
+    bracket = r["range_test_bracket"]
+    notes = "; ".join(r["events"] + ([r["status"]] if r["status"] == "unfinished" else []))
+    lines.append(
+        f"| {r['label']} | {r['depth']} | {r['warmup']} | {answer(r)} | "
+        f"{_lr(r['lowest_unstable_lr'])} | "
+        + (f"{bracket[0]:.3g}–{bracket[1]:.3g}" if bracket else "—")
+        + f" | {len(r['probes'])} | {r['probe_runs']} | {r['probe_steps_trained']} | {notes} |")
+  range_steps = sum(e.get("steps") or 0 for e in s.state["range_tests"].values())
+  probe_steps = sum(r["probe_steps_trained"] for r in table)
+  lines += ["", f"Training steps: {range_steps} in {len(s.state['range_tests'])} range "
+            f"test(s), {probe_steps} in probes, {range_steps + probe_steps} in all."]
+  return lines
+
+
+def write(s, command: str) -> dict:
+  table = rows(s)
+  md = markdown(s, table, command)
+  paths = {name: os.path.join(s.workdir, name)
+           for name in ("stability.md", "stability.json", "stability.png")}
+  with open(paths["stability.md"], "w") as f:
+    f.write("\n".join(md) + "\n")
+  with open(paths["stability.json"], "w") as f:
+    json.dump({"command": command, "definition": s.stable.describe(s.seeds),
+               "settings": s.settings, "cells": table}, f, indent=2)
+    f.write("\n")
+  plot(paths["stability.png"], table)
+  below = [((r["placement"], r["depth"], r["warmup"]), r) for r in table
+           if r["status"] == search.BELOW]
+  return {"markdown": md, "paths": paths, "below": below}
+
+
+def plot(path: str, table: list[dict]) -> None:
+  """A panel per warm-up; per placement, the highest stable rate over depth, the bracket
+  (up to the lowest unstable rate) as error bars; ▲ stable at the widened top, ▼ none found."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  warmups = sorted({r["warmup"] for r in table})
+  depths = sorted({r["depth"] for r in table})
+  placements = list(dict.fromkeys(r["placement"] for r in table))
+  fig, axes = plt.subplots(1, len(warmups), figsize=(4.5 * len(warmups) + 1.5, 4),
+                           sharey=True, squeeze=False)
+  width = 0.6 / max(len(placements), 1)
+  for ax, warmup in zip(axes[0], warmups):
+    for k, placement in enumerate(placements):
+      color = f"C{k % 10}"
+      label = _label(placement)
+      for r in table:
+        if r["placement"] != placement or r["warmup"] != warmup or r["status"] == "unfinished":
+          continue
+        x = depths.index(r["depth"]) + (k - (len(placements) - 1) / 2) * width
+        if r["status"] == search.BELOW:
+          ax.plot([x], [r["lowest_unstable_lr"]], "v", color=color, label=label)
+        elif r["status"] == search.ABOVE:
+          ax.plot([x], [r["highest_stable_lr"]], "^", color=color, label=label)
+        else:
+          low, high = r["highest_stable_lr"], r["lowest_unstable_lr"]
+          ax.errorbar([x], [low], yerr=[[0.0], [high - low]], fmt="o", color=color,
+                      capsize=3, label=label)
+        label = None  # One legend entry per placement.
+    ax.set_xticks(range(len(depths)), [str(d) for d in depths])
+    ax.set_xlabel("depth (layers)")
+    ax.set_yscale("log")
+    ax.set_title(f"warm-up {warmup} steps" if warmup else "no warm-up")
+    ax.grid(True, which="both", axis="y", alpha=0.3)
+  axes[0][0].set_ylabel("highest stable peak learning rate\n(bar: up to the lowest unstable)")
+  handles = {h.get_label(): h for ax in axes[0] for h in ax.get_legend_handles_labels()[0]}
+  fig.legend(list(handles.values()), list(handles), loc="center right", frameon=False)
+  fig.tight_layout(rect=(0, 0, 1 - 1.4 / fig.get_figwidth(), 1))
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
