@@ -1,0 +1,26 @@
+"""The configs shipped with lnjax, one file each: default, lm, multi30k_de_en,
+iwslt14_de_en, wmt14_en_de, bert, glue. Each defines `get_config(arg)` (presets after a
+colon: `lm.py:norm=post,smoke`) and may define `get_sweep(arg)`.
+
+In a clone the top-level `configs/` is this folder (a link), so `--config=configs/lm.py`
+works there; anywhere else a config is named: `--config=lm:norm=post`. This module only
+finds files: it imports no config (they load the data layer).
+"""
+
+import os
+
+FOLDER = os.path.dirname(os.path.abspath(__file__))
+
+
+def names() -> list[str]:
+  """The shipped configs: ['bert', 'default', 'glue', ...]."""
+  return sorted(f[:-3] for f in os.listdir(FOLDER) if f.endswith(".py") and f != "__init__.py")
+
+
+def resolve(arg: str) -> str:
+  """'lm:norm=post' -> '/…/lnjax/configs/lm.py:norm=post'; a config file's path (or
+  anything that is not a shipped config's name) is returned as it is."""
+  name, sep, presets = arg.partition(":")
+  if os.sep in name or name.endswith(".py") or name not in names() or os.path.exists(name):
+    return arg
+  return os.path.join(FOLDER, name + ".py") + sep + presets
