@@ -3,6 +3,7 @@ other and timed, and a 300-step IWSLT-size encoder-decoder run with cuDNN flash 
 
   python benchmarks/gpu_check.py --out BENCHMARKS.md   # on a GPU: its gpu_check section
   python benchmarks/gpu_check.py --quick               # CPU-size self-check; writes nothing
+  python benchmarks/gpu_check.py --dry_run             # the GPU path at tiny sizes, anywhere
 
 1. Attention kernels (`model.attention_impl`): the loss and parameter gradients of the
    IWSLT-size encoder-decoder (6+6 layers, D 512, 4 heads of 128, F 1024, V 10000; a
@@ -13,10 +14,15 @@ other and timed, and a 300-step IWSLT-size encoder-decoder run with cuDNN flash 
    fails the check (exit 1); a kernel JAX does not offer here is reported as such.
 2. The run: `python -m lnjax.main` on configs/iwslt14_de_en.py:norm=pre for 300 steps in
    bf16 with the fastest kernel that passed 1 (cudnn where offered), no BLEU decoding;
-   on Multi30k with the same model when the IWSLT14 training set is not prepared here.
+   on Multi30k with the same model when the IWSLT14 training set is not prepared here,
+   and on the Multi30k excerpt of tests/fixtures/corpora (2,000 pairs) when Multi30k
+   cannot be downloaded either (a lent GPU machine has no network).
    Reported: losses, held-out loss, tokens/s after compilation, wall time.
 --quick: a small model (2+2 layers, D 128) in float32 and bf16, plain against xla, and
 the LM smoke run (20 steps) through lnjax.main with model.attention_impl=xla.
+--dry_run: the GPU path itself (the IWSLT model's structure, every kernel, both dtypes,
+the run with its data fallbacks) at suite.py's --dry_run sizes and 2 steps; writes
+nothing. tests/test_gpu_check.py runs it on the CPU (cudnn then reported as not offered).
 """
 
 import os
@@ -46,7 +52,7 @@ TAG = "gpu_check"
 # Largest allowed difference from the plain kernel in the same dtype: relative loss
 # difference and relative L2 norm of the gradients' difference.
 TOLERANCE = {"float32": (1e-5, 1e-4), "bfloat16": (1e-2, 5e-2)}
-RUN_STEPS, QUICK_STEPS = 300, 20
+RUN_STEPS, QUICK_STEPS, DRY_STEPS = 300, 20, 2
 
 
 # ---------------------------------------------------------------------------------------
@@ -165,22 +171,38 @@ def _read_json(path: str) -> dict:
     return {}
 
 
-def run_on_iwslt_or_multi30k(impl: str, steps: int, log_every: int) -> dict:
+FIXTURE_CORPORA = os.path.join(bench_env.REPO, "tests", "fixtures", "corpora")
+EXCERPT_VOCAB = 4000  # SentencePiece finds at most ~5,000 pieces in the excerpt.
+
+
+def run_on_iwslt_or_multi30k(impl: str, steps: int, log_every: int, dry: bool = False) -> dict:
   """The IWSLT14 run; on Multi30k with the IWSLT model when IWSLT14's training set is
-  not prepared here (the first run then stops at its data check, in seconds)."""
+  not prepared here (the first run then stops at its data check, in seconds), and on
+  the repository's Multi30k excerpt when Multi30k is not downloaded and cannot be."""
   flags = ["--config.model.dtype=bfloat16", f"--config.model.attention_impl={impl}",
            "--config.decode.bleu_in_training=False"]
   iwslt_model = ["--config.model.num_layers=6", "--config.model.d_model=512",
                  "--config.model.num_heads=4", "--config.model.d_ff=1024"]
+  if dry:  # suite.py's --dry_run sizes, after (so instead of) the IWSLT model's.
+    flags += [f"--config.model.{k}={v}" for k, v in suite.DRY_MODEL.items() if k != "vocab_size"]
+  reason = lambda r: (r["output"].strip().splitlines() or ["?"])[-1].split(";")[0][:100]
   with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
     r = train_run("configs/iwslt14_de_en.py:norm=pre", steps, os.path.join(tmp, "iwslt"),
                   log_every, flags)
     r["data"] = "IWSLT14 de→en"
     if r["returncode"] and not r["lines"]:
-      reason = (r["output"].strip().splitlines() or ["?"])[-1].split(";")[0]
+      why = f"IWSLT14 not prepared here: {reason(r)}"
       r = train_run("configs/multi30k_de_en.py:norm=pre", steps, os.path.join(tmp, "m30k"),
-                    log_every, flags + iwslt_model)
-      r["data"] = f"Multi30k de→en (IWSLT14 not prepared here: {reason[:100]})"
+                    log_every, iwslt_model + flags)
+      r["data"] = f"Multi30k de→en ({why})"
+    if r["returncode"] and not r["lines"]:
+      why += f"; Multi30k not here: {reason(r)}"
+      r = train_run("configs/multi30k_de_en.py:norm=pre", steps, os.path.join(tmp, "excerpt"),
+                    log_every, iwslt_model + flags
+                    + [f"--config.data.data_dir={FIXTURE_CORPORA}",
+                       f"--config.data.vocab_size={EXCERPT_VOCAB}"])
+      r["data"] = (f"Multi30k's first 2,000 pairs, tests/fixtures/corpora, vocabulary "
+                   f"{EXCERPT_VOCAB:,} ({why})")
   return r
 
 
@@ -205,6 +227,8 @@ def render_run(r: dict, impl: str) -> str:
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--quick", action="store_true", help="CPU-size self-check; writes nothing")
+  p.add_argument("--dry_run", action="store_true",
+                 help="the GPU path at tiny sizes (suite.py's --dry_run), 2 steps; writes nothing")
   p.add_argument("--out", help="Markdown file whose gpu_check section is added or replaced")
   p.add_argument("--stages", default="",
                  help="gpu_check.sh's earlier stages as NAME=SECONDS[=NOTE],... for the table")
@@ -215,6 +239,10 @@ def main(argv=None) -> int:
     cfg = ModelConfig(vocab_size=1000, num_layers=2, d_model=128, num_heads=4, d_ff=256,
                       max_len=64, dropout_rate=0.0)
     batch, dtypes, impls, reps = _batch(1000, 8, 64), ("float32", "bfloat16"), ("plain", "xla"), 3
+  elif args.dry_run:
+    cfg = suite.model_config("mt_iwslt", "pre", dry=True)
+    batch, dtypes = _batch(cfg.vocab_size, 4, 16), ("float32", "bfloat16")
+    impls, reps = ("plain", "xla", "cudnn"), 1
   else:
     cfg = dataclasses.replace(suite.model_config("mt_iwslt", "pre"), max_len=64)
     batch, dtypes = _batch(cfg.vocab_size, 64, 64), ("float32", "bfloat16")
@@ -236,14 +264,15 @@ def main(argv=None) -> int:
     r["data"] = "tiny_shakespeare, LM smoke model"
     impl = "xla"
   else:
-    r = run_on_iwslt_or_multi30k(impl, RUN_STEPS, 25)
+    r = run_on_iwslt_or_multi30k(impl, DRY_STEPS if args.dry_run else RUN_STEPS,
+                                 1 if args.dry_run else 25, args.dry_run)
   run_table = render_run(r, impl)
   print(run_table, flush=True)
   if r["returncode"] or r["summary"].get("status") != "completed":
     print(r["output"][-3000:], file=sys.stderr)
     failed.append({"run": r["returncode"]})
 
-  if args.out and gpu and not args.quick:
+  if args.out and gpu and not (args.quick or args.dry_run):
     mi = lm_step.machine_info()
     v = mi["versions"]
     stages = [s.split("=", 2) for s in args.stages.split(",") if s]

@@ -3,6 +3,8 @@ PyTorch, timed alternately in one run, in one table.
 
   python benchmarks/suite.py --out BENCHMARKS.md      # the table below, ~5 min on 2 cores
   python benchmarks/suite.py --quick                  # 1 round of 2 steps: a self-check
+  python benchmarks/suite.py --dry_run --dtype bfloat16 --models lm,mt_iwslt
+      # the same models at tiny sizes, 2 steps each, end to end in seconds; writes nothing
   python benchmarks/suite.py --models mt --norm post --rounds 8
   # On a GPU (jax[cuda] and a CUDA torch): bf16 compute, float32 parameters, its own section
   python benchmarks/suite.py --dtype bfloat16 --models lm,mt_iwslt --out BENCHMARKS.md
@@ -36,6 +38,12 @@ With --dtype bfloat16 both frameworks compute in bf16 with float32 parameters an
 (lnjax: model.dtype; PyTorch: torch.autocast), each worker on the first GPU when JAX sees
 one (PyTorch on cuda), MFU is against the bf16 matmul rate measured in the same run (JAX
 jit, --peak_n², 8192 on a GPU), and the table goes into its own `suite_gpu` section.
+
+--dry_run keeps each model's structure (its config's placement, positions, activation,
+norm ε, sharing) at tiny sizes (DRY_MODEL, DRY_SHAPES) and runs two steps of each
+framework through the whole path (workers, parameter transfer, initial-loss check, timing, table):
+tests/test_gpu_check.py runs it for every model and dtype benchmarks/gpu_check.sh uses, so
+that a lent GPU's minutes are spent measuring.
 """
 
 import os
@@ -44,6 +52,7 @@ import sys
 import bench_env  # noqa: E402,F401  (first: lnjax on the path, malloc tuned before JAX)
 
 import argparse  # noqa: E402
+import dataclasses  # noqa: E402
 import importlib.util  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
@@ -63,8 +72,14 @@ DEFAULT_MODELS = ("lm", "mt", "mlm")
 # The issue's bars: lnjax's step time over PyTorch eager's, and the LM's MFU.
 MAX_RATIO = {"lm": 0.5, "mt": 0.7, "mlm": 0.7}
 MIN_MFU = {"lm": 0.6}
-MT_BATCH, MT_LEN = 128, 32
-MLM_BATCH, MLM_LEN = 32, 128
+# Batch shapes (B, T) per model, and those of --dry_run with its model sizes.
+SHAPES = {"lm": (lm_step.BATCH, lm_step.SEQ), "mt": (128, 32), "mlm": (32, 128)}
+DRY_SHAPES = {"lm": (2, 8), "mt": (2, 8), "mlm": (2, 16)}
+DRY_MODEL = dict(num_layers=1, d_model=32, num_heads=2, d_ff=64, vocab_size=96)
+
+
+def batch_shape(name: str, dry: bool = False) -> tuple[int, int]:
+  return (DRY_SHAPES if dry else SHAPES)["mt" if name == "mt_iwslt" else name]
 
 
 # ---------------------------------------------------------------------------------------
@@ -77,7 +92,15 @@ def _config_model(path: str, arg: str, **overrides) -> ModelConfig:
   return ModelConfig(**{**dict(module.get_config(arg).model), **overrides})
 
 
-def model_config(name: str, norm: str, dtype: str = "float32") -> ModelConfig:
+def model_config(name: str, norm: str, dtype: str = "float32", dry: bool = False) -> ModelConfig:
+  cfg = _full_model_config(name, norm, dtype)
+  if not dry:
+    return cfg
+  return dataclasses.replace(cfg, **DRY_MODEL,
+                             num_decoder_layers=1 if cfg.num_decoder_layers else 0)
+
+
+def _full_model_config(name: str, norm: str, dtype: str) -> ModelConfig:
   if name == "lm":
     return ModelConfig(**lm_step.MODEL, norm_position=norm, dropout_rate=0.0, dtype=dtype)
   if name == "mt":
@@ -96,52 +119,53 @@ TASKS = {"lm": tasks.get("lm"), "mt": tasks.get("translation"), "mlm": tasks.get
          "mt_iwslt": tasks.get("translation")}
 
 
-def make_batch(name: str, cfg: ModelConfig) -> dict:
+def make_batch(name: str, cfg: ModelConfig, dry: bool = False) -> dict:
   """The fixed host batch (seed 0): random tokens in [1, V), every weight 1."""
   rng = np.random.default_rng(0)
   ints = lambda high, shape, low=1: rng.integers(low, high, shape, dtype=np.int32)
+  b, t = batch_shape(name, dry)
   if name == "lm":
-    return lm_step.lm_batch(cfg.vocab_size)
+    return lm_step.lm_batch(cfg.vocab_size, b, t)
   if name in ("mt", "mt_iwslt"):
-    tgt = ints(cfg.vocab_size, (MT_BATCH, MT_LEN + 1))
-    return {"inputs": ints(cfg.vocab_size, (MT_BATCH, MT_LEN)), "decoder_inputs": tgt[:, :-1],
-            "targets": tgt[:, 1:], "weights": np.ones((MT_BATCH, MT_LEN), np.float32)}
-  p = mlm_predictions()
-  positions = np.stack([np.sort(rng.choice(np.arange(1, MLM_LEN), p, replace=False))
-                        for _ in range(MLM_BATCH)]).astype(np.int32)
-  segments = (np.arange(MLM_LEN)[None, :] >= MLM_LEN // 2).astype(np.int32)
-  return {"inputs": ints(cfg.vocab_size, (MLM_BATCH, MLM_LEN)),
-          "segment_ids": np.repeat(segments, MLM_BATCH, 0), "mlm_positions": positions,
-          "targets": ints(cfg.vocab_size, (MLM_BATCH, p)),
-          "weights": np.ones((MLM_BATCH, p), np.float32),
-          "nsp_labels": ints(2, (MLM_BATCH,), low=0)}
+    tgt = ints(cfg.vocab_size, (b, t + 1))
+    return {"inputs": ints(cfg.vocab_size, (b, t)), "decoder_inputs": tgt[:, :-1],
+            "targets": tgt[:, 1:], "weights": np.ones((b, t), np.float32)}
+  p = mlm_predictions(t)
+  positions = np.stack([np.sort(rng.choice(np.arange(1, t), p, replace=False))
+                        for _ in range(b)]).astype(np.int32)
+  segments = (np.arange(t)[None, :] >= t // 2).astype(np.int32)
+  return {"inputs": ints(cfg.vocab_size, (b, t)),
+          "segment_ids": np.repeat(segments, b, 0), "mlm_positions": positions,
+          "targets": ints(cfg.vocab_size, (b, p)),
+          "weights": np.ones((b, p), np.float32),
+          "nsp_labels": ints(2, (b,), low=0)}
 
 
-def mlm_predictions() -> int:
-  return math.ceil(0.15 * MLM_LEN)  # lnjax.data.mlm: ceil(mask_rate · seq_len).
+def mlm_predictions(seq_len: int) -> int:
+  return math.ceil(0.15 * seq_len)  # lnjax.data.mlm: ceil(mask_rate · seq_len).
 
 
-def flops(name: str, cfg: ModelConfig) -> dict:
+def flops(name: str, cfg: ModelConfig, dry: bool = False) -> dict:
   """Training FLOPs per step (the convention of lm_step.flops_per_token: 6 per weight per
   token through a matmul, 12·T·D per token per attention layer, embeddings' lookups,
   biases and norms not counted) and the tokens a step processes."""
   d, f, v = cfg.d_model, cfg.d_ff, cfg.vocab_size
+  b, t = batch_shape(name, dry)
   if name == "lm":
-    per_token = lm_step.flops_per_token(**lm_step.MODEL, seq_len=lm_step.SEQ)["total"]
-    tokens = lm_step.BATCH * lm_step.SEQ
-    return {"total": per_token * tokens, "tokens": tokens}
+    per_token = lm_step.flops_per_token(cfg.num_layers, d, f, v, seq_len=t)["total"]
+    return {"total": per_token * b * t, "tokens": b * t}
   if name in ("mt", "mt_iwslt"):
     le, ld = cfg.num_layers, cfg.num_decoder_layers or cfg.num_layers
-    s = t = MT_LEN
+    s = t
     per_src = 6 * le * (4 * d * d + 2 * d * f) + 12 * le * s * d + 6 * ld * 2 * d * d
     per_tgt = 6 * ld * (6 * d * d + 2 * d * f) + 12 * ld * (t + s) * d + 6 * d * v
-    return {"total": MT_BATCH * (s * per_src + t * per_tgt), "tokens": MT_BATCH * t}
+    return {"total": b * (s * per_src + t * per_tgt), "tokens": b * t}
   n = cfg.num_layers
-  per_token = 6 * n * (4 * d * d + 2 * d * f) + 12 * n * MLM_LEN * d
+  per_token = 6 * n * (4 * d * d + 2 * d * f) + 12 * n * t * d
   per_prediction = 6 * (d * d + d * v)
   per_sequence = 6 * (d * d + 2 * d)
-  return {"total": MLM_BATCH * (MLM_LEN * per_token + mlm_predictions() * per_prediction
-                                + per_sequence), "tokens": MLM_BATCH * MLM_LEN}
+  return {"total": b * (t * per_token + mlm_predictions(t) * per_prediction
+                        + per_sequence), "tokens": b * t}
 
 
 FLOP_FORMULAS = """\
@@ -168,18 +192,22 @@ the run's compute dtype measured in the same run (JAX jit, n × n @ n × n, 2·n
 # ---------------------------------------------------------------------------------------
 # Workers.
 
-def lnjax_worker(name: str, norm: str, workdir: str, dtype: str = "float32") -> None:
+def lnjax_worker(name: str, norm: str, workdir: str, dtype: str = "float32",
+                 dry: bool = False) -> None:
   """Builds lnjax's step for `name`, writes its initial parameters, batch and the PyTorch
   peer's spec to `workdir`, then serves run / rss / quit on stdin (JSON lines)."""
-  cfg = model_config(name, norm, dtype)
-  step = lm_step.TrainStep(cfg, make_batch(name, cfg), TASKS[name])
+  cfg = model_config(name, norm, dtype, dry)
+  step = lm_step.TrainStep(cfg, make_batch(name, cfg, dry), TASKS[name])
   np.savez(os.path.join(workdir, "params.npz"), **step.initial_params)
   np.savez(os.path.join(workdir, "batch.npz"), **step.host_batch)
   sizes = {"vocab_size": cfg.vocab_size, "num_layers": cfg.num_layers, "d_model": cfg.d_model,
            "num_heads": cfg.num_heads, "d_ff": cfg.d_ff, "max_len": cfg.max_len,
-           "norm_position": norm, "eps": cfg.norm_eps}
+           "norm_position": norm}
+  if name != "lm":  # (The LM peer's norms are LayerNorm(ε 1e-5), its positions learned.)
+    sizes["eps"] = cfg.norm_eps
   if name in ("mt", "mt_iwslt"):
     sizes["num_decoder_layers"] = cfg.num_decoder_layers or cfg.num_layers
+    sizes["pos_emb"] = cfg.pos_emb
   with open(os.path.join(workdir, "spec.json"), "w") as f:
     json.dump({"model": "mt" if name == "mt_iwslt" else name, "sizes": sizes}, f)
   reply = lambda obj: (sys.stdout.write(json.dumps(obj) + "\n"), sys.stdout.flush())
@@ -212,16 +240,16 @@ class Worker(lm_step.TorchWorker):
 
 
 def start_workers(name: str, norm: str, workdir: str, dtype: str = "float32",
-                  device: str = "cpu") -> tuple[Worker, Worker]:
+                  device: str = "cpu", dry: bool = False) -> tuple[Worker, Worker]:
   env = dict(os.environ)
   if device != "cpu":  # Both workers share the GPU: JAX takes less than its default 75%.
     env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.45")
   ln = Worker([sys.executable, os.path.abspath(__file__), "--worker", name, "--norm", norm,
-               "--dir", workdir, "--dtype", dtype], env)
+               "--dir", workdir, "--dtype", dtype] + (["--dry_run"] if dry else []), env)
   peer = [sys.executable, os.path.join(bench_env.HERE, "torch_peer.py"), "--worker",
           "--params", os.path.join(workdir, "params.npz"),
-          "--batch", os.path.join(workdir, "batch.npz"), "--device", device, "--dtype", dtype]
-  peer += ["--norm", norm] if name == "lm" else ["--spec", os.path.join(workdir, "spec.json")]
+          "--batch", os.path.join(workdir, "batch.npz"), "--device", device, "--dtype", dtype,
+          "--spec", os.path.join(workdir, "spec.json")]
   # PyTorch as its users run it: glibc's default malloc settings.
   env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
   return ln, Worker(peer, env)
@@ -232,12 +260,12 @@ def start_workers(name: str, norm: str, workdir: str, dtype: str = "float32",
 
 def bench_model(name: str, norm: str, rounds: int, steps: int, warmup: int,
                 peaks: list[float], dtype: str = "float32", device: str = "cpu",
-                peak_n: int = 2048) -> dict:
-  cfg = model_config(name, norm, dtype)
+                peak_n: int = 2048, dry: bool = False) -> dict:
+  cfg = model_config(name, norm, dtype, dry)
   # The two initial losses agree to float32 rounding, or to bf16's 8-bit mantissa.
   tolerance = 1e-3 if dtype == "float32" else 2e-2
   with tempfile.TemporaryDirectory(prefix=f"suite_{name}_") as workdir:
-    ln, pt = start_workers(name, norm, workdir, dtype, device)
+    ln, pt = start_workers(name, norm, workdir, dtype, device, dry)
     try:
       pt_loss = pt.ask("loss")["loss"]
       failures = []
@@ -263,11 +291,13 @@ def bench_model(name: str, norm: str, rounds: int, steps: int, warmup: int,
       rss = {k: r["maxrss_kib"] / 1024 for k, r in replies.items()}
       device_peak = {k: r.get("device_peak_mib") for k, r in replies.items()}
       if name == "lm":
-        rss["torch_mm_gflops"] = pt.ask("matmul")["gflops"]
+        rss["torch_mm_gflops"] = pt.ask(f"matmul {peak_n}" if dry else "matmul")["gflops"]
     finally:
       ln.close()
       pt.close()
-  return {"name": name, "failures": [], "num_params": ln.num_params, "flops": flops(name, cfg),
+  return {"name": name, "failures": [], "num_params": ln.num_params,
+          "label": LABELS[name] + (" at --dry_run sizes" if dry else ""),
+          "flops": flops(name, cfg, dry),
           "stats": {k: lm_step.stats(v) for k, v in times.items()},
           "times_ms": {k: [round(1e3 * x, 2) for x in v] for k, v in times.items()},
           "rss_mib": {k: rss[k] for k in ("lnjax", "torch")}, "device_peak_mib": device_peak,
@@ -294,7 +324,7 @@ def render(results: list[dict], peak: float) -> str:
     f = r["flops"]
     mfu = lambda ms: f["total"] / (ms / 1e3) / (peak * 1e9)
     lines.append(
-        f"| {LABELS[r['name']]} | {r['num_params']:,} | {f['tokens']:,} | "
+        f"| {r['label']} | {r['num_params']:,} | {f['tokens']:,} | "
         f"{f['total'] / 1e9:.1f} | {ln:.0f} | {pt:.0f} | **{ln / pt:.2f}** | "
         f"{f['tokens'] / (ln / 1e3):,.0f} | {f['tokens'] / (pt / 1e3):,.0f} | "
         f"{100 * mfu(ln):.1f}% | {100 * mfu(pt):.1f}% | {r['rss_mib']['lnjax']:.0f} / "
@@ -330,7 +360,8 @@ def notes(results, peak, n_peaks, args, loads) -> list[str]:
          "autocast)." if args.dtype == "bfloat16" else "."),
       f"- {args.dtype} matmul peak (JAX jit, {args.peak_n}², median of {n_peaks} samples "
       f"across the rounds): **{peak:.0f} GFLOP/s**"
-      + (f"; torch.mm 2048² for context: {torch_mm:.0f} GFLOP/s." if torch_mm else "."),
+      + (f"; torch.mm {args.peak_n if args.dry_run else 2048}² for context: {torch_mm:.0f} "
+         "GFLOP/s." if torch_mm else "."),
       "- Peak RSS: each worker process's VmHWM (one model, one framework each; lnjax's "
       "includes its compile). XLA temp: the lnjax step's scratch (XLA buffer assignment).",
   ]
@@ -404,25 +435,32 @@ def main(argv=None) -> int:
   p.add_argument("--rounds", type=int, default=5, help="alternating rounds per model")
   p.add_argument("--warmup", type=int, default=3, help="warm-up steps per framework")
   p.add_argument("--quick", action="store_true", help="1 round of 2 steps: a self-check")
+  p.add_argument("--dry_run", action="store_true",
+                 help="tiny sizes of the same models, 1 warm-up and 1 timed step; writes nothing")
   p.add_argument("--out", help="Markdown file whose suite section is added or replaced")
   p.add_argument("--json", help="write the raw results here")
   p.add_argument("--worker", choices=MODELS, help=argparse.SUPPRESS)
   p.add_argument("--dir", help=argparse.SUPPRESS)
   args = p.parse_args(argv)
   if args.worker:
-    lnjax_worker(args.worker, args.norm, args.dir, args.dtype)
+    lnjax_worker(args.worker, args.norm, args.dir, args.dtype, args.dry_run)
     return 0
+  if args.dry_run and (args.out or args.json):
+    p.error("--dry_run writes nothing: drop --out and --json")
   args.device = "cuda" if jax.default_backend() == "gpu" else "cpu"
-  args.peak_n = args.peak_n or (8192 if args.device == "cuda" else 2048)
+  args.peak_n = args.peak_n or (256 if args.dry_run else 8192 if args.device == "cuda"
+                                else 2048)
   if args.quick:
     args.rounds, args.steps, args.warmup = 1, 2, 1
+  if args.dry_run:
+    args.rounds, args.steps, args.warmup = 1, 1, 1
   models = lm_step.choices("--models", args.models, MODELS)
   command = lm_step.command_line("suite.py", argv)
   loads = [os.getloadavg()[0]]
   t0 = time.perf_counter()
   peaks = lm_step.matmul_peak_sample(n=args.peak_n, dtype=args.dtype)
   results = [bench_model(m, args.norm, args.rounds, args.steps, args.warmup, peaks,
-                         args.dtype, args.device, args.peak_n) for m in models]
+                         args.dtype, args.device, args.peak_n, args.dry_run) for m in models]
   loads.append(os.getloadavg()[0])
   failures = [f for r in results for f in r["failures"]]
   if failures:

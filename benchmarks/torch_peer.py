@@ -23,7 +23,7 @@ line each:
   loss      -> {"loss": float}                (forward only, no update)
   rss       -> {"maxrss_kib": int, "device_peak_mib": float | None}
                (peak RSS of the worker alone: VmHWM; on CUDA also the allocator's peak)
-  matmul    -> {"gflops": float}           (torch.mm 2048² in the worker's dtype, for context)
+  matmul [N] -> {"gflops": float}          (torch.mm N² (2048²) in the worker's dtype, for context)
   quit
 `--device cuda --dtype bfloat16` (benchmarks/suite.py on a GPU) runs the model on the GPU
 under torch.autocast(bfloat16): parameters and Adam stay float32, matmuls in bf16, as
@@ -268,14 +268,31 @@ class Layer(nn.Module):
     return self.sublayer(x, self.ffn_norm, lambda h: self.wo(self.act(self.wi(h))))
 
 
-class Embedding(nn.Module):
-  """E[tokens]·√D + P[:T], lnjax's Embed (learned positions)."""
+def sinusoidal_positions(max_len: int, d_model: int) -> torch.Tensor:
+  """[max_len, D] fixed positions of Vaswani et al. (arXiv 1706.03762, §3.5):
+  P[t, 2i] = sin(t / 10000^(2i/D)), P[t, 2i+1] = cos(t / 10000^(2i/D))."""
+  t = torch.arange(max_len, dtype=torch.float32)[:, None]
+  angles = t / 10000.0 ** (torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)
+  pe = torch.zeros(max_len, d_model)
+  pe[:, 0::2] = torch.sin(angles)
+  pe[:, 1::2] = torch.cos(angles[:, :d_model // 2])
+  return pe
 
-  def __init__(self, vocab_size, d_model, max_len):
+
+class Embedding(nn.Module):
+  """E[tokens]·√D + P[:T], lnjax's Embed: learned positions (a parameter) or sinusoidal
+  ones (a fixed buffer, as fairseq's and lnjax's pos_emb='sinusoidal')."""
+
+  def __init__(self, vocab_size, d_model, max_len, pos_emb="learned"):
     super().__init__()
+    if pos_emb not in ("learned", "sinusoidal"):
+      raise ValueError(f"pos_emb={pos_emb!r}")
     self.d_model = d_model
     self.embedding = nn.Embedding(vocab_size, d_model)
-    self.positions = nn.Parameter(torch.zeros(max_len, d_model))
+    if pos_emb == "learned":
+      self.positions = nn.Parameter(torch.zeros(max_len, d_model))
+    else:
+      self.register_buffer("positions", sinusoidal_positions(max_len, d_model))
 
   def forward(self, tokens):
     return self.embedding(tokens) * math.sqrt(self.d_model) + self.positions[:tokens.shape[1]]
@@ -288,13 +305,15 @@ def _check_norm(norm_position):
 
 class TorchEncoderDecoder(nn.Module):
   """lnjax's EncoderDecoder with one embedding shared by source, target and the output
-  projection (tie_embeddings, share_embeddings), learned positions, pre or post."""
+  projection (tie_embeddings, share_embeddings), learned or sinusoidal positions, pre or
+  post."""
 
   def __init__(self, vocab_size=8000, num_layers=3, num_decoder_layers=3, d_model=256,
-               num_heads=4, d_ff=1024, max_len=256, norm_position="pre", eps=1e-5):
+               num_heads=4, d_ff=1024, max_len=256, norm_position="pre", eps=1e-5,
+               pos_emb="learned"):
     super().__init__()
     _check_norm(norm_position)
-    self.embed = Embedding(vocab_size, d_model, max_len)
+    self.embed = Embedding(vocab_size, d_model, max_len, pos_emb)
     layer = lambda cross: Layer(d_model, num_heads, d_ff, norm_position, cross, eps=eps)
     self.encoder = nn.ModuleList(layer(False) for _ in range(num_layers))
     self.decoder = nn.ModuleList(layer(True) for _ in range(num_decoder_layers))
@@ -387,9 +406,16 @@ def _norm_state(flat, src, dst, used) -> dict:
 
 
 def load_lnjax_encoder_decoder(model: TorchEncoderDecoder, flat: dict) -> None:
+  """lnjax's parameters into `model`. Sinusoidal positions are a parameter in neither
+  framework: the model keeps its own table (the initial losses compare the two)."""
   t = lambda k: torch.from_numpy(np.array(flat[k], dtype=np.float32, copy=True))
-  used = {"embed/embedding", "embed/positions"}
-  sd = {"embed.embedding.weight": t("embed/embedding"), "embed.positions": t("embed/positions")}
+  used = {"embed/embedding"}
+  sd = {"embed.embedding.weight": t("embed/embedding")}
+  if isinstance(model.embed.positions, nn.Parameter):
+    used.add("embed/positions")
+    sd["embed.positions"] = t("embed/positions")
+  else:
+    sd["embed.positions"] = model.embed.positions
   for stack in ("encoder", "decoder"):
     for i in range(len(getattr(model, stack))):
       sd.update(_layer_state(flat, f"{stack}/layer_{i}/", f"{stack}.{i}.", used))
@@ -532,17 +558,20 @@ def build(norm_position: str, params_npz: str | None = None, precision: Precisio
 
 def worker(args) -> None:
   precision = Precision(args.device, args.dtype)
-  if args.spec:  # benchmarks/suite.py's encoder-decoder or masked LM.
+  spec = {}
+  if args.spec:  # benchmarks/suite.py's models.
     with open(args.spec) as f:
       spec = json.load(f)
+  if spec.get("model") in PEERS:  # The encoder-decoder or the masked LM.
     with np.load(args.params) as f:
       params = {k: f[k] for k in f.files}
     with np.load(args.batch) as f:
       batch = {k: f[k] for k in f.files}
     trainer = build_peer(spec, params, batch, precision)
     run, loss = trainer.run, trainer.loss
-  else:
-    trainer = build(args.norm, args.params, precision)
+  else:  # The LM: the spec's sizes, or benchmarks/lm_step.py's (TorchLM's defaults).
+    sizes = dict(spec.get("sizes", {}))
+    trainer = build(sizes.pop("norm_position", args.norm), args.params, precision, **sizes)
     with np.load(args.batch) as f:
       inputs = torch.from_numpy(f["inputs"].astype(np.int64)).to(precision.device)
       targets = torch.from_numpy(f["targets"].astype(np.int64)).to(precision.device)
@@ -563,7 +592,7 @@ def worker(args) -> None:
     elif cmd[0] == "rss":
       reply({"maxrss_kib": peak_rss_kib(), "device_peak_mib": device_peak_mib(precision)})
     elif cmd[0] == "matmul":
-      reply({"gflops": matmul_gflops(precision=precision)})
+      reply({"gflops": matmul_gflops(*map(int, cmd[1:2]), precision=precision)})
     elif cmd[0] == "quit":
       break
     else:
@@ -576,8 +605,9 @@ def main(argv=None) -> None:
   p.add_argument("--worker", action="store_true", help="serve run/loss/rss commands on stdin")
   p.add_argument("--params", help="npz of lnjax parameters (flat 'a/b/c' keys)")
   p.add_argument("--batch", help="npz with int inputs/targets [B, T] (worker mode)")
-  p.add_argument("--spec", help="worker mode, suite models: JSON {'model': 'mt' | 'mlm', "
-                 "'sizes': {...}}; the batch npz then holds the whole lnjax batch")
+  p.add_argument("--spec", help="worker mode, suite models: JSON {'model': 'lm' | 'mt' | "
+                 "'mlm', 'sizes': {...}}; for mt and mlm the batch npz holds the whole "
+                 "lnjax batch")
   p.add_argument("--steps", type=int, default=10, help="standalone mode: steps to time")
   p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N (worker mode)")
   p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",

@@ -9,7 +9,9 @@ cuDNN's flash attention against XLA's (a GPU only).
 
 import dataclasses
 import os
+import re
 import subprocess
+import sys
 
 import flax.linen as nn
 import jax
@@ -91,6 +93,55 @@ def test_cudnn_flash_attention_matches_xla():
   flat = lambda g: np.concatenate([np.ravel(x) for x in jax.tree.leaves(g)]).astype(np.float32)
   a, b = flat(g_cudnn), flat(g_xla)
   assert np.linalg.norm(a - b) <= 5e-2 * np.linalg.norm(b)
+
+
+def _one_device_offline_env(tmp_path) -> dict:
+  """As on a lent GPU machine: one device, no network, nothing downloaded before."""
+  flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
+           if not f.startswith("--xla_force_host_platform_device_count")]
+  return {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": " ".join(flags),
+          "LNJAX_DATA_OFFLINE": "1", "LNJAX_CACHE_DIR": str(tmp_path / "cache")}
+
+
+def test_dry_runs_cover_what_gpu_check_sh_runs():
+  """The models and dtype of the script's suite stage are those the dry run below takes
+  from it, and the script's Python stage is gpu_check.py's GPU path (no flag)."""
+  script = open(os.path.join(REPO, "benchmarks", "gpu_check.sh")).read()
+  dtype, models = _suite_stage(script)
+  assert (dtype, models) == ("bfloat16", "lm,mt_iwslt")
+  assert re.search(r'^python benchmarks/gpu_check.py --out "\$out" --stages "\$stages"',
+                   script, re.M)
+
+
+def _suite_stage(script: str) -> tuple[str, str]:
+  m = re.search(r"benchmarks/suite.py --dtype (\S+) \\\n\s+--models (\S+)", script)
+  assert m, "gpu_check.sh's suite command changed: update this test"
+  return m.group(1), m.group(2)
+
+
+@pytest.mark.slow
+def test_gpu_check_models_and_dtypes_run_end_to_end_in_dry_mode(tmp_path):
+  """Every model and dtype of benchmarks/gpu_check.sh at tiny sizes on the CPU: the bf16
+  suite against the PyTorch peer (parameters handed over, initial losses equal, a step
+  timed, the table printed) and gpu_check.py's GPU path (the IWSLT model's kernels in
+  float32 and bf16, cudnn reported as not offered, the run falling back to the
+  repository's Multi30k excerpt as on a machine with no network and no corpus)."""
+  dtype, models = _suite_stage(open(os.path.join(REPO, "benchmarks", "gpu_check.sh")).read())
+  env = _one_device_offline_env(tmp_path)
+  r = subprocess.run([sys.executable, "benchmarks/suite.py", "--dry_run", "--dtype", dtype,
+                      "--models", models], cwd=REPO, env=env, capture_output=True, text=True,
+                     timeout=900)
+  out = r.stdout + r.stderr
+  assert r.returncode == 0, out[-3000:]
+  assert out.count(" at --dry_run sizes |") == len(models.split(",")), out[-3000:]
+  r = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--dry_run"], cwd=REPO,
+                     env=env, capture_output=True, text=True, timeout=900)
+  out = r.stdout + r.stderr
+  assert r.returncode == 0, out[-3000:]
+  assert "| bfloat16 | xla |" in out and "| float32 | plain |" in out, out[-3000:]
+  assert "| bfloat16 | cudnn | — |" in out and "not offered" in out, out[-3000:]
+  assert "Multi30k's first 2,000 pairs" in out and "| completed |" in out, out[-3000:]
+  assert "gpu_check.py: passed" in out
 
 
 @pytest.mark.slow
