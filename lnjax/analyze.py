@@ -24,7 +24,7 @@ from absl import app, flags, logging
 
 from lnjax import allocator
 allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
-from lnjax import fileio
+from lnjax import api, fileio
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The run's workdir (or --hf).")
 _STEP = flags.DEFINE_string("step", "latest", "init | latest | best | a checkpoint step | "
@@ -206,6 +206,9 @@ def main(argv):
           file=sys.stderr)
     sys.exit(2)
   print(f"step {result['step']}: loss {result['loss']:.4f}; report, JSON and plots in {out}")
+
+
+api.callable_module(__name__, analyze)  # lnjax.analyze(workdir, ...): the Python API.
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import sys
 
 from absl import app, flags
 
-from lnjax import cli, errors, fileio, metrics as metrics_lib
+from lnjax import api, cli, errors, fileio, metrics as metrics_lib
 
 
 def _define_flags() -> None:
@@ -152,6 +152,9 @@ def main(argv):
     sys.exit(2)
   print(result["table"])
   print(f"curves in {result['png']}, table in {result['markdown']}")
+
+
+api.callable_module(__name__, compare)  # lnjax.compare(workdirs, ...): the Python API.
 
 
 if __name__ == "__main__":

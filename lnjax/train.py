@@ -10,7 +10,7 @@ import time
 import jax
 import ml_collections
 
-from lnjax import build as build_lib, checkpoint as ckpt_lib, errors, fileio
+from lnjax import api, build as build_lib, checkpoint as ckpt_lib, errors, fileio
 from lnjax import hooks as hooks_lib, lock as lock_lib, loop as loop_lib
 from lnjax import metrics as metrics_lib, preemption, run as run_lib, task as task_lib, tasks
 from lnjax.models import count_params
@@ -316,3 +316,12 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, resumin
   writer.close()
   diverged = next(h for h in hooks if isinstance(h, hooks_lib.Divergence)).diverged_at
   return summary.write(status, diverged if status == hooks_lib.DIVERGED else loop.step)
+
+
+def _train(config, workdir: str) -> dict:
+  """lnjax.train(config, workdir) -> the summary (train_and_evaluate); `config` a
+  ConfigDict or a config's name with its presets ('default:smoke')."""
+  return train_and_evaluate(api.config_of(config), workdir)
+
+
+api.callable_module(__name__, _train)  # lnjax.train(config, workdir): the Python API.

@@ -1,0 +1,103 @@
+"""The Python API, re-exported by `lnjax/__init__.py` (docs/api.md):
+
+  config = lnjax.get_config("lm", "norm=post,smoke")    # a shipped config, or a file's path
+  summary = lnjax.train(config, "/tmp/lm_post")         # trains or resumes; the summary dict
+  run = lnjax.load("/tmp/lm_post")                      # best | latest | a step | avg:N
+  logits_TxV = run.logits("To be, or not")
+  lnjax.analyze("/tmp/lm_post"); lnjax.compare(["/tmp/lm_post", "/tmp/lm_pre"])
+
+`lnjax.train`, `lnjax.analyze` and `lnjax.compare` are the modules of those names, made
+callable (`callable_module`) so that `from lnjax import train` and `python -m
+lnjax.analyze` keep meaning the modules. This module imports nothing heavy at load time:
+the modules it calls are imported inside the functions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import sys
+import types
+from typing import Any, Callable
+
+
+def get_config(name: str, preset: str = ""):
+  """The config `name` with `preset` ('norm=post,smoke'): a config shipped with lnjax
+  (lnjax.configs.names(): default, lm, multi30k_de_en, ...), or a config file's path.
+  The config is locked (no new keys) but its values can be changed before training."""
+  from lnjax import configs, errors, sweep
+
+  if name in configs.names():
+    module = importlib.import_module(f"lnjax.configs.{name}")
+  elif name.endswith(".py"):
+    module = sweep.load_config_module(name)
+  else:
+    raise errors.ConfigError(f"config {name!r}: neither a config file (.py) nor a shipped "
+                             f"config ({', '.join(configs.names())})")
+  return module.get_config(preset or None)
+
+
+def config_of(config) -> Any:
+  """A ConfigDict as it is; a name with presets ('default:smoke') loaded by get_config."""
+  if isinstance(config, str):
+    name, _, preset = config.partition(":")
+    return get_config(name, preset)
+  return config
+
+
+@dataclasses.dataclass
+class Loaded:
+  """A trained run ready to use: the model, its parameters, config and tokenizer.
+
+  encode(text) -> token ids; decode(ids) -> text; logits(*inputs) -> the model's output
+  for inputs given as text or ids (an LM: one text -> logits_TxV; a translation model:
+  source, target prefix -> logits_TxV), a batch axis added and removed for 1-D inputs.
+  """
+
+  config: Any  # ml_collections.ConfigDict: the run's config.json, completed.
+  model: Any  # The flax module (lnjax.models).
+  params: Any
+  tokenizer: Any  # The run's tokenizer: encode(text) -> ids, decode(ids) -> text.
+  step: int  # The step of the (latest, for an average) checkpoint.
+  label: str  # 'step20', or 'avg2-step20' for the mean of 2 checkpoints.
+
+  def encode(self, text: str):
+    return self.tokenizer.encode(text)
+
+  def decode(self, ids) -> str:
+    import numpy as np
+    return self.tokenizer.decode([int(i) for i in np.asarray(ids).reshape(-1)])
+
+  def logits(self, *inputs):
+    import jax
+    import numpy as np
+
+    arrays = [np.asarray(self.encode(x) if isinstance(x, str) else x, np.int32)
+              for x in inputs]
+    single = all(a.ndim == 1 for a in arrays)
+    batch = [a[None] if single else a for a in arrays]
+    out = self.model.apply({"params": self.params}, *batch, deterministic=True)
+    return jax.tree.map(lambda x: np.asarray(x[0] if single else x), out)
+
+
+def load(workdir: str, checkpoint: str = "latest") -> Loaded:
+  """The run in `workdir` at `checkpoint`: 'best' (translation's best BLEU), 'latest', a
+  step (20 or '20'), or 'avg:N' (the mean of the last N checkpoints' parameters), on the
+  first local device."""
+  from lnjax import averaging, build
+
+  mesh = build.one_device_mesh()
+  chosen = averaging.restore(workdir, str(checkpoint), mesh, flag="checkpoint")
+  b = build.build(chosen.restored.config, mesh, whole_data=True)
+  return Loaded(b.config, b.setup.model, chosen.params, b.data.tokenizer,
+                chosen.restored.step, chosen.label)
+
+
+def callable_module(name: str, function: Callable) -> None:
+  """Makes the module `name` callable as `function` while it stays the module, by giving
+  it a subclass of ModuleType with __call__ (the Python reference's "Customizing module
+  attribute access" sets a module's __class__ the same way)."""
+  module = sys.modules[name]
+  module.__class__ = type("CallableModule", (types.ModuleType,), {
+      "__call__": lambda self, *args, **kwargs: function(*args, **kwargs),
+      "__doc__": function.__doc__})
