@@ -606,9 +606,9 @@ def test_ngpt_matrices_stay_on_the_unit_sphere():
   adam = optim.make_optimizer(opt_cfg, optax.constant_schedule(0.05))
   loss = lambda p: optax.softmax_cross_entropy_with_integer_labels(
       model.apply({"params": p}, TOKENS[:, :-1]), TOKENS[:, 1:]).mean()
-  grads = jax.grad(loss)(params)
-  new = optax.apply_updates(params, tx.update(grads, tx.init(params), params)[0])
-  plain = optax.apply_updates(params, adam.update(grads, adam.init(params), params)[0])
+  grads = jax.jit(jax.grad(loss))(params)
+  step = lambda t: jax.jit(lambda p, g: optax.apply_updates(p, t.update(g, t.init(p), p)[0]))
+  new, plain = step(tx)(params, grads), step(adam)(params, grads)
 
   def check_step(path, p_new, p_plain):
     axis = axis_of(tuple(k.key for k in path))
