@@ -92,7 +92,7 @@ def make_batches(task: str, tok: hf_tokenizer.HFTokenizer, text: str, seq_len: i
 
 
 def analyze_flags(source: str | None, text_file: str | None, output: str | None,
-                  num_batches: int, lr: float | None, report=None):
+                  num_batches: int, lr: float | None, *, report):
   """`analyze` on lnjax.analyze's flags, each checked first."""
   if source is None:
     raise HFError("lnjax.analyze needs --workdir=RUN or --hf=DIR_OR_NAME")
@@ -105,11 +105,11 @@ def analyze_flags(source: str | None, text_file: str | None, output: str | None,
 
 
 def analyze(source: str, text_file: str, output: str | None = None, num_batches: int = 4,
-            lr: float | None = None, seq_len: int = 128, batch_size: int = 4, report=None):
+            lr: float | None = None, seq_len: int = 128, batch_size: int = 4, *, report):
   """Writes analysis.json, report.md and plots of the imported model into `output`
-  (default: ./hf_analysis/<name>); returns (result, output). `report(result, output)`
-  writes lnjax.analyze's report.md and plots (its own by default; lnjax.analyze's command
-  line, whose flags live in its __main__, passes them in)."""
+  (default: ./hf_analysis/<name>); returns (result, output). `report(result, output)`:
+  lnjax.analyze's writer of report.md and the plots, handed in by lnjax.analyze (which
+  imports this module)."""
   import jax
 
   from lnjax import optim, state as state_lib, tasks
@@ -153,16 +153,9 @@ def analyze(source: str, text_file: str, output: str | None = None, num_batches:
   out = output or os.path.join("hf_analysis", name)
   fileio.makedirs(out)
   fileio.write_text(os.path.join(out, "analysis.json"), json.dumps(result, indent=1))
-  (report or _lnjax_report)(result, out)
+  report(result, out)
   _removal_report(result, out)
   return result, out
-
-
-def _lnjax_report(result: dict, out: str) -> None:
-  from lnjax import analyze as analyze_lib
-
-  analyze_lib._plots(result, out)
-  analyze_lib._report(result, out)
 
 
 def _removal_report(result: dict, out: str) -> None:
