@@ -21,7 +21,7 @@ import jax
 import ml_collections
 from jax.sharding import Mesh
 
-from lnjax import errors, optim, progress as progress_lib, run as run_lib, sharding
+from lnjax import errors, health, optim, progress as progress_lib, run as run_lib, sharding
 from lnjax import state as state_lib, steps, task as task_lib
 
 
@@ -34,7 +34,8 @@ class Built:
   setup: state_lib.Setup
   state_sharding: Any
   batch_sharding: Any
-  train_step: Any  # jitted (state, batch[, lr_scale=s]) -> (state, metrics); state donated.
+  train_step: Any  # jitted (state, batch[, lr_scale=s, activations=a]) -> (state, metrics);
+  # state donated.
   eval_step: Any  # jitted (params, batch) -> (NLL sum, target count).
   data_seconds: float = 0.0  # Time the data took to prepare (corpus, tokenizer).
 
@@ -86,14 +87,22 @@ def build(config: ml_collections.ConfigDict, mesh: Mesh | None = None, *,
   config, run = _complete_config(config, run, data)
   setup = state_lib.make_setup(run.model, run.opt, run.train.num_steps, data.steps_per_epoch,
                                task=run.task)
+  if run.train.on_instability == "skip":  # The 6σ skip-step rule inside the optimizer.
+    setup = dataclasses.replace(setup, tx=health.skip_spikes(setup.tx))
   batch_sharding = sharding.batch_sharding(mesh)
   state_sharding = state_lib.state_shardings(setup, mesh)
-  train_step = jax.jit(
-      functools.partial(steps.train_step, setup=setup, label_smoothing=run.train.label_smoothing,
-                        seed=run.seed, log_grad_norms=run.train.log_grad_norms),
-      in_shardings=(state_sharding, batch_sharding),
-      out_shardings=(state_sharding, sharding.replicated(mesh)),
-      static_argnames=("lr_scale",), donate_argnums=0)
+
+  @functools.cache
+  def compiled(lr_scale: float, activations: bool):  # (jit takes no keyword arguments
+    return jax.jit(functools.partial(  # with in_shardings: one program per variant.)
+        steps.train_step, setup=setup, label_smoothing=run.train.label_smoothing,
+        seed=run.seed, log_grad_norms=run.train.log_grad_norms,
+        health=run.train.health != "off", lr_scale=lr_scale, activations=activations),
+        in_shardings=(state_sharding, batch_sharding),
+        out_shardings=(state_sharding, sharding.replicated(mesh)), donate_argnums=0)
+
+  def train_step(state, batch, *, lr_scale: float = 1.0, activations: bool = False):
+    return compiled(float(lr_scale), bool(activations))(state, batch)
   eval_step = jax.jit(functools.partial(steps.eval_step, setup=setup),
                       in_shardings=(state_sharding.params, batch_sharding),
                       out_shardings=sharding.replicated(mesh))

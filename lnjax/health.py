@@ -146,10 +146,14 @@ class EarlyWarning:
       del history[:-self.window]
     return sorted(warnings, key=lambda w: -w["ratio"])
 
-  def reset(self) -> None:
-    """Forgets every history (after a rollback, the restored state starts afresh)."""
-    self._history.clear()
-    self._alarmed.clear()
+  def history(self) -> dict:
+    """What a checkpoint keeps (JSON), so that a resumed run warns as an uninterrupted one."""
+    return {"series": {k: list(v) for k, v in self._history.items()},
+            "alarmed": sorted(self._alarmed)}
+
+  def set_history(self, saved: dict) -> None:
+    self._history = {k: list(v) for k, v in saved.get("series", {}).items()}
+    self._alarmed = set(saved.get("alarmed", []))
 
 
 def warning_line(w: dict, window: int) -> str:
@@ -187,8 +191,11 @@ class SigmaRule:
       del history[:-self.window]
     return spikes
 
-  def reset(self) -> None:
-    self._history.clear()
+  def history(self) -> dict:
+    return {k: list(v) for k, v in self._history.items()}
+
+  def set_history(self, saved: dict) -> None:
+    self._history = {k: list(v) for k, v in saved.items()}
 
 
 # ---- The skip-step rule inside the optimizer. ----------------------------------------------

@@ -34,6 +34,18 @@ class TrainConfig:
   # <workdir>/profile (TensorBoard's profile plugin). "" = off.
   wandb_project: str = ""  # Weights & Biases project receiving the same scalars and the
   # config (WANDB_MODE=offline: files under <workdir>/wandb/ for `wandb sync`). "" = off.
+  health: str = "warn"  # off | log: per-layer health/ statistics at log steps (lnjax/health.py)
+  # | warn: also the early warning, a line and a metrics record when a layer's update RMS
+  # (per unit of learning rate) jumps 3× above its 100-step median.
+  on_instability: str = "none"  # none | skip: no update when the loss or grad norm is 6σ
+  # above its trailing 128 steps | rollback: on a warning or such a spike, back to the
+  # newest checkpoint >= rollback_steps old, then past rollback_skip_batches batches.
+  rollback_steps: int = 100  # K (PaLM restarted ~100 steps before a spike).
+  rollback_skip_batches: int = 200  # B: batches dropped after a rollback (PaLM: 200-500).
+  rollback_lr_factor: float = 1.0  # The learning rate ×= this at each rollback (1 = kept).
+  max_rollbacks: int = 3  # R: rollbacks per run; later spikes run their course.
+  inject_fault: str = ""  # Tests of recovery only: "garbage:STEP:N" (N batches of random
+  # tokens from STEP) or "lr_spike:STEP:N:FACTOR" (lr ×FACTOR for N steps); fires once.
 
   def __post_init__(self):
     for key in ("num_steps", "log_every_steps", "eval_every_steps", "checkpoint_every_steps",
@@ -44,7 +56,33 @@ class TrainConfig:
     errors.check_range("train.label_smoothing", self.label_smoothing, low=0.0, high=1.0,
                        high_open=True)
     errors.check_range("train.divergence_factor", self.divergence_factor, low=0.0)
+    errors.check_choice("train.health", self.health, ("off", "log", "warn"))
+    errors.check_choice("train.on_instability", self.on_instability,
+                        ("none", "skip", "rollback"))
+    within = self.num_steps if self.on_instability == "rollback" else None  # (K, B <= run)
+    errors.check_int("train.rollback_steps", self.rollback_steps, 1, within)
+    errors.check_int("train.rollback_skip_batches", self.rollback_skip_batches, 0, within)
+    errors.check_range("train.rollback_lr_factor", self.rollback_lr_factor, low=0.0, high=1.0,
+                       low_open=True)
+    errors.check_int("train.max_rollbacks", self.max_rollbacks, 1)
+    self.fault()  # Refuses a malformed one now.
     self.profile_range()  # Refuses a malformed one now, before any compute.
+
+  def fault(self) -> tuple[str, int, int, float] | None:
+    """train.inject_fault as (kind, first step, steps, lr factor); None if unset."""
+    if not self.inject_fault:
+      return None
+    parts = str(self.inject_fault).split(":")
+    try:
+      kind, step, n = parts[0], int(parts[1]), int(parts[2])
+      factor = float(parts[3]) if kind == "lr_spike" else 1.0
+      ok = (kind, len(parts)) in (("garbage", 3), ("lr_spike", 4)) and step >= 1 and n >= 1
+    except (ValueError, IndexError):
+      ok = False
+    if not ok:
+      raise errors.ConfigError(f"train.inject_fault={self.inject_fault!r} must be "
+                               "'garbage:STEP:N' or 'lr_spike:STEP:N:FACTOR' (STEP, N >= 1)")
+    return kind, step, n, factor
 
   def profile_range(self) -> tuple[int, int] | None:
     """train.profile_steps as (first, last) step, both included; None if unset."""

@@ -11,7 +11,7 @@ import jax
 import ml_collections
 
 from lnjax import api, build as build_lib, checkpoint as ckpt_lib, errors, fileio
-from lnjax import hooks as hooks_lib, lock as lock_lib, loop as loop_lib
+from lnjax import health_hooks, hooks as hooks_lib, lock as lock_lib, loop as loop_lib
 from lnjax import metrics as metrics_lib, preemption, run as run_lib, task as task_lib, tasks
 from lnjax.models import count_params
 from lnjax.steps import eval_step, train_step  # noqa: F401  (train.train_step: its old home)
@@ -24,7 +24,7 @@ FAILED = "failed"  # summary.json of a run ended by a refusal (a save, a data se
 # Keys that may change between an interrupted run and its resumption.
 RESUMABLE_KEYS = ("train.num_steps", "train.log_every_steps", "train.eval_every_steps",
                   "train.checkpoint_every_steps", "train.keep_checkpoints", "train.tensorboard",
-                  "train.log_grad_norms", "train.divergence_factor",
+                  "train.log_grad_norms", "train.divergence_factor", "train.health",
                   "train.compilation_cache_dir", "train.profile_steps", "train.wandb_project",
                   "data.data_dir", "data.cache_dir", "mesh.data", "mesh.fsdp", "mesh.model",
                   "mesh.dcn_data", "mesh.dcn_fsdp", "mesh.dcn_model")
@@ -190,6 +190,7 @@ class Summary:
     self.earlier, self.lock, self.t_start = earlier, lock, t_start
     self.last_finite = self.first_step_seconds = self.best_value = None
     self.last_eval = {}
+    self.instability_actions = []  # Recovery's (train.on_instability), in order.
 
   def summary(self, status: str, step: int) -> dict:
     run, earlier = self.b.run, self.earlier
@@ -215,6 +216,8 @@ class Summary:
             0.0 if finished_before else time.perf_counter() - self.t_start), 1),
         # This segment's first step, compilation included (a compilation cache shortens it).
         "first_step_seconds": self.first_step_seconds,
+        **({"instability_actions": self.instability_actions}
+           if self.instability_actions else {}),
         "workdir": fileio.abspath(self.workdir),
     }
 
@@ -258,8 +261,18 @@ def _hooks(b: build_lib.Built, workdir: str, first_step: int, checkpoints) -> li
   max_loss = (run.train.divergence_factor * math.log(data.vocab_size)
               if run.train.divergence_factor else math.inf)
   profile = run.train.profile_range()
+  health = (health_hooks.Health(run.train.health, run.train.log_every_steps,
+                                run.train.num_steps) if run.train.health != "off" else None)
+  fault = run.train.fault()
   return [
+      *([health_hooks.FaultInjection(*fault, data.vocab_size, run.seed)] if fault else []),
       hooks_lib.Preemption(),
+      *([health] if health else []),
+      *([health_hooks.Recovery(
+          run.train.on_instability, health, checkpoints.manager.all_steps,
+          rollback_steps=run.train.rollback_steps, skip_batches=run.train.rollback_skip_batches,
+          lr_factor=run.train.rollback_lr_factor, max_rollbacks=run.train.max_rollbacks)]
+        if run.train.on_instability != "none" else []),
       hooks_lib.Divergence(max_loss),
       hooks_lib.Logging(run.train.log_every_steps, run.train.num_steps, first_step,
                         task_lib.num_train_shapes(data)),
@@ -306,7 +319,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, resumin
     return restored
 
   hooks = _hooks(b, workdir, first_step, checkpoints)
-  loop = loop_lib.Loop(state=state, train_step=b.train_step, train_iter=train_iter,
+  health = next((h for h in hooks if isinstance(h, health_hooks.Health)), None)
+  loop = loop_lib.Loop(state=state, train_step=health.wrap(b.train_step) if health else
+                       b.train_step, train_iter=train_iter,
                        batch_sharding=b.batch_sharding, num_steps=run.train.num_steps,
                        hooks=hooks, workdir=workdir, writer=writer, summary=summary, log=log,
                        restore=restore)
