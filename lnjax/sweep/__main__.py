@@ -5,6 +5,8 @@ r"""Launches a sweep of a config file's `get_sweep(arg)`, or gathers its report.
       [--config.train.num_steps=300]          # fixed overrides: every run, not in names
   python -m lnjax.sweep --config=configs/lm.py:size=course --sweep=course --workdir=/tmp/course --report
   python -m lnjax.sweep ... --dry_run         # the runs and their commands; launches nothing
+  python -m lnjax.sweep --config=configs/lm.py:smoke --workdir=/tmp/grid \
+      --grid='model.norm_position=pre,post opt.learning_rate=1e-3,3e-3'   # no get_sweep needed
   python -m lnjax.sweep ... --backend=slurm [--nodes_per_run=2] [--sbatch_args="--gpus-per-node=8"]
                                               # a SLURM job array (lnjax/sweep/slurm.py)
   python -m lnjax.sweep ... --backend=ray --ray_address=HEAD:6379 [--platform=gpu --devices_per_run=8]
@@ -31,6 +33,8 @@ from lnjax.sweep import launcher as launcher_lib
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file[:presets] whose "
                                           "get_sweep(arg) gives the runs.", lock_config=True)
 _SWEEP = flags.DEFINE_string("sweep", None, "The argument of get_sweep: which sweep.")
+_GRID = flags.DEFINE_string("grid", None, "Instead of --sweep: every combination of "
+                            "'KEY=V1,V2 KEY=V1,V2' on the base config (lnjax/sweep/grid.py).")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Root folder: one folder per run, the report.")
 _BACKEND = flags.DEFINE_enum("backend", "local", ["local", "slurm", "ray"],
                              "local: runs on this machine's devices; slurm: a job array; "
@@ -59,7 +63,7 @@ _TABLE_EVERY = flags.DEFINE_float("table_every_seconds", 60.0,
                                   "Progress table period when the output is not a terminal.")
 _GRACE = flags.DEFINE_float("grace_seconds", 600.0, "After SIGINT/SIGTERM, how long runs "
                             "may take to save before they are killed.")
-flags.mark_flags_as_required(["config", "sweep", "workdir"])
+flags.mark_flags_as_required(["config", "workdir"])
 
 
 def main(argv):
@@ -69,10 +73,10 @@ def main(argv):
   fixed = config_flags.get_override_values(flags.FLAGS["config"])
   root = _WORKDIR.value
   try:
-    runs = sweep_lib.expand(config_arg, _SWEEP.value, fixed)
+    runs = _runs(config_arg, fixed)
     if _REPORT.value:
       from lnjax.sweep import report  # matplotlib only when asked for.
-      result = report.write(root, runs, title=f"Sweep {config_arg} --sweep={_SWEEP.value}",
+      result = report.write(root, runs, title=f"Sweep {config_arg} {_what()}",
                             command=_command_line())
       print("\n".join(result["markdown"]))
       print(f"\nReport: {result['paths']['report.md']} (with results.csv, results.json, "
@@ -109,6 +113,22 @@ def main(argv):
     _fail(str(e), e.exit_code)
   print(f"Report: {_command_line()} --report")
   sys.exit(code)
+
+
+def _runs(config_arg: str, fixed: dict) -> list:
+  """The runs of --grid, or of the config's get_sweep(--sweep) (get_sweep(None) without
+  --sweep: a config whose get_sweep takes no argument needs none)."""
+  if _SWEEP.value is not None and _GRID.value is not None:
+    raise errors.ConfigError("give --sweep=NAME (the config's get_sweep) or "
+                             "--grid='KEY=V1,V2 ...', not both")
+  if _GRID.value is not None:
+    from lnjax.sweep import grid
+    return grid.runs(config_arg, _GRID.value, fixed)
+  return sweep_lib.expand(config_arg, _SWEEP.value, fixed)
+
+
+def _what() -> str:
+  return f"--sweep={_SWEEP.value}" if _GRID.value is None else f"--grid={shlex.quote(_GRID.value)}"
 
 
 def _command_line() -> str:

@@ -1,0 +1,62 @@
+"""--grid: a sweep on the command line (lnjax/sweep/grid.py), no get_sweep needed."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from lnjax import errors, sweep
+from lnjax.sweep import grid
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LM_SMOKE = os.path.join(REPO, "configs", "lm.py") + ":smoke"
+
+
+def test_grid_is_the_product_with_values_of_the_configs_types():
+  runs = grid.runs(LM_SMOKE, "model.norm_position=pre,post opt.learning_rate=1e-3,3e-3",
+                   {"train.num_steps": 7})
+  assert [r.name for r in runs] == ["norm=pre,lr=0.001", "norm=pre,lr=0.003",
+                                    "norm=post,lr=0.001", "norm=post,lr=0.003"]
+  assert runs[3].overrides == {"model.norm_position": "post", "opt.learning_rate": 0.003}
+  assert [r.setting("train.num_steps") for r in runs] == [7] * 4
+  assert runs[1].setting("model.num_layers") == 2  # The smoke preset's, untouched.
+  base = sweep.base_config(LM_SMOKE)
+  assert grid.parse("train.num_steps=5,10 model.scan_layers=true", base) == [
+      {"train.num_steps": 5, "model.scan_layers": True},
+      {"train.num_steps": 10, "model.scan_layers": True}]
+  assert isinstance(grid.parse("opt.learning_rate=1", base)[0]["opt.learning_rate"], float)
+
+
+@pytest.mark.parametrize("text,message", [
+    ("opt.lr=1e-3", "unknown config key opt.lr"),
+    ("train.num_steps=0.5", "is not a int"),
+    ("model.norm_position", "must be KEY=VALUE"),
+    ("model.norm_position=pre,,post", "must be KEY=VALUE"),
+    ("opt=adam", "is a section"),
+    ("", "is empty"),
+])
+def test_grid_refuses_bad_items(text, message):
+  with pytest.raises(errors.ConfigError, match=message):
+    grid.parse(text, sweep.base_config(LM_SMOKE))
+
+
+def _sweep(tmp_path, *args):
+  return subprocess.run([sys.executable, "-m", "lnjax.sweep", "--config=lm:smoke",
+                         f"--workdir={tmp_path / 'grid'}", *args], cwd=tmp_path,
+                        capture_output=True, text=True, timeout=300,
+                        env={**os.environ, "PYTHONPATH": REPO})
+
+
+@pytest.mark.slow
+def test_grid_on_the_command_line_without_sweep(tmp_path):
+  r = _sweep(tmp_path, "--grid", "model.norm_position=pre,post opt.learning_rate=1e-3,3e-3",
+             "--config.train.num_steps=9", "--dry_run")
+  assert r.returncode == 0, r.stderr[-2000:]
+  names = [l for l in r.stdout.splitlines() if l and not l.startswith(" ")]
+  assert names == ["norm=pre,lr=0.001", "norm=pre,lr=0.003", "norm=post,lr=0.001",
+                   "norm=post,lr=0.003"], r.stdout
+  assert "--config.model.norm_position=post --config.opt.learning_rate=0.003" in r.stdout
+  assert r.stdout.count("--config.train.num_steps=9") == 4
+  both = _sweep(tmp_path, "--grid=opt.learning_rate=1e-3", "--sweep=seeds", "--dry_run")
+  assert both.returncode == 2 and "not both" in both.stderr, both.stderr
