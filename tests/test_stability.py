@@ -1,0 +1,201 @@
+"""The stability search (python -m lnjax.stability, lnjax/sweep/search.py): the bisection
+against a pure-Python oracle whose threshold is known, the range test's bracket, the
+definition of a stable run, refusals, and one search on the LM smoke preset killed and
+resumed."""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from lnjax.sweep import search
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def search_with_oracle(threshold: float, start: search.Bracket, tolerance=1.4, widen=10.0,
+                       results=None, stop_after=None):
+  """Runs the search against `stable(lr) = lr <= threshold`; returns (outcome, the rates
+  probed in order). A probe asked twice fails the test."""
+  results = {} if results is None else results
+  asked = []
+  while True:
+    outcome = search.replay(start, results, tolerance, widen)
+    if outcome.next_lr is None or (stop_after is not None and len(asked) == stop_after):
+      return outcome, asked
+    assert outcome.next_lr not in results, f"probe {outcome.next_lr} asked again"
+    asked.append(outcome.next_lr)
+    results[outcome.next_lr] = outcome.next_lr <= threshold
+
+
+@pytest.mark.parametrize("threshold", [1.3e-4, 4.2e-4, 1e-3, 2.7e-3, 8.1e-3])
+def test_bisection_finds_the_threshold_within_tolerance_in_the_predicted_probes(threshold):
+  start, tolerance = search.Bracket(1e-4, 1e-2), 1.4
+  outcome, asked = search_with_oracle(threshold, start, tolerance)
+  assert outcome.status == search.FOUND
+  assert outcome.lower <= threshold < outcome.upper
+  assert outcome.upper / outcome.lower <= tolerance
+  # ⌈log₂(ln 100 / ln 1.4)⌉ = 4 bisections; a threshold in the bracket's lowest or highest
+  # final interval also probes the end the bisection never tested.
+  n = search.predicted_probes(1e-4, 1e-2, tolerance)
+  assert n == 4
+  bisection = [lr <= threshold for lr in asked[:n]]
+  untested_end = all(bisection) or not any(bisection)
+  assert len(asked) == n + untested_end
+  assert all(a < b for a, b in zip(sorted(asked), sorted(asked)[1:]))  # No rate twice.
+
+
+def test_a_low_end_that_fails_is_widened_once_then_the_cell_stops():
+  start = search.Bracket(1e-4, 1e-2)
+  outcome, asked = search_with_oracle(3e-5, start)  # Below the bracket, above its widening.
+  assert outcome.status == search.FOUND and outcome.lower <= 3e-5 < outcome.upper
+  assert outcome.events == ("the bracket's low end 0.0001 is unstable: widened once, to 1e-05",)
+  outcome, asked = search_with_oracle(5e-6, start)  # Below the widened low end too.
+  assert outcome.status == search.BELOW and outcome.lower is None and outcome.upper == 1e-5
+  assert asked[-1] == 1e-5
+  assert len(asked) == 4 + 1 + 3 + 1  # Bisection, low end, bisection of [1e-5, 1e-4], its low end.
+
+
+def test_a_high_end_that_holds_is_widened_once():
+  start = search.Bracket(1e-4, 1e-2)
+  outcome, _ = search_with_oracle(0.03, start)
+  assert outcome.status == search.FOUND and outcome.lower <= 0.03 < outcome.upper
+  outcome, _ = search_with_oracle(5.0, start)
+  assert outcome.status == search.ABOVE and outcome.lower == 0.1 and outcome.upper is None
+
+
+@pytest.mark.parametrize("killed_after", [0, 1, 2, 3, 4])
+def test_a_killed_search_resumes_without_repeating_a_probe(killed_after):
+  """The recorded results alone (what search.json keeps) continue the search: the
+  probes after the kill and before it are disjoint and together the uninterrupted ones."""
+  start, threshold = search.Bracket(1e-4, 1e-2), 6e-4
+  full, full_asked = search_with_oracle(threshold, start)
+  results = {}
+  _, before = search_with_oracle(threshold, start, results=results, stop_after=killed_after)
+  recorded = json.loads(json.dumps({f"{k:g}": v for k, v in results.items()}))
+  resumed, after = search_with_oracle(threshold, start,
+                                      results={float(k): v for k, v in recorded.items()})
+  assert not set(before) & set(after)
+  assert before + after == full_asked and resumed == full
+
+
+def test_predicted_probes():
+  assert search.predicted_probes(1e-3, 1e-2, 1.5) == math.ceil(math.log2(math.log(10) / math.log(1.5)))
+  assert search.predicted_probes(1e-3, 1.2e-3, 1.5) == 0
+
+
+def test_the_range_test_bracket_is_where_the_loss_stops_improving_and_where_it_blows_up():
+  gamma = search.range_test_growth(1e-5, 1.0, 101)
+  assert gamma == pytest.approx(10 ** 0.05)
+  rates = [1e-5 * gamma ** t for t in range(101)]
+  # A loss that falls until lr 1e-2 (t = 60), then climbs back past its initial value.
+  losses = [4.0 - 2.0 * t / 60 if t <= 60 else 2.0 + 0.2 * (t - 60) for t in range(101)]
+  records = [{"step": t + 1, "learning_rate": lr, "train_loss": loss}
+             for t, (lr, loss) in enumerate(zip(rates, losses))]
+  b = search.bracket(records, 1.0, diverged=False)
+  assert 1e-2 <= b.lo <= 1.3e-2  # The smoothed minimum lags the true one by a step or two.
+  assert 1.3e-2 < b.hi < 1e-1 and "half-way" in b.note
+  # A run that ends diverged with NaN: the high end is the first non-finite step's rate.
+  records[70]["train_loss"] = float("nan")
+  b = search.bracket(records[:71], 1.0, diverged=True)
+  assert b.hi <= rates[70] * 1.001
+  # A loss that never blows up: the high end is lr_max.
+  calm = [{"step": t, "learning_rate": lr, "train_loss": 4.0 - t / 100}
+          for t, lr in enumerate(rates)]
+  b = search.bracket(calm, 1.0, diverged=False)
+  assert b.hi == 1.0 and b.lo <= 0.5 and "never blew up" in b.note
+
+
+def test_the_definition_of_stable():
+  stable = search.Stable(steps=100, divergence_factor=2.0, margin_nats=0.1)
+  text = stable.describe(3)
+  assert "3 seed(s)" in text and "100 steps" in text and "0.1 nats" in text and "2 × ln V" in text
+  ok = {"status": "completed", "num_steps": 100, "eval_loss": 3.0, "unigram_baseline": 3.3}
+  assert stable.judge(ok)[0] is True
+  assert stable.judge({**ok, "eval_loss": 3.25})[0] is False  # Only 0.05 nats below.
+  assert stable.judge({**ok, "status": "diverged"})[0] is False
+  assert stable.judge({**ok, "num_steps": 50})[0] is None  # Another length: not judged.
+  assert stable.judge({**ok, "status": "running"})[0] is None
+  assert search.probe_result([True, True, True]) is True
+  assert search.probe_result([True, None, False]) is False
+  assert search.probe_result([True, None]) is None
+
+
+def _stability(workdir, *flags, **kw):
+  return subprocess.run(
+      [sys.executable, "-m", "lnjax.stability", "--config=configs/lm.py:smoke",
+       f"--workdir={workdir}", *flags], cwd=REPO, capture_output=True, text=True, **kw)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--placements="], "--placements is empty"),
+    pytest.param(["--depths=0"], "--depths=0: the model cannot be built with Post-LN: "
+                 "model.num_layers=0", marks=pytest.mark.slow),
+    pytest.param(["--warmups=20"], "--warmups=20: a warm-up must be >= 0 and shorter than "
+                 "--probe_steps=20", marks=pytest.mark.slow),
+])
+def test_refusals_are_one_line_and_exit_2(tmp_path, flags, message):
+  out = _stability(tmp_path / "s", *flags, timeout=300)
+  assert out.returncode == 2, out.stderr
+  assert out.stderr.strip().splitlines() == [f"lnjax.stability: error: {message}"] or (
+      len(out.stderr.strip().splitlines()) == 1 and message in out.stderr), out.stderr
+  assert not (tmp_path / "s").exists()
+
+
+def _launches(run_dir) -> int:
+  with open(os.path.join(run_dir, "log.txt")) as f:
+    return sum(line.startswith("=== ") and "sweep launch" in line for line in f)
+
+
+@pytest.mark.slow
+def test_smoke_search_writes_its_results_and_a_killed_search_resumes(tmp_path):
+  """One placement on the LM smoke preset, one seed, a tolerance wide enough that the range
+  test's bracket is only checked at its ends (2 probes): killed once the range test is
+  recorded, relaunched to the end, then launched again (nothing left to run)."""
+  workdir = tmp_path / "search"
+  flags = ["--placements=pre", "--seeds=1", "--probe_steps=20", "--tolerance=1000",
+           "--margin_nats=-1"]
+  proc = subprocess.Popen(
+      [sys.executable, "-m", "lnjax.stability", "--config=configs/lm.py:smoke",
+       f"--workdir={workdir}", *flags], cwd=REPO, stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT, text=True)
+  state_path = workdir / "search.json"
+  deadline = time.monotonic() + 600
+  while time.monotonic() < deadline and proc.poll() is None:
+    state = json.loads(state_path.read_text()) if state_path.exists() else {}
+    if state.get("range_tests"):
+      break
+    time.sleep(0.5)
+  proc.send_signal(signal.SIGTERM)
+  proc.communicate(timeout=600)
+  state = json.loads(state_path.read_text())
+  assert list(state["range_tests"]) == ["pre/2"]
+
+  out = _stability(workdir, *flags, timeout=900)
+  assert out.returncode == 0, out.stdout + out.stderr
+  assert "stable: in each of 1 seed(s), the run finishes 20 steps" in out.stdout
+  for name in ("stability.md", "stability.json", "stability.png", "search.json"):
+    assert (workdir / name).stat().st_size > 0
+  result = json.loads((workdir / "stability.json").read_text())
+  (cell,) = result["cells"]
+  assert cell["status"] in (search.FOUND, search.ABOVE, search.BELOW)
+  assert cell["placement"] == "pre" and cell["depth"] == 2 and cell["warmup"] == 0
+  assert "Pre-LN" in (workdir / "stability.md").read_text()
+  runs = sorted(os.listdir(workdir / "runs"))
+  probes = [r for r in runs if r.startswith("norm=pre")]
+  assert len(probes) == len(cell["probes"]) >= 2
+  # The range test finished before the kill and ran once; a probe launched twice is one
+  # the kill stopped before it finished (at most the first).
+  assert _launches(workdir / "runs" / "range_test,norm=pre,layers=2") == 1
+  launches = {p: _launches(workdir / "runs" / p) for p in probes}
+  assert sum(launches.values()) <= len(probes) + 1, launches
+
+  again = _stability(workdir, *flags, timeout=600)
+  assert again.returncode == 0 and "-- round" not in again.stdout, again.stdout
+  assert sorted(os.listdir(workdir / "runs")) == runs
+  assert {p: _launches(workdir / "runs" / p) for p in probes} == launches
