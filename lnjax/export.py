@@ -139,25 +139,20 @@ def load(folder: str, dtype: str | None = "float32") -> Exported:
 
 def main(argv):
   if len(argv) > 1:
-    _fail(f"unexpected arguments: {' '.join(argv[1:])}")
+    cli.fail(f"unexpected arguments: {' '.join(argv[1:])}")
   logging.set_verbosity(logging.FATAL)
   f = flags.FLAGS
   output = f.output or os.path.join(f.workdir, "export")
   try:
     result = export(f.workdir, output, f.checkpoint, f.dtype, f.format)
   except errors.LnjaxError as e:
-    _fail(str(e), e.exit_code)
+    cli.fail(str(e), e.exit_code)
   except OSError as e:
-    _fail(f"{e.strerror or e}{f': {e.filename}' if e.filename else ''}")
+    cli.fail(f"{e.strerror or e}{f': {e.filename}' if e.filename else ''}")
   print(f"{result['num_parameters']:,} parameters ({result['dtype']}, checkpoint "
         f"{result['checkpoint']}, steps {', '.join(map(str, result['steps']))}) in {output}: "
         f"{', '.join(result['files'])}; load with "
         f"{result.get('load', f'lnjax.export.load({output!r})')}")
-
-
-def _fail(message: str, code: int = 2):
-  print(f"lnjax: error: {message}", file=sys.stderr, flush=True)
-  sys.exit(code)
 
 
 if __name__ == "__main__":  # Flags only for the command line (the module is a library too).

@@ -30,9 +30,10 @@ import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from lnjax import errors, fileio, sections
+from lnjax import cli, errors, fileio, sections
 
 FINETUNE_CONFIG_FILE = "finetune_config.json"
+PROG = "lnjax.finetune"  # The errors' prefix.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,13 +197,20 @@ def format_summary(s: dict) -> str:
 
 def main(argv):
   if len(argv) > 1:
-    sys.exit(f"lnjax.finetune: error: unexpected arguments: {' '.join(argv[1:])}")
+    cli.fail(f"unexpected arguments: {' '.join(argv[1:])}", prog=PROG)
   logging.set_verbosity(logging.WARNING)
+  from lnjax import preemption  # Imported late: JAX starts after flags.
   try:
-    summary = finetune(_CONFIG.value, _WORKDIR.value)
+    with preemption.Stop():  # Each seed's run saves on a stop; before one, a clean exit.
+      summary = finetune(_CONFIG.value, _WORKDIR.value)
+  except preemption.Preempted as e:
+    print(f"{e}: stopped before a seed's first step; run the same command to resume.",
+          file=sys.stderr, flush=True)
+    os._exit(e.exit_code)
   except errors.LnjaxError as e:
-    print(f"lnjax.finetune: error: {e}", file=sys.stderr, flush=True)
-    sys.exit(e.exit_code)
+    cli.fail(str(e), e.exit_code, prog=PROG)
+  except OSError as e:
+    cli.fail(f"{e.strerror or e}{f': {e.filename}' if e.filename else ''}", prog=PROG)
   if summary["status"] == "preempted":
     print(f"\n== stopped by SIGTERM during seed {summary['seeds'][-1]}; run the same command "
           "to resume", flush=True)
@@ -216,4 +224,4 @@ if __name__ == "__main__":
   _CONFIG = config_flags.DEFINE_config_file("config", None, "configs/glue.py[:presets].",
                                             lock_config=True)
   _WORKDIR = flags.DEFINE_string("workdir", None, "Where the results go.", required=True)
-  app.run(main)
+  app.run(main, flags_parser=lambda argv: cli.parse_flags(argv, prog=PROG))

@@ -16,7 +16,7 @@ allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from lnjax import errors
+from lnjax import cli, errors
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file[:presets].",
                                           lock_config=True)
@@ -43,15 +43,6 @@ _DECODE_OVERRIDES = {}  # --mode=predict: the --config.decode.KEY=VALUE flags (n
 EXIT_CODES = {"completed": 0, "diverged": 3, "preempted": 143}
 
 
-def _fail(message: str, code: int = 2):
-  print(f"lnjax: error: {message}", file=sys.stderr, flush=True)
-  sys.stdout.flush()
-  # No interpreter teardown: background writers a failed save left behind (orbax,
-  # tensorstore) would print their own tracebacks while it runs. Every run file is
-  # complete by now (atomic writes), and the workdir lock is released.
-  os._exit(code)
-
-
 def _parse_flags(argv):
   """absl's parsing, with any error reported as one line (no traceback, no usage text)."""
   if not any(a == "--config" or a.startswith("--config=") for a in argv):
@@ -61,17 +52,7 @@ def _parse_flags(argv):
       key, value = arg[len("--config.decode."):].split("=", 1)
       _DECODE_OVERRIDES[key] = _literal(value)
       argv = [a for a in argv if a != arg]
-  try:
-    remaining = flags.FLAGS(argv)
-  except Exception as e:  # Flag, config-file and config-value errors all land here.
-    _fail_parsing(e, argv)
-  if _CONFIG.value is not None:
-    try:  # A file that failed to load is a placeholder that raises on first use.
-      _CONFIG.value.keys()
-    except OSError as e:
-      lines = [l.strip() for l in str(e.__cause__ or e).splitlines() if l.strip()]
-      _fail(f"--config: {lines[-1] if lines else e}")
-  return remaining
+  return cli.parse_flags(argv)
 
 
 def _literal(text: str):
@@ -82,40 +63,6 @@ def _literal(text: str):
     except ValueError:
       pass
   return {"true": True, "false": False}.get(text.lower(), text)
-
-
-def _fail_parsing(e: Exception, argv):
-  cause = e
-  while cause is not None and not isinstance(cause, errors.LnjaxError):
-    cause = cause.__cause__ or cause.__context__
-  if cause is not None:
-    _fail(_last_error_line(str(cause)))
-  override = _unknown_override(argv)
-  _fail(f"unknown config key {override}" if override else _last_error_line(str(e)))
-
-
-def _last_error_line(message: str) -> str:
-  """config_flags reports an error raised in get_config as a formatted traceback inside
-  its own message; its last line is the error itself ('pkg.Error: text')."""
-  lines = [l.strip() for l in message.splitlines() if l.strip()]
-  if len(lines) > 1 and any(l.startswith("Traceback") for l in lines):
-    kind, _, text = lines[-1].partition(": ")
-    return text if kind.startswith("lnjax.") and text else lines[-1]
-  return lines[0] if lines else "invalid flags"
-
-
-def _unknown_override(argv) -> str | None:
-  """The first --config.a.b=v whose key the loaded config lacks (for the error line)."""
-  config = _CONFIG.value if flags.FLAGS["config"].present else None
-  for arg in argv[1:]:
-    if arg.startswith("--config.") and "=" in arg:
-      path = arg[len("--config."):].split("=", 1)[0]
-      node = config
-      for part in path.split("."):
-        if node is None or not hasattr(node, "keys") or part not in node.keys():
-          return path
-        node = node[part]
-  return None
 
 
 def _quiet_closed_loop(unraisable, _default=sys.unraisablehook):
@@ -131,21 +78,21 @@ def _quiet_closed_loop(unraisable, _default=sys.unraisablehook):
 def main(argv):
   sys.unraisablehook = _quiet_closed_loop
   if len(argv) > 1:
-    _fail(f"unexpected arguments: {' '.join(argv[1:])}")
+    cli.fail(f"unexpected arguments: {' '.join(argv[1:])}")
   # No absl log lines: orbax logs a failed background save (a full disk) with its
   # traceback; the error then reaches the loop, which reports it in one line.
   logging.set_verbosity(logging.FATAL)
   if _PRINT_CONFIG.value:
     if _CONFIG.value is None:
-      _fail("--print_config needs --config=FILE[:presets]")
+      cli.fail("--print_config needs --config=FILE[:presets]")
     from lnjax import config_doc
     print(config_doc.describe(_CONFIG.value,
                               config_flags.get_config_filename(flags.FLAGS["config"])))
     return
   if not _WORKDIR.value:
-    _fail("--workdir is required")
+    cli.fail("--workdir is required")
   if _MODE.value == "predict" and _CONFIG.value is not None:
-    _fail("--mode=predict decodes with the run's own config.json: drop --config (decode "
+    cli.fail("--mode=predict decodes with the run's own config.json: drop --config (decode "
           "settings: --config.decode.beam_size=K, --config.decode.length_penalty=A, "
           "--config.decode.max_extra_len=N)")
   if _DISTRIBUTED.value or _COORDINATOR.value:
@@ -163,16 +110,16 @@ def main(argv):
             f"hypotheses in {result['hypotheses_file']}")
       return
     if _CONFIG.value is None:
-      _fail("--config is required to train")
+      cli.fail("--config is required to train")
     summary = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   except preemption.Preempted as e:  # Before the first step: nothing to save yet.
     print(f"{e}: stopped before the first step; run the same command to start.",
           file=sys.stderr, flush=True)
     os._exit(e.exit_code)
   except errors.LnjaxError as e:
-    _fail(str(e), e.exit_code)
+    cli.fail(str(e), e.exit_code)
   except OSError as e:  # A full disk, a lost mount: the run resumes from its last checkpoint.
-    _fail(f"{e.strerror or e}{f': {e.filename}' if e.filename else ''}; fix it and run the "
+    cli.fail(f"{e.strerror or e}{f': {e.filename}' if e.filename else ''}; fix it and run the "
           "same command to resume")
   import jax
   if jax.process_index() == 0:

@@ -13,7 +13,7 @@ import time
 
 import jax
 
-from lnjax import fileio
+from lnjax import fileio, progress
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -171,12 +171,4 @@ class Progress:
     eta = (self.num_steps - step) / rate if rate == rate and rate > 0 else float("nan")
     self.restart_clock(step)
     return (f"step {step:>6}/{self.num_steps}  loss {loss:7.4f}  lr {lr:.3e}  "
-            f"grad_norm {grad_norm:8.3f}  {tokens_per_s:9.0f} tok/s  ETA {_hms(eta)}")
-
-
-def _hms(seconds: float) -> str:
-  if not math.isfinite(seconds):
-    return "--:--"
-  m, s = divmod(int(seconds), 60)
-  h, m = divmod(m, 60)
-  return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+            f"grad_norm {grad_norm:8.3f}  {tokens_per_s:9.0f} tok/s  ETA {progress.hms(eta)}")

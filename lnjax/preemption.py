@@ -62,10 +62,13 @@ class Stop:
   `stop.raising(False)` once there is a loop that saves before it stops."""
 
   def __init__(self):
-    self._previous = {}
+    self._previous, self._outer = {}, {}
 
   def __enter__(self):
-    _state.update({"signal": None, "raise": True})
+    # Nested in another Stop (a driver around its runs: lnjax.finetune), a signal that came
+    # before this block still counts: it raises here.
+    self._outer = dict(_state)
+    self.raising(True)
     if jax.process_count() == 1 and threading.current_thread() is threading.main_thread():
       self._previous = {s: signal.signal(s, _handle) for s in SIGNALS}
     return self
@@ -79,5 +82,6 @@ class Stop:
   def __exit__(self, *exc):
     for s, previous in self._previous.items():
       signal.signal(s, previous)
-    _state.update({"signal": None, "raise": False})
+    nested = self._outer["raise"]  # The outer block keeps a stop requested in this one.
+    _state.update({"signal": _state["signal"] if nested else None, "raise": nested})
     return False

@@ -6,6 +6,7 @@ length). Elsewhere (a log file, a pipe, CI): quiet, except for one plain line ev
 run is alive and how far it is without a line per item. Only process 0 reports.
 """
 
+import math
 import os
 import sys
 import threading
@@ -26,7 +27,10 @@ def _say(text: str) -> None:
   print(text, file=sys.stderr, flush=True)
 
 
-def _hms(seconds: float) -> str:
+def hms(seconds: float) -> str:
+  """'01:05', '1:02:03'; '--:--' for a duration not known (NaN, inf)."""
+  if not math.isfinite(seconds):
+    return "--:--"
   m, s = divmod(int(seconds), 60)
   h, m = divmod(m, 60)
   return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
@@ -57,8 +61,8 @@ class Bar:
       elapsed = now - self._t0
       eta = elapsed / self.done * (self.total - self.done) if self.done else float("nan")
       _say(f"{self.desc}: {self.done}/{self.total} {self.unit} "
-           f"({100 * self.done / max(self.total, 1):.0f}%), {_hms(elapsed)} elapsed"
-           + (f", ETA {_hms(eta)}" if eta == eta else ""))
+           f"({100 * self.done / max(self.total, 1):.0f}%), {hms(elapsed)} elapsed"
+           + (f", ETA {hms(eta)}" if eta == eta else ""))
 
   def close(self) -> None:
     if self._bar is not None:
@@ -88,7 +92,7 @@ class Phase:
     terminal = _terminal()
     period = 0.5 if terminal else _interval()
     while not self._stop.wait(period):
-      elapsed = _hms(time.perf_counter() - self._t0)
+      elapsed = hms(time.perf_counter() - self._t0)
       if terminal:
         print(f"\r{self.desc} ... {elapsed}", end="", file=sys.stderr, flush=True)
       else:

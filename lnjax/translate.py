@@ -114,12 +114,12 @@ def translate(workdir: str, lines: list[str] | None, checkpoint: str = "best",
 
 def main(argv):
   if len(argv) > 1:
-    _fail(f"unexpected arguments: {' '.join(argv[1:])}")
+    cli.fail(f"unexpected arguments: {' '.join(argv[1:])}")
   logging.set_verbosity(logging.FATAL)
   if not _WORKDIR.value:
-    _fail("--workdir is required")
+    cli.fail("--workdir is required")
   if _SPLIT.value and (_INPUT.present or _REFERENCE.value):
-    _fail("--split translates the split's own sources against its references: drop --input "
+    cli.fail("--split translates the split's own sources against its references: drop --input "
           "and --reference")
   overrides = {k: v for k, v in (("beam_size", _BEAM.value),
                                  ("length_penalty", _LENPEN.value)) if v is not None}
@@ -144,19 +144,14 @@ def main(argv):
       with open(_OUTPUT.value, "w", encoding="utf-8") as f:
         f.write(text)
   except errors.LnjaxError as e:
-    _fail(str(e), e.exit_code)
+    cli.fail(str(e), e.exit_code)
   except OSError as e:
-    _fail(f"{e.strerror or e}{f': {e.filename}' if e.filename else ''}")
+    cli.fail(f"{e.strerror or e}{f': {e.filename}' if e.filename else ''}")
   if "bleu" in result:
     print(f"BLEU {result['bleu']:.2f} ({result['signature']}) on "
           f"{len(result['hypotheses'])} sentences; checkpoint {result['checkpoint']} "
           f"(steps {', '.join(map(str, result['steps']))}), beam {result['beam_size']}",
           file=sys.stderr, flush=True)
-
-
-def _fail(message: str, code: int = 2):
-  print(f"lnjax: error: {message}", file=sys.stderr, flush=True)
-  sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ from typing import Iterable, Sequence
 from absl import app
 from absl import flags
 
-from lnjax import errors
+from lnjax import cli, errors
 from lnjax import fileio
 from lnjax.data import download
 from lnjax.data import paths
@@ -173,7 +173,7 @@ _TFDS_DATA_DIR = flags.DEFINE_string("tfds_data_dir", None, "wmt14_en_de: TFDS d
 def main(argv: Sequence[str]) -> None:
   name = _DATASET.value or (argv[1] if len(argv) > 1 else None)
   if name not in ("iwslt14_de_en", "wmt14_en_de") or len(argv) > 2:
-    raise app.UsageError("usage: python -m lnjax.data.prepare iwslt14_de_en|wmt14_en_de [flags]")
+    cli.fail("usage: python -m lnjax.data.prepare iwslt14_de_en|wmt14_en_de [flags]")
   try:
     if name == "iwslt14_de_en":
       archive = _ARCHIVE.value or fetch_iwslt14_archive(_CACHE_DIR.value)
@@ -189,9 +189,8 @@ def main(argv: Sequence[str]) -> None:
       src = sources.TfdsSource("wmt14_translate/de-en", _TFDS_DATA_DIR.value)
       print(f"prepared tfds:wmt14_translate/de-en (splits {', '.join(src.available_splits)})")
   except errors.LnjaxError as e:
-    print(f"lnjax: error: {e}", file=sys.stderr)
-    sys.exit(2)
+    cli.fail(str(e), e.exit_code)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

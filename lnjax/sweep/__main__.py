@@ -26,7 +26,7 @@ allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
 from absl import app, flags
 from ml_collections import config_flags
 
-from lnjax import errors
+from lnjax import cli, errors
 from lnjax import sweep as sweep_lib
 from lnjax.sweep import launcher as launcher_lib
 
@@ -64,11 +64,12 @@ _TABLE_EVERY = flags.DEFINE_float("table_every_seconds", 60.0,
 _GRACE = flags.DEFINE_float("grace_seconds", 600.0, "After SIGINT/SIGTERM, how long runs "
                             "may take to save before they are killed.")
 flags.mark_flags_as_required(["config", "workdir"])
+PROG = "lnjax.sweep"  # The errors' prefix.
 
 
 def main(argv):
   if len(argv) > 1:
-    _fail(f"unexpected arguments: {' '.join(argv[1:])}")
+    cli.fail(f"unexpected arguments: {' '.join(argv[1:])}", prog=PROG)
   config_arg = flags.FLAGS["config"].config_filename
   fixed = config_flags.get_override_values(flags.FLAGS["config"])
   root = _WORKDIR.value
@@ -110,7 +111,7 @@ def main(argv):
       return
     code = launcher.run()
   except errors.LnjaxError as e:
-    _fail(str(e), e.exit_code)
+    cli.fail(str(e), e.exit_code, prog=PROG)
   print(f"Report: {_command_line()} --report")
   sys.exit(code)
 
@@ -136,10 +137,5 @@ def _command_line() -> str:
                      *[a for a in sys.argv[1:] if a not in ("--report", "--noreport")]])
 
 
-def _fail(message: str, code: int = 2):
-  print(f"lnjax.sweep: error: {message}", file=sys.stderr, flush=True)
-  sys.exit(code)
-
-
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=lambda argv: cli.parse_flags(argv, prog=PROG))
