@@ -4,8 +4,9 @@ last N checkpoints (fairseq's scripts/average_checkpoints.py, standard WMT pract
   python -m lnjax.averaging --workdir=DIR --last=N [--output=DIR_avgN]
 
 writes the average of DIR's last N checkpoints as a new workdir (config.json and one
-checkpoint at the latest step), which every tool reads as any run: lnjax.translate,
---mode=predict, lnjax.analyze, lnjax.export. The same average is computed on the fly by
+checkpoint at the latest step), which every tool reads as any run with its default
+checkpoint: lnjax.translate, --mode=predict, lnjax.analyze, lnjax.export (their `best`
+is that one checkpoint). The same average is computed on the fly by
 `--checkpoint=avg:N` of those tools.
 
 The average is the element-wise mean of the parameters, accumulated in float32 and cast
@@ -68,6 +69,8 @@ def restore(workdir: str, spec: str = "latest", mesh=None, flag: str = "--checkp
   """The parameters named by `spec` (parse_spec), restored onto `mesh` (default: one
   local device)."""
   kind, number = parse_spec(spec, flag)
+  if kind == "best" and fileio.exists(os.path.join(workdir, AVERAGE_FILE)):
+    kind = "latest"  # An average (write_average) is its run's one checkpoint: the best too.
   if kind in ("best", "latest", "step"):
     folder = "best_checkpoint" if kind == "best" else "checkpoints"
     restored = ckpt_lib.restore_run(workdir, step=number, mesh=mesh, folder=folder)

@@ -12,7 +12,7 @@ import sys
 from absl import flags
 from ml_collections.config_flags import config_flags  # is_config_flag is not re-exported.
 
-from lnjax import errors
+from lnjax import configs, errors
 
 
 def fail(message: str, code: int = 2, prog: str = "lnjax"):
@@ -25,7 +25,7 @@ def fail(message: str, code: int = 2, prog: str = "lnjax"):
 
 
 def parse_flags(argv: list[str], prog: str = "lnjax") -> list[str]:
-  argv = [_named_config(a) for a in argv]
+  argv = [configs.resolve_flag(a) for a in argv]  # --config=lm:norm=post
   """absl's parsing with any error of a flag or a config file as one line."""
   try:
     remaining = flags.FLAGS(argv)
@@ -82,12 +82,3 @@ def _unknown_override(argv: list[str]) -> str | None:
         return path
       node = node[part]
   return None
-
-
-def _named_config(arg: str) -> str:
-  """--config=lm:norm=post names a config shipped in lnjax/configs: its file's path then,
-  so the name works from any directory (a path is left as it is)."""
-  if not arg.startswith("--config="):
-    return arg
-  from lnjax import configs
-  return "--config=" + configs.resolve(arg[len("--config="):])

@@ -45,7 +45,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"lnjax: error: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
     sys.exit(2)
   # As `python -m MODULE ARGS` runs it: the module as __main__, its flags in sys.argv.
-  sys.argv = [sys.argv[0], *argv[1:]]
+  from lnjax import configs  # (--config=lm:norm=post, in case a main parses flags alone)
+  sys.argv = [sys.argv[0], *map(configs.resolve_flag, argv[1:])]
   runpy.run_module(COMMANDS[name][0], run_name="__main__", alter_sys=True)
 
 

@@ -24,3 +24,11 @@ def resolve(arg: str) -> str:
   if os.sep in name or name.endswith(".py") or name not in names() or os.path.exists(name):
     return arg
   return os.path.join(FOLDER, name + ".py") + sep + presets
+
+
+def resolve_flag(arg: str) -> str:
+  """A command-line argument with a config named: '--config=lm:norm=post' ->
+  '--config=/…/lnjax/configs/lm.py:norm=post'; any other argument as it is."""
+  if not arg.startswith("--config="):
+    return arg
+  return "--config=" + resolve(arg[len("--config="):])
