@@ -392,6 +392,24 @@ MUTANTS = [
       "for i in range(cfg.num_layers)]}", "for i in reversed(range(cfg.num_layers))]}",
       ("tests/test_hf.py::test_layer_removal_equals_the_model_with_that_block_passing_its_input_on[pre]",),
       "the layer-removal profile reports layer L-1-i's loss increase as layer i's"),
+    # ---- Stability search (issue 30)
+    M("stability_bisection_moves_the_wrong_end", "lnjax/sweep/search.py",
+      "      if results[mid]:\n        lo, lo_tested = mid, True",
+      "      if results[mid]:\n        hi, hi_tested = mid, True",
+      ("tests/test_stability.py::test_bisection_finds_the_threshold_within_tolerance_in_the_predicted_probes",),
+      "a stable probe lowers the bracket's high end instead of raising its low end"),
+    M("stability_finished_probe_rerun", "lnjax/sweep/search.py",
+      "      if mid not in results:", "      if mid not in results or not results[mid]:",
+      ("tests/test_stability.py::test_a_killed_search_resumes_without_repeating_a_probe",),
+      "a probe recorded unstable is run again"),
+    M("stability_low_end_widened_without_limit", "lnjax/sweep/search.py",
+      "      elif widened_lo:", "      elif widened_lo and lo < 1e-9:",
+      ("tests/test_stability.py::test_a_low_end_that_fails_is_widened_once_then_the_cell_stops",),
+      "a low end that fails is widened again and again instead of once"),
+    M("stability_margin_ignored", "lnjax/sweep/search.py",
+      "    if below < self.margin_nats:", "    if below < -self.margin_nats:",
+      ("tests/test_stability.py::test_the_definition_of_stable",),
+      "a run ending less than margin_nats below the unigram baseline counted stable"),
 ]
 
 
