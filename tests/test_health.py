@@ -152,8 +152,10 @@ def test_warning_needs_history_and_ignores_the_learning_rate_schedule():
   rule = health.EarlyWarning(factor=3.0, window=100, min_history=20)
   assert not _feed(rule, [1.0] * 10 + [50.0])  # 10 steps of history: too early to judge.
   rule = health.EarlyWarning(factor=3.0, window=100, min_history=20)
-  # Linear warm-up: the update RMS grows 100× with the learning rate, per unit of it not.
-  assert not [w for s in range(1, 201) for w in rule(s, {NAME: 0.7 * s * 1e-5}, s * 1e-5)]
+  # The learning rate ×10 at step 100 (a step schedule, the end of a warm-up): the update
+  # RMS jumps 10× with it, per unit of learning rate not at all.
+  lr = lambda s: 1e-5 if s < 100 else 1e-4
+  assert not [w for s in range(1, 201) for w in rule(s, {NAME: 0.7 * lr(s)}, lr(s))]
 
 
 def test_sigma_rule_flags_six_sigma_and_non_finite_values():
@@ -195,3 +197,83 @@ def test_skip_spikes_zeroes_the_update_and_keeps_the_state():
   u, state = update({"w": jnp.ones(3)}, state, params, value=float("nan"))
   assert float(jnp.abs(u["w"]).max()) == 0.0 and int(state.skipped) == 1
   assert int(state.count) == 0  # and stays out of the window
+
+
+# ---- Under sharding, and in a run. ---------------------------------------------------------
+
+def _sharded_stats(mesh_shape):
+  from lnjax import optim, sharding, state as state_lib, steps, tasks
+  import functools
+  cfg = ModelConfig(**{**CFG.__dict__, "num_heads": 4, "d_ff": 64})
+  setup = state_lib.make_setup(cfg, optim.OptConfig(name="sgd", learning_rate=0.5), 100,
+                               task=tasks.get("lm"))
+  devices = jax.devices()[:int(np.prod(mesh_shape))]
+  mesh = sharding.make_mesh(sharding.MeshConfig(*mesh_shape), devices)
+  shardings, bs = state_lib.state_shardings(setup, mesh), sharding.batch_sharding(mesh)
+  x = np.random.default_rng(0).integers(1, 40, (8, 9)).astype(np.int32)
+  batch = sharding.global_batch({"inputs": x[:, :-1], "targets": x[:, 1:],
+                                 "weights": np.ones((8, 8), np.float32)}, bs)
+  step = jax.jit(functools.partial(steps.train_step, setup=setup, label_smoothing=0.0, seed=0,
+                                   health=True, activations=True),
+                 in_shardings=(shardings, bs), out_shardings=(shardings, sharding.replicated(mesh)))
+  _, metrics = step(state_lib.init_state(setup, mesh, 0), batch)
+  return {k: float(v) for k, v in jax.device_get(metrics).items() if k.startswith("health/")}
+
+
+def test_statistics_under_sharding_equal_one_device():
+  """Data, FSDP and tensor parallelism at once (2×2×2 on 8 virtual devices): every health
+  statistic equals the single-device step's."""
+  one, eight = _sharded_stats((1, 1, 1)), _sharded_stats((2, 2, 2))
+  assert sorted(one) == sorted(eight) and "health/layer_1/self_attn/max_logit" in one
+  for k in one:
+    np.testing.assert_allclose(eight[k], one[k], rtol=2e-5, atol=1e-8, err_msg=k)
+
+
+def _run(tmp_path, name, **overrides):
+  from lnjax import config_lib, metrics, train
+  c = config_lib.lm_config()
+  config_lib.apply_smoke(c)
+  c.mesh.data = 1
+  base = {"train.num_steps": 160, "train.checkpoint_every_steps": 20, "train.keep_checkpoints": 10,
+          "train.eval_every_steps": 160, "train.log_every_steps": 20, "opt.learning_rate": 3e-3}
+  for key, value in {**base, **overrides}.items():
+    section, field = key.split(".")
+    c[section][field] = value
+  wd = str(tmp_path / name)
+  summary = train.train_and_evaluate(c, wd)
+  return summary, metrics.read_metrics(wd)
+
+
+@pytest.mark.slow
+def test_rollback_recovers_from_a_learning_rate_spike(tmp_path):
+  """A learning rate ×300 for 3 steps at step 110: without recovery the run ends far from
+  the clean run's held-out loss; with rollback (back ≥ 20 steps, 4 batches skipped) within
+  1% of it, the action one record and one summary entry."""
+  clean, _ = _run(tmp_path, "clean")
+  fault = {"train.inject_fault": "lr_spike:110:3:300"}
+  broken, _ = _run(tmp_path, "broken", **fault)
+  rescued, records = _run(tmp_path, "rescued", **fault, **{
+      "train.on_instability": "rollback", "train.rollback_steps": 20,
+      "train.rollback_skip_batches": 4})
+  assert abs(rescued["eval_loss"] - clean["eval_loss"]) <= 0.01 * clean["eval_loss"], (
+      rescued["eval_loss"], clean["eval_loss"])
+  assert broken["status"] == "diverged" or (
+      abs(broken["eval_loss"] - clean["eval_loss"]) > 0.01 * clean["eval_loss"]), broken
+  actions = rescued["instability_actions"]
+  assert actions and actions[0]["rollback_to_step"] <= actions[0]["step"] - 20
+  assert any("rollback_to_step" not in r and r["step"] == actions[0]["rollback_to_step"]
+             for r in records)
+
+
+def test_bad_recovery_settings_are_refused_in_one_line():
+  from lnjax import errors, run
+  with pytest.raises(errors.ConfigError, match="train.on_instability='sometimes' is not one of"):
+    run.TrainConfig(on_instability="sometimes")
+  with pytest.raises(errors.ConfigError, match="train.health='loud'"):
+    run.TrainConfig(health="loud")
+  with pytest.raises(errors.ConfigError, match="train.rollback_steps=500"):
+    run.TrainConfig(num_steps=100, on_instability="rollback", rollback_steps=500)
+  with pytest.raises(errors.ConfigError, match="train.rollback_skip_batches=-1"):
+    run.TrainConfig(rollback_skip_batches=-1)
+  with pytest.raises(errors.ConfigError, match="train.inject_fault="):
+    run.TrainConfig(inject_fault="lr_spike:10:3")

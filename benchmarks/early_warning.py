@@ -1,0 +1,181 @@
+"""Does lnjax's early warning (lnjax/health.py: EarlyWarning) see a divergence coming, and
+earlier than the field's 6σ loss/grad-norm rule (OLMo-core's SkipStepOptimizer, levanter's
+SkipStepConfig: a value > mean + 6σ of its trailing 128 steps)?
+
+  python benchmarks/early_warning.py --out /tmp/ew            # the grid below (hours on 2 cores)
+  python benchmarks/early_warning.py --quick --out /tmp/ew_q  # 3 short runs: a self-check
+
+Runs (each `lnjax.train.train_and_evaluate` in this process, every step logged, health=warn,
+no recovery): the CPU-size LM (lnjax/configs/lm.py) as Post-LN without warm-up at 12 and
+24 layers, at learning rates 3-10× the stable one, DeepNorm, Admin and Pre-LN pushed past
+their limits, several seeds (expected to diverge or collapse), and Pre-LN and Post-LN with
+warm-up at their stable rates (expected to train). The Multi30k model's runs are not in
+this grid yet.
+
+Definitions, made once here:
+  failed    the run ended diverged (NaN/Inf, lnjax's exit 3), or its train loss went above
+            the unigram baseline + 1 nat after having been below the baseline, or its final
+            held-out loss is within 0.1 nat of the unigram baseline (collapsed);
+  event     the first step whose loss is non-finite or more than 1 nat above the lowest
+            loss so far; a collapse without such a step: the run's last step;
+  warned    a rule fired at some step before the event (on a failed run) or at all;
+  lead      event step − first firing step, on failed warned runs;
+  precision warned failed runs / warned runs; recall: warned failed runs / failed runs;
+  false warnings per 1000 steps: firings on runs that trained, per 1000 of their steps.
+Prints and writes (`--out`) a Markdown table per rule and results.json.
+"""
+
+import os
+import sys
+
+import bench_env  # noqa: F401  (first: lnjax on the path, malloc tuned before JAX)
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from lnjax import config_lib, health, metrics, train  # noqa: E402
+
+
+def grid(quick: bool) -> list[dict]:
+  """The runs: {name, overrides, preset}."""
+  if quick:
+    base = {"train.num_steps": 80}
+    return [
+        {"name": "post_sgd_lr3", "preset": "smoke", "set": {**base, "model.norm_position": "post",
+                                                            "opt.name": "sgd", "opt.learning_rate": 3.0}},
+        {"name": "pre_1e-3", "preset": "smoke", "set": {**base, "opt.learning_rate": 1e-3}},
+        {"name": "post_warm", "preset": "smoke", "set": {**base, "model.norm_position": "post",
+                                                         "opt.warmup_steps": 40}},
+    ]
+  runs = []
+  for seed in (0, 1, 2):
+    for depth in (12, 24):
+      for lr in (3e-3, 1e-2):
+        runs.append({"name": f"post_L{depth}_lr{lr}_s{seed}", "preset": "", "set": {
+            "model.norm_position": "post", "model.num_layers": depth, "opt.learning_rate": lr,
+            "opt.warmup_steps": 0, "seed": seed}})
+    for pos in ("deepnorm", "admin", "pre"):
+      runs.append({"name": f"{pos}_lr3e-2_s{seed}", "preset": "", "set": {
+          "model.norm_position": pos, "opt.learning_rate": 3e-2, "seed": seed}})
+    for pos, warm in (("pre", 0), ("post", 1000)):
+      for lr in (5e-4, 1e-3):
+        runs.append({"name": f"{pos}_warm{warm}_lr{lr}_s{seed}", "preset": "", "set": {
+            "model.norm_position": pos, "opt.learning_rate": lr, "opt.warmup_steps": warm,
+            "seed": seed}})
+  return runs  # 3 × (4 + 3 + 4) = 33 runs: 21 pushed past their limits, 12 stable.
+
+
+def run_one(spec: dict, out: str) -> dict:
+  c = config_lib.lm_config()
+  if spec["preset"] == "smoke":
+    config_lib.apply_smoke(c)
+  c.mesh.data = 1
+  settings = {"train.log_every_steps": 1, "train.health": "warn", "train.tensorboard": False,
+              **spec["set"]}
+  for key, value in settings.items():
+    if key == "seed":
+      c.seed = value
+    else:
+      section, name = key.split(".")
+      c[section][name] = value
+  wd = os.path.join(out, spec["name"])
+  summary = train.train_and_evaluate(c, wd)
+  records = metrics.read_metrics(wd)
+  per_step = {r["step"]: r for r in records if "train_loss" in r}
+  steps = sorted(per_step)
+  loss = [per_step[s]["train_loss"] for s in steps]
+  grad = [per_step[s]["grad_norm"] for s in steps]
+  warnings = sorted({r["step"] for r in records if any(k.startswith("warning/") for k in r)})
+  return {"name": spec["name"], "status": summary["status"], "steps": steps,
+          "loss": [x if x is not None else math.nan for x in loss],
+          "grad_norm": [x if x is not None else math.nan for x in grad],
+          "unigram": summary.get("unigram_baseline"), "eval_loss": summary.get("eval_loss"),
+          "diverged_at": summary["step"] if summary["status"] == "diverged" else None,
+          "warnings": warnings}
+
+
+def outcome(r: dict) -> tuple[bool, int]:
+  """(failed, event step) by the module's definitions."""
+  u, steps, loss = r["unigram"], r["steps"], r["loss"]
+  failed = r["status"] == "diverged"
+  below = False
+  event, lowest = None, math.inf
+  for s, x in zip(steps, loss):
+    if not math.isfinite(x) or x > lowest + 1.0:
+      event = event or s
+    lowest = min(lowest, x) if math.isfinite(x) else lowest
+    below = below or (u is not None and x < u)
+    failed = failed or (below and u is not None and x > u + 1.0)
+  if r["diverged_at"] is not None:
+    event = min(event or r["diverged_at"], r["diverged_at"])
+  collapsed = u is not None and r["eval_loss"] is not None and r["eval_loss"] >= u - 0.1
+  failed = failed or collapsed or r["eval_loss"] is None
+  return failed, event or (steps[-1] if steps else 0)
+
+
+def sigma_firings(r: dict) -> list[int]:
+  rule = health.SigmaRule()
+  return [s for s, x, g in zip(r["steps"], r["loss"], r["grad_norm"]) if rule(loss=x, grad_norm=g)]
+
+
+def score(results: list[dict], firings_of) -> dict:
+  warned_failed = warned = failed_n = false = train_steps = 0
+  leads = []
+  for r in results:
+    failed, event = outcome(r)
+    firings = firings_of(r)
+    failed_n += failed
+    if failed:
+      before = [s for s in firings if s < event]
+      if before:
+        warned_failed += 1
+        warned += 1
+        leads.append(event - before[0])
+    else:
+      warned += bool(firings)
+      false += len(firings)
+      train_steps += len(r["steps"])
+  return {"precision": warned_failed / warned if warned else None,
+          "recall": warned_failed / failed_n if failed_n else None,
+          "median_lead_steps": float(np.median(leads)) if leads else None,
+          "false_per_1000_steps": 1000 * false / train_steps if train_steps else None,
+          "failed_runs": failed_n, "trained_runs": len(results) - failed_n}
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--out", required=True)
+  p.add_argument("--quick", action="store_true")
+  args = p.parse_args(argv)
+  os.makedirs(args.out, exist_ok=True)
+  results = [run_one(spec, args.out) for spec in grid(args.quick)]
+  rules = {"early warning (lnjax.health)": lambda r: r["warnings"],
+           "6σ loss/grad-norm rule": sigma_firings}
+  scores = {name: score(results, f) for name, f in rules.items()}
+  lines = ["| rule | precision | recall | median lead (steps) | false warnings / 1000 steps |"
+           " failed / trained runs |", "|---|---:|---:|---:|---:|---:|"]
+  fmt = lambda v, f: "n/a" if v is None else format(v, f)
+  for name, s in scores.items():
+    lines.append(f"| {name} | {fmt(s['precision'], '.2f')} | {fmt(s['recall'], '.2f')} | "
+                 f"{fmt(s['median_lead_steps'], '.0f')} | {fmt(s['false_per_1000_steps'], '.2f')}"
+                 f" | {s['failed_runs']} / {s['trained_runs']} |")
+  table = "\n".join(lines)
+  print(table)
+  with open(os.path.join(args.out, "early_warning.md"), "w") as f:
+    f.write(table + "\n")
+  with open(os.path.join(args.out, "results.json"), "w") as f:
+    json.dump({"scores": scores, "runs": [{k: r[k] for k in ("name", "status", "warnings",
+                                                              "eval_loss", "unigram")}
+                                          for r in results]}, f, indent=1)
+  if args.quick:  # The self-check: every run scored, the numbers defined.
+    ok = len(results) == 3 and all(s["failed_runs"] + s["trained_runs"] == 3
+                                   for s in scores.values())
+    return 0 if ok else 1
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
