@@ -164,7 +164,8 @@ class Divergence(Hook):
 
 class Logging(Hook):
   """The train_* records (means over each window of `every_steps` steps, the learning rate
-  and parameter norm at its last step), the console line, the first step's time and each
+  and parameter norm at its last step), the console line (the same numbers as the record,
+  which a header line says once), the first step's time and each
   first-time compilation (kept out of tok/s and the ETA). The open window's sums are saved
   with the checkpoints, so a resumed run logs the records an uninterrupted one logs."""
 
@@ -176,6 +177,7 @@ class Logging(Hook):
     self.window: dict = {}
     self.first_step_seconds = None
     self._compiling = self._restart = None
+    self._header_logged = False
 
   def before_step(self, loop, step, batch):
     if self._restart:  # Time outside steps (evaluation, saving) is not in the rate.
@@ -212,8 +214,12 @@ class Logging(Hook):
       means = {k: v / n for k, v in self.window.items()}
       means["learning_rate"], means["param_norm"] = metrics["learning_rate"], metrics["param_norm"]
       loop.writer.write(step, means)
-      loop.log(self.progress.line(step, means["train_loss"], metrics["learning_rate"],
-                                  metrics["grad_norm"]))
+      if not self._header_logged:
+        self._header_logged = True
+        loop.log(f"Every {self.every_steps} steps: loss and grad_norm are their means over "
+                 "those steps (metrics.jsonl's train_loss and grad_norm), lr the last step's.")
+      loop.log(self.progress.line(step, means["train_loss"], means["learning_rate"],
+                                  means["grad_norm"]))
       self.window = {}
       loop.summary.write(RUNNING, step)
 

@@ -16,7 +16,7 @@ allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from lnjax import cli, errors
+from lnjax import cli, errors, fileio
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file[:presets].",
                                           lock_config=True)
@@ -41,6 +41,9 @@ _PRINT_CONFIG = flags.DEFINE_bool("print_config", False, "Print every key of --c
 _DECODE_OVERRIDES = {}  # --mode=predict: the --config.decode.KEY=VALUE flags (no --config).
 
 EXIT_CODES = {"completed": 0, "diverged": 3, "preempted": 143}
+# What a run may write in its workdir; the summary lists those it wrote.
+RESULTS = ("metrics.jsonl", "tensorboard", "checkpoints", "best_checkpoint", "summary.json")
+RESULT_FOLDERS = ("tensorboard", "checkpoints", "best_checkpoint")
 
 
 def _parse_flags(argv):
@@ -170,7 +173,9 @@ def print_summary(s: dict) -> None:
     print(f"   BLEU {s['eval_bleu']:.2f} (best {s['best_eval_bleu']:.2f}, kept in best_checkpoint/)")
   if s["status"] == "diverged":
     print(f"   last finite train loss {s['last_finite_train_loss']} at step {s['last_finite_step']}")
-  print(f"   results in {s['workdir']}: metrics.jsonl, tensorboard/, checkpoints/, summary.json")
+  written = [name for name in RESULTS if fileio.exists(os.path.join(s["workdir"], name))]
+  print(f"   results in {s['workdir']}: "
+        f"{', '.join(n + '/' if n in RESULT_FOLDERS else n for n in written)}")
 
 
 if __name__ == "__main__":
