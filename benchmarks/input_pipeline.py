@@ -1,5 +1,5 @@
 """Input pipeline throughput alone, against what the train step consumes: lnjax's real
-data pipelines (the ones `lnjax.main` trains from) on the corpora under ../shared/data.
+data pipelines (the ones `lnjax.main` trains from) on the corpora in data.data_dir ($LNJAX_DATA_DIR).
 
   python benchmarks/input_pipeline.py --out BENCHMARKS.md    # ~3 min on 2 cores
   python benchmarks/input_pipeline.py --quick                # 50 batches, 1 timed step

@@ -1,5 +1,5 @@
 r"""Pre-LN vs Post-LN BERT at CPU size: pre-training speed, and GLUE fine-tuning from
-several pre-training stages (Xiong et al. 2020, §4 and Fig. 4; REFERENCE §5).
+several pre-training stages (Xiong et al. 2020, arXiv 2002.04745, §4 and Fig. 4).
 
   python experiments/bert_prepost.py --workdir=/tmp/bert_prepost [--steps=N] [--seeds=3]
   python experiments/bert_prepost.py --workdir=/tmp/bert_prepost_smoke --smoke   # minutes

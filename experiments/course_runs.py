@@ -1,4 +1,5 @@
-r"""The course runs of REFERENCE §6: Post-LN and Pre-LN on the 8-layer 2.6M-parameter LM.
+r"""Post-LN and Pre-LN on the 8-layer 2.6M-parameter LM: the recorded runs of the course
+workshop "Pre-Norm and Post-Norm" (The Transformer volume, plate 3 of 10).
 
   python experiments/course_runs.py --workdir=/tmp/course [--steps=3000] [--parallel=1]
       [--size=course|course_reg] [--dropout=RATE]
@@ -13,12 +14,12 @@ no gradient clipping) on tiny_shakespeare, the `course` sweep of configs/lm.py:
 each pinned to a core). The runs go through the sweep launcher (a folder each under
 --workdir; finished runs are skipped and interrupted ones resumed when the command is run
 again). report.md puts the held-out losses beside
-REFERENCE's and checks the shape to reproduce; loss_curves.png overlays the runs.
+the workshop's and checks the shape to reproduce; loss_curves.png overlays the runs.
 `--steps` shortens every run (a 1000-step warm-up then never reaches its peak before
 step 1000). `--size=course_reg` runs the same five with dropout 0.1
 (configs/lm.py:size=course_reg): without dropout the model memorizes tiny_shakespeare
 within a few hundred steps, so only the regularized runs' final held-out losses compare
-with REFERENCE's. `--dropout` sets another rate on the course model (e.g. 0.3), with
+with the workshop's. `--dropout` sets another rate on the course model (e.g. 0.3), with
 `--only` naming a subset of the five runs.
 """
 
@@ -47,7 +48,7 @@ _EVAL_EVERY = flags.DEFINE_integer("eval_every", None, "Held-out evaluation ever
                                    "(default: the config's 500).")
 _REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Gather the runs; train nothing.")
 _SIZE = flags.DEFINE_enum("size", "course", ["course", "course_reg"],
-                          "configs/lm.py size preset: course (dropout 0, as REFERENCE §6 "
+                          "configs/lm.py size preset: course (dropout 0, as the workshop "
                           "describes it) or course_reg (dropout 0.1).")
 _DROPOUT = flags.DEFINE_float("dropout", None, "model.dropout_rate of every run (default: "
                               "the --size preset's); a rate above 0 is reported from the "
@@ -55,7 +56,7 @@ _DROPOUT = flags.DEFINE_float("dropout", None, "model.dropout_rate of every run 
 _ONLY = flags.DEFINE_string("only", None, "Only these of the five runs: their names "
                             "(e.g. norm=pre,lr=0.001,warmup=30), separated by ';'.")
 
-# REFERENCE §6: held-out loss in nats after 3000 steps; its unigram baseline is 7.60.
+# The course workshop's held-out loss in nats after 3000 steps; its unigram baseline is 7.60.
 REFERENCE_BASELINE = 7.60
 REFERENCE = {
     "norm=pre,lr=0.001,warmup=30": "4.575",
@@ -67,11 +68,11 @@ REFERENCE = {
 
 
 def shape_checks(rows: list[dict], final: bool = False) -> list[str]:
-  """REFERENCE §6's three claims, each answered from the runs (or 'not yet'). Losses are
+  """The course workshop's three claims, each answered from the runs (or 'not yet'). Losses are
   each run's lowest held-out loss (early stopping): without dropout the 2.6 M model
   memorizes tiny_shakespeare within a few hundred steps, and its final held-out loss then
   measures overfitting, not training. `final` (the dropout runs, size=course_reg or
-  --dropout): each run's last held-out loss, as REFERENCE reports it."""
+  --dropout): each run's last held-out loss, as the workshop reports it."""
   by_name = {name: {"name": name, "state": "not run", "workdir": None}
              for name in REFERENCE} | {r["name"]: r for r in rows}  # (--only: a subset)
   pre_1, pre_6 = by_name["norm=pre,lr=0.001,warmup=30"], by_name["norm=pre,lr=0.006,warmup=30"]
@@ -114,7 +115,7 @@ def shape_checks(rows: list[dict], final: bool = False) -> list[str]:
   verdicts = ["not run" if any(r["state"] == "not run" for r in needs)
               else "not yet (runs unfinished)" if any(r["state"] != "completed" for r in needs)
               else "yes" if holds() else "**no**" for _, needs, holds in checks]
-  return ["| claim (REFERENCE §6) | reproduced |", "|---|---|",
+  return ["| claim (course workshop) | reproduced |", "|---|---|",
           *[f"| {claim} | {verdict} |" for (claim, _, _), verdict in zip(checks, verdicts)]]
 
 
@@ -135,8 +136,8 @@ def last_eval(workdir: str) -> tuple[int, float] | None:
 def notes(rows: list[dict], steps: int, dropout: float = 0.0) -> list[str]:
   final = dropout > 0
   baselines = sorted({round(r["unigram_baseline"], 3) for r in rows if r["unigram_baseline"]})
-  lines = ["## Beside REFERENCE §6", "",
-           "| run | REFERENCE held-out loss | here | here, below the unigram baseline | "
+  lines = ["## Beside the course workshop's runs", "",
+           "| run | workshop held-out loss | here | here, below the unigram baseline | "
            "here, lowest held-out loss (step) |", "|---|---|---|---|---|"]
   for r in rows:
     here = f"{r['eval_loss']:.3f}" if r["eval_loss"] is not None else r["state"]
@@ -144,16 +145,16 @@ def notes(rows: list[dict], steps: int, dropout: float = 0.0) -> list[str]:
     lowest = lowest_eval(r["workdir"])
     best = f"{lowest[1]:.3f} ({lowest[0]})" if lowest else "—"
     lines.append(f"| {r['name']} | {REFERENCE[r['name']]} | {here} | {gap} | {best} |")
-  lines += ["", f"Unigram baseline: REFERENCE {REFERENCE_BASELINE:.2f} nats (its tokenizer); "
+  lines += ["", f"Unigram baseline: workshop {REFERENCE_BASELINE:.2f} nats (its tokenizer); "
             f"here {', '.join(map(str, baselines)) or '—'} nats (SentencePiece 4096 on "
             "tiny_shakespeare), so absolute losses differ; the shape is what compares.", ""]
   if steps != 3000:
-    lines += [f"Shortened: {steps} steps a run instead of REFERENCE's 3000.", ""]
+    lines += [f"Shortened: {steps} steps a run instead of the workshop's 3000.", ""]
   if final:
-    lines += ["REFERENCE's claims, each answered from the final held-out loss of the runs "
+    lines += ["The workshop's claims, each answered from the final held-out loss of the runs "
               f"(dropout {dropout:g}):", ""]
   else:
-    lines += ["REFERENCE's claims, each answered from the lowest held-out loss of the runs "
+    lines += ["The workshop's claims, each answered from the lowest held-out loss of the runs "
               "(the model overfits tiny_shakespeare without dropout; the final losses are "
               "above):", ""]
   lines += shape_checks(rows, final)
@@ -184,7 +185,7 @@ def main(argv):
   rows = report.gather(root, runs)
   reg = f" (dropout {dropout:g})" if dropout else ""
   result = report.write(
-      root, runs, title=f"Course runs (REFERENCE §6): Post-LN vs Pre-LN, 8-layer LM{reg}",
+      root, runs, title=f"Course runs (course workshop): Post-LN vs Pre-LN, 8-layer LM{reg}",
       command=f"python experiments/course_runs.py --workdir={root} --steps={_STEPS.value}"
       + (f" --size={_SIZE.value}" if _SIZE.value != "course" else "")
       + (f" --dropout={_DROPOUT.value:g}" if _DROPOUT.value is not None else "")

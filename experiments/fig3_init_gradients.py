@@ -4,7 +4,7 @@ r"""The paper's Fig. 3: gradient norms at initialization, Post-LN against Pre-LN
       [--models=translation,lm] [--depths=6,8,10,12,14] [--batch_tokens=2048]
       [--warmup_steps=250] [--lm_warmup_steps=500]
 
-Xiong et al. 2020, §3.3 and Fig. 3 (REFERENCE §3): at initialization Post-LN's gradient
+Xiong et al. 2020, arXiv 2002.04745, §3.3 and Fig. 3: at initialization Post-LN's gradient
 of the FFN weights grows towards the output layer and does not shrink with depth, while
 Pre-LN's is even across layers and falls like 1/√L; after Post-LN's warm-up its gradients
 are near zero. Measured here:
@@ -13,7 +13,7 @@ are near zero. Measured here:
                shared embeddings) on real De-En batches of Multi30k (the IWSLT14 train
                split, and so its vocabulary, is not in the data dir; its validation text
                alone would be a smaller sample), joint SentencePiece 8000;
-  lm           the 8-layer 2.6M-parameter decoder-only LM of REFERENCE §6 on
+  lm           the 8-layer 2.6M-parameter decoder-only LM of the course workshop on
                tiny_shakespeare (configs/lm.py:size=course).
 
 For each: (a, b) ‖∂L/∂W¹‖_F and ‖∂L/∂W²‖_F of every layer's FFN, mean ± std over
@@ -53,7 +53,7 @@ _WARMUP = flags.DEFINE_integer("warmup_steps", 250, "Translation: Post-LN warm-u
 _LM_WARMUP = flags.DEFINE_integer("lm_warmup_steps", 500, "LM: Post-LN warm-up steps.")
 _SMOKE = flags.DEFINE_bool("smoke", False, "Tiny models and data sizes (tests use it).")
 
-# REFERENCE §3 (read off the paper's Fig. 3 c, d): last-layer W² gradient against depth.
+# Xiong et al. 2020, arXiv 2002.04745, read off Fig. 3 (c, d): last-layer W² gradient against depth.
 PAPER_LAST_W2 = {"pre": {6: 0.3, 14: 0.13}, "post": {6: 1.6, 14: 1.6}}
 
 

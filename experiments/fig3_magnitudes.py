@@ -79,7 +79,7 @@ _INITS = flags.DEFINE_list("inits", list(INITS), "Initializations (the first wit
 _REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Rewrite report.md and the PNG from "
                                  "--workdir's results.json; measure nothing.")
 
-# REFERENCE §3, read off the paper's Fig. 3 (c, d), whose x axis is total layers (half
+# Xiong et al. 2020, arXiv 2002.04745, read off Fig. 3 (c, d), whose x axis is total layers (half
 # encoder, half decoder): Post-LN ≈1.6 at every depth; Pre-LN ≈0.3 at 6 and ≈0.13 at 14,
 # so ≈0.17 at this model's 12 by linear interpolation (≈0.14–0.21 by a 1/√L fit to
 # either end point).

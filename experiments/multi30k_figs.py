@@ -87,7 +87,7 @@ FIG2_BLEU_EVERY = 300
 EPOCH_STEPS = 259
 FIG4_EVAL_EVERY = 65
 
-# REFERENCE §4 (the paper's Fig. 2, IWSLT14 De-En, Post-LN, Adam): BLEU by (warm-up, lr),
+# Xiong et al. 2020, arXiv 2002.04745, Fig. 2 (IWSLT14 De-En, Post-LN, Adam): BLEU by (warm-up, lr),
 # with this experiment's warm-up in the paper's place.
 PAPER_FIG2 = {
     (0, 5e-4): "8.45 (no warm-up; val loss stalls ≈7)",
@@ -140,10 +140,10 @@ def first_reaching(evals: list[dict], key: str, target: float, lower_better: boo
 
 def fig2_notes(rows: list[dict], steps: int, size: str = "cpu") -> list[str]:
   if size == "paper":
-    lines = ["Beside the paper's Fig. 2 (REFERENCE §4: IWSLT14 6+6 × 512, ~15 epochs; here "
+    lines = ["Beside the paper's Fig. 2 (arXiv 2002.04745: IWSLT14 6+6 × 512, ~15 epochs; here "
              f"Multi30k, the same shape and warm-ups, {steps} steps):"]
   else:
-    lines = ["Beside the paper's Fig. 2 (REFERENCE §4: IWSLT14 6+6 × 512, warm-up 0 / 500 / "
+    lines = ["Beside the paper's Fig. 2 (arXiv 2002.04745: IWSLT14 6+6 × 512, warm-up 0 / 500 / "
              f"4000 over ~15 epochs; here 0 / 50 / 200 over {steps / EPOCH_STEPS:.1f} "
              "epochs):"]
   lines += ["", "| norm | lr | warm-up here (paper) | final val loss | val BLEU | "

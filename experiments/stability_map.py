@@ -13,7 +13,7 @@ panel per norm placement, on the LM or on Multi30k translation.
 --sweep=stability (the default; configs/lm.py's `stability` sweep): Post-LN and Pre-LN ×
 peak lr 1e-4, 3e-4, 1e-3, 3e-3, 1e-2 × linear warm-up over 0, 100, 500, 2000 steps,
 constant lr after it, on tiny_shakespeare, by default with the course model of
-REFERENCE §6 (8 layers, 2.6M parameters): 40 runs, about 20 minutes each at 3000 steps on
+the course workshop (8 layers, 2.6M parameters): 40 runs, about 20 minutes each at 3000 steps on
 2 CPU cores, so `--steps`, `--size` and `--batch_size` shrink it.
 
 --sweep=zoo: every placement of lnjax.models.placement (Post-LN, Pre-LN, Sandwich, Peri,

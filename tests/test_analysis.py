@@ -18,7 +18,7 @@ def test_power_iteration_equals_the_dense_svd():
 
 @pytest.mark.parametrize("scale", [1.0, 2.0, 4.0, 8.0])
 def test_layernorm_jacobian_is_sqrt_d_over_norm(scale):
-  """REFERENCE §2: ‖J_LN(x)‖₂ ≈ √d/‖x‖ (d = 256: 1.0651 at ‖x‖ = 15.0, halving as ‖x‖ doubles)."""
+  """arXiv 2002.04745 §3: ‖J_LN(x)‖₂ ≈ √d/‖x‖ (d = 256: 1.0651 at ‖x‖ = 15.0, halving as ‖x‖ doubles)."""
   d = 256
   x = jax.random.normal(jax.random.key(0), (d,)) * scale
   x = x - x.mean()
@@ -29,7 +29,7 @@ def test_layernorm_jacobian_is_sqrt_d_over_norm(scale):
 
 def test_main_path_norms_follow_lemmas_1_and_2():
   """Post-LN: E‖c‖²/d = 3/2 before each layer's last LN, flat in depth; Pre-LN: between
-  1 + l/2 and 1 + 3l/2, growing linearly (paper §3.2, REFERENCE §2)."""
+  1 + l/2 and 1 + 3l/2, growing linearly (Xiong et al. 2020, arXiv 2002.04745, §3.2)."""
   from lnjax.analysis import theory
   draws = [theory.main_path_norms(seed, d=256, n=8, num_layers=8) for seed in range(3)]
   post = np.mean([r["post"] for r in draws], axis=0)

@@ -25,7 +25,7 @@ def test_config_resolves(name, arg):
 
 
 def test_paper_translation_presets():
-  """Xiong et al. §4 / REFERENCE §5: IWSLT14 Post-LN 4000 warm-up + inverse sqrt, Pre-LN no
+  """Xiong et al. 2020 (arXiv 2002.04745) §4: IWSLT14 Post-LN 4000 warm-up + inverse sqrt, Pre-LN no
   warm-up ×0.1 at epoch 8, both lr 5e-4, 6+6 layers, D 512, FFN 1024, 4 heads; fairseq's
   sinusoidal positions (WMT14's Transformer base too)."""
   from configs import iwslt14_de_en, wmt14_en_de
@@ -43,7 +43,7 @@ def test_paper_translation_presets():
 
 
 def test_course_reg_is_the_course_model_with_dropout():
-  """configs/lm.py:size=course_reg (issue 21): REFERENCE §6's course model, schedule and
+  """configs/lm.py:size=course_reg (issue 21): the course workshop's model, schedule and
   length, with dropout 0.1; its `course` sweep names the same five runs."""
   from configs import lm
   from lnjax import sweep

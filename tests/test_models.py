@@ -42,7 +42,7 @@ def test_causality(pos):
 
 
 def test_param_count_of_the_26m_lm():
-  """The 8-layer, D 128, F 512, V 4096 untied LM of REFERENCE §6: about 2.6M parameters."""
+  """The 8-layer, D 128, F 512, V 4096 untied LM of the course workshop: about 2.6M parameters."""
   cfg = ModelConfig(vocab_size=4096, num_layers=8, d_model=128, num_heads=4, d_ff=512,
                     max_len=128)
   model = TransformerLM(cfg)

@@ -1,5 +1,5 @@
 """The placement zoo (lnjax/models/placement.py): each variant's formula, constants and
-initialization, pinned on tiny models (REFERENCE §7), and each one training."""
+initialization, pinned on tiny models (each paper's arXiv id is in placement.py), and each one training."""
 
 import dataclasses
 import math

@@ -45,7 +45,7 @@ def _stop(pid_file: str) -> None:
 @pytest.fixture(scope="module")
 def slurm_env():
   """A one-node SLURM cluster of this machine's CPUs; yields the environment (SLURM_CONF)
-  its commands need. The steps are CLUSTER_NOTES.md's, with everything in one folder;
+  its commands need. The steps are a one-node Debian SLURM 22.05.8 (seen working 2026-11-29), in one folder;
   KillWait (SIGTERM to SIGKILL) is long enough for a checkpoint on a busy machine;
   cred_expire (how long a requeued job waits, 120 s by default) and the scheduler's
   intervals are short, so a requeued task starts again within seconds."""

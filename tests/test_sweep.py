@@ -498,7 +498,7 @@ def test_zoo_maps_draw_one_table_with_a_row_per_placement(tmp_path):
 
 def test_course_runs_subset_with_another_dropout_reports_the_rest_as_not_run(tmp_path):
   """experiments/course_runs.py --dropout=0.3 --only=...: the two named runs only, their
-  dropout in the title, REFERENCE's claims answered from final losses, and the claims
+  dropout in the title, the workshop's claims answered from final losses, and the claims
   that need a run left out said to be 'not run'; a name not among the five is refused."""
   script = os.path.join(REPO, "experiments", "course_runs.py")
   pre = "norm=pre,lr=0.001,warmup=30;norm=pre,lr=0.006,warmup=30"

@@ -3,7 +3,7 @@ r"""BERT pre-training (masked LM + next sentence) on WikiText-2, any norm placem
   python -m lnjax.main --config=configs/bert.py:norm=pre,size=cpu --workdir=/tmp/bert_pre
 
 Presets (comma-separated after the colon), the paper's BERT recipes (Xiong et al. 2020, §4;
-REFERENCE §5):
+arXiv 2002.04745):
   norm=post     Post-LN, lr 1e-4, linear warm-up then linear decay to 0. BERT warms up
                 for 10k of 1M steps; a shorter run keeps that 1% (size=cpu: 10 steps of
                 1000; experiments/bert_prepost.py sets its own).

@@ -7,7 +7,7 @@ Presets (comma-separated after the colon):
                        schedule are the same for both, so they compare alike.
   size=tiny|small|course|course_reg
                        tiny: 2 layers, D 64; small: 4 layers, D 128, char-level;
-                       course: the 8-layer 2.6M-parameter LM of REFERENCE §6
+                       course: the 8-layer 2.6M-parameter LM of the course workshop
                        (D 128, 4 heads, F 512, SentencePiece 4096, seq 128, batch 32,
                        dropout 0); course_reg: the same with dropout 0.1 (without it the
                        model memorizes tiny_shakespeare long before step 3000).
@@ -53,7 +53,7 @@ def get_config(arg=None):
 def get_sweep(arg=None):
   """Sweeps of this config (python -m lnjax.sweep --config=configs/lm.py:... --sweep=ARG):
 
-    course      REFERENCE §6 with size=course (or course_reg): Pre-LN and Post-LN at peak lr 1e-3 and 6e-3
+    course      the course workshop's runs with size=course (or course_reg): Pre-LN and Post-LN at peak lr 1e-3 and 6e-3
                 with the preset's 30-step warm-up, and Post-LN at 1e-3 with 1000 steps.
     stability   Post-LN and Pre-LN over peak lr 1e-4 .. 1e-2 × warm-up 0 .. 2000 steps.
     seeds       Post-LN and Pre-LN at the config's own lr and warm-up, seeds 0, 1, 2.

@@ -53,7 +53,7 @@ def get_sweep(arg=None):
 
     fig2   Fig. 2, Post-LN with the norm=post schedule (linear warm-up, then inverse square
            root), 8000 steps: Adam at peak lr 5e-4 and 1e-3 × warm-up 0, 500, 4000 steps; SGD (momentum
-           0.9) at the same peak rates without and with 4000 warm-up steps (REFERENCE §4
+           0.9) at the same peak rates without and with 4000 warm-up steps (arXiv 2002.04745, Fig. 2,
            gives no SGD rate).
     fig2_paper   Fig. 2 at the paper's IWSLT size (6+6 layers, d_model 512, FFN 1024, 4
            heads; with norm=post: label smoothing 0.1, Adam β₂ 0.98, linear warm-up then

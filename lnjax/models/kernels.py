@@ -23,7 +23,7 @@ def matmul_transposed_grad(x_MxI, w_IxO):
   """x W, whose backward pass forms both gradients as plain row-major matmuls of
   materialized transposes: dx = dY (Wᵀ), dW = (xᵀ) dY. Autodiff's dW contracts x and dY
   over their leading (token) axis, which XLA:CPU ran at 160-316 GFLOP/s against 279-389
-  for the materialized form on a 2-core AMD EPYC (../shared/PERF_NOTES.md, lead 5); on
+  for the materialized form on a 2-core AMD EPYC (jax 0.10.2, 2026-11-29; benchmarks/prototypes.py dense_vjp); on
   an Intel Xeon the whole LM step was 7% slower (BENCHMARKS.md). Hence an option
   (`model.weight_grad`), not the default.
   """

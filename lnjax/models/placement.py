@@ -66,7 +66,7 @@ def begin(cfg, x_BxTxD: jax.Array):
   if cfg.norm_position == "resi_dual":
     return x_BxTxD, x_BxTxD  # (x_0, d_0 = x_0): the Post-LN stream and the sum of F's.
   if cfg.norm_position == "peri":
-    # Peri-LN also normalizes the embedding (REFERENCE §7 marks this unconfirmed).
+    # Peri-LN also normalizes the embedding (arXiv 2502.02732; unconfirmed from its text).
     return _norm(cfg, "embed_norm")(x_BxTxD)
   if cfg.norm_position == "ngpt":
     return norms.unit(x_BxTxD)  # nGPT: the hidden state is on the unit sphere throughout.
@@ -138,7 +138,7 @@ def end(cfg, stream, name: str = "final_norm") -> jax.Array:
     return x  # Every sub-layer already ended in a norm.
   if cfg.norm_position in ("pre", "sandwich", "peri", "normformer", "mix", "dyt", "lns", "olmo2"):
     # Pre-LN's stream is a sum of un-normalized sub-layer outputs; without this final
-    # LN its scale grows with depth (REFERENCE §1: a common bug in public code).
+    # LN its scale grows with depth (arXiv 2002.04745; a common bug in public code).
     return _norm(cfg, name)(x)
   if cfg.norm_position == "resi_dual":
     x, d = stream

@@ -7,7 +7,7 @@ failed and stuck-at-baseline cells marked as such.
 A run is *stuck at the unigram baseline* when its final held-out loss is within
 STUCK_NATS of the loss of predicting every token by its training-set frequency
 (summary.json's `unigram_baseline`): it learned token frequencies and nothing else, which
-is what Post-LN does with too little warm-up (REFERENCE §6). A run ending more than
+is what Post-LN does with too little warm-up (the course workshop's runs). A run ending more than
 STUCK_NATS *above* it (worse than token frequencies) is marked apart.
 """
 
