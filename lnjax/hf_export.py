@@ -2,8 +2,8 @@
 
 An LM whose config maps onto GPT-2 becomes a GPT2LMHeadModel folder, a BERT (mlm, mlm_nsp)
 that maps onto BERT a BertForMaskedLM folder (the next-sentence head, which that class
-has not, is left out): config.json, model.safetensors and the run's tokenizer as
-tokenizer.json + tokenizer_config.json, so that transformers' AutoModel* and
+has not, is left out): config.json, model.safetensors and the run's tokenizer (characters or a
+SentencePiece unigram model) as tokenizer.json + tokenizer_config.json, so that transformers' AutoModel* and
 AutoTokenizer load them. A config field with no counterpart is refused by `hf.to_hf` in
 one line naming it (an lnjax LM's √D-scaled tied embedding is written untied instead).
 """
@@ -32,17 +32,18 @@ def export(run, params, output: str, dtype: str) -> dict:
     params, cfg = unscan_params(params, cfg), dataclasses.replace(cfg, scan_layers=False)
   config, tensors = hf.to_hf(run.task.name, cfg, params)
   tokenizer = run.task.make_data(run.data, run.seed, 0, 1, 1).tokenizer
-  if not hasattr(tokenizer, "chars"):
-    raise hf.HFError(f"data.tokenizer={run.data.tokenizer!r}: only a character vocabulary is "
-                     "written as a Hugging Face tokenizer so far (data.tokenizer='char')")
+  if run.data.tokenizer == "char":
+    tok = hf_tokenizer.char_tokenizer(tokenizer.chars)
+  elif run.data.sp_model_type == "unigram":
+    tok = hf_tokenizer.sentencepiece_tokenizer(tokenizer.model_proto)
+  else:
+    raise hf.HFError(f"data.sp_model_type={run.data.sp_model_type!r}: a SentencePiece BPE "
+                     "vocabulary is not written as a Hugging Face tokenizer yet (unigram is)")
   target = np.float32 if dtype == "float32" else ml_dtypes.bfloat16
   tensors = {k: v.astype(target) for k, v in tensors.items()}
   config["dtype"] = dtype
   architecture = config["architectures"][0]
-  if architecture == "GPT2LMHeadModel":
-    hf_tokenizer.write_char(output, tokenizer.chars, cfg.max_len)
-  else:
-    hf_tokenizer.write_bert_char(output, tokenizer.chars, cfg.max_len)
+  hf_tokenizer.write(output, tok, cfg.max_len, bert=architecture == "BertForMaskedLM")
   hf.write_folder(output, config, tensors)
   return {"architecture": architecture, "num_parameters": int(sum(v.size for v in tensors.values())),
           "load": f"{LOADERS[architecture]}({output!r})"}

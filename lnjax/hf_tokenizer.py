@@ -5,8 +5,8 @@ own Rust implementation, not transformers):
                    merges.txt (byte-level BPE) or BERT's vocab.txt (WordPiece, with the
                    lower-casing of its tokenizer_config.json); special tokens added as the
                    model's own tokenizer adds them ([CLS] ... [SEP] for BERT)
-  write(...)       an lnjax run's character vocabulary as tokenizer.json +
-                   tokenizer_config.json, which transformers' AutoTokenizer loads
+  write(...)       an lnjax run's character or SentencePiece (unigram) vocabulary as
+                   tokenizer.json + tokenizer_config.json, which AutoTokenizer loads
 """
 
 import json
@@ -77,9 +77,9 @@ def load(folder: str) -> HFTokenizer:
   return HFTokenizer(tok, config)
 
 
-def write_char(output: str, chars: str, max_len: int) -> None:
-  """lnjax's CharTokenizer (0 <pad>, 1 <unk>, then `chars` in order) as a Hugging Face
-  tokenizer: one token per character, no special tokens added."""
+def char_tokenizer(chars: str):
+  """lnjax's CharTokenizer (0 <pad>, 1 <unk>, then `chars` in order): one token per
+  character."""
   import tokenizers
   from tokenizers import Regex, decoders, models, pre_tokenizers
 
@@ -87,27 +87,46 @@ def write_char(output: str, chars: str, max_len: int) -> None:
   tok = tokenizers.Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
   tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
   tok.decoder = decoders.Fuse()
-  _save(output, tok, {"pad_token": "<pad>", "unk_token": "<unk>"}, max_len)
+  return tok
 
 
-def write_bert_char(output: str, chars: str, max_len: int) -> None:
-  """lnjax's BERT vocabulary over a CharTokenizer (lnjax.data.mlm.BertVocab: the
-  characters' ids, then [CLS], [SEP], [MASK]), with [CLS] text [SEP] added as BERT's."""
+def sentencepiece_tokenizer(model_proto: bytes):
+  """lnjax's SentencePiece unigram model (data/tokenizers.py: identity normalization, no
+  dummy prefix, whitespace kept, '\n' a user-defined piece, 0 <pad>, 1 <unk>) as a
+  tokenizers Unigram over the same pieces, scores and ids."""
+  import sentencepiece as spm
   import tokenizers
-  from tokenizers import Regex, decoders, models, pre_tokenizers, processors
+  from tokenizers import AddedToken, decoders, models, pre_tokenizers
 
-  vocab = {"<pad>": 0, "<unk>": 1, **{c: i + 2 for i, c in enumerate(chars)}}
-  n = len(vocab)
-  vocab.update({"[CLS]": n, "[SEP]": n + 1, "[MASK]": n + 2})
-  tok = tokenizers.Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-  tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-  tok.decoder = decoders.Fuse()
-  tok.add_special_tokens(["<pad>", "[CLS]", "[SEP]", "[MASK]"])
-  tok.post_processor = processors.TemplateProcessing(
-      single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-      special_tokens=[("[CLS]", n), ("[SEP]", n + 1)])
-  _save(output, tok, {"pad_token": "<pad>", "unk_token": "<unk>", "cls_token": "[CLS]",
-                      "sep_token": "[SEP]", "mask_token": "[MASK]"}, max_len)
+  sp = spm.SentencePieceProcessor(model_proto=model_proto)
+  vocab = [(sp.id_to_piece(i), sp.get_score(i)) for i in range(sp.get_piece_size())]
+  tok = tokenizers.Tokenizer(models.Unigram(vocab, sp.unk_id(), False))
+  # Words split before each space, the space written '▁' (SentencePiece's
+  # split_by_whitespace), with no '▁' added in front of the text (add_dummy_prefix=False).
+  tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="never")
+  tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="never")
+  tok.add_tokens([AddedToken("\n", normalized=False, special=False)])
+  return tok
+
+
+def write(output: str, tok, max_len: int, bert: bool = False) -> None:
+  """`tok` as tokenizer.json + tokenizer_config.json; `bert`: with lnjax's BERT ids
+  (lnjax.data.mlm.BertVocab: [CLS], [SEP], [MASK] after the text vocabulary) and
+  [CLS] text [SEP] added, as BERT's tokenizer adds them."""
+  from tokenizers import processors
+
+  special = {"pad_token": "<pad>", "unk_token": "<unk>"}
+  if bert:
+    n = tok.get_vocab_size(with_added_tokens=True)
+    tok.add_special_tokens(["[CLS]", "[SEP]", "[MASK]"])
+    if tok.token_to_id("[CLS]") != n or tok.token_to_id("[MASK]") != n + 2:
+      raise HFError("the vocabulary already holds [CLS], [SEP] or [MASK]: not lnjax's BERT ids")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", n), ("[SEP]", n + 1)])
+    special.update(cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
+  tok.add_special_tokens(["<pad>"])
+  _save(output, tok, special, max_len)
 
 
 def _save(output: str, tok, special: dict, max_len: int) -> None:

@@ -168,12 +168,21 @@ def _bert_config(**model):
   return c
 
 
+def _with_data(config, **data):
+  for k, v in data.items():
+    config.data[k] = v
+  return config
+
+
 EXPORTS = {
     # lnjax's default LM: ReLU, untied output, √D-scaled embedding (written untied).
     "lm_default": lambda: _lm_config(),
     # Tied and unscaled: GPT-2's own layout, tanh-GELU.
     "lm_tied_gelu": lambda: _lm_config(tie_embeddings=True, scale_embeddings=False,
                                        activation="gelu"),
+    # A SentencePiece unigram vocabulary.
+    "lm_sentencepiece": lambda: _with_data(_lm_config(), tokenizer="sentencepiece",
+                                           vocab_size=200),
     # BERT (mlm_nsp, Post-LN, tied, √D-scaled): BertForMaskedLM with the NSP head left out.
     "bert": lambda: _bert_config(),
 }
@@ -199,11 +208,11 @@ def test_exported_folder_gives_the_same_logits_in_transformers(tmp_path, name):
   batch = tok(texts, padding=True, return_tensors="np")
   chosen = averaging.restore(workdir, "latest")
   run = chosen.restored.run
-  chars = run.task.make_data(run.data, run.seed, 0, 1, 1).tokenizer
-  for text, ids in zip(texts, batch["input_ids"]):  # The run's character ids, as lnjax's.
-    expected = chars.encode(text).tolist()
+  data = run.task.make_data(run.data, run.seed, 0, 1, 1)
+  for text, ids in zip(texts, batch["input_ids"]):  # The run's own token ids.
+    expected = data.tokenizer.encode(text).tolist()
     if bert:
-      expected = [len(chars.chars) + 2] + expected + [len(chars.chars) + 3]
+      expected = [data.vocab.cls_id] + expected + [data.vocab.sep_id]
     assert ids[: len(expected)].tolist() == expected
   with torch.no_grad():
     want = theirs(input_ids=torch.tensor(batch["input_ids"]),
@@ -238,8 +247,8 @@ def lnjax_folder(folder, task: str = "lm", **model) -> str:
                         hf._init(model, task))  # LN γ, β and biases away from 1 and 0
   config, tensors = hf.to_hf(task, cfg, params)
   hf.write_folder(str(folder), config, {k: v.astype(np.float32) for k, v in tensors.items()})
-  write = hf_tokenizer.write_char if task == "lm" else hf_tokenizer.write_bert_char
-  write(str(folder), chars, cfg.max_len)
+  hf_tokenizer.write(str(folder), hf_tokenizer.char_tokenizer(chars), cfg.max_len,
+                     bert=task == "mlm")
   return str(folder), model, params
 
 
