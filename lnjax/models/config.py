@@ -31,7 +31,7 @@ class ModelConfig:
   max_len: int = 256  # Longest sequence the position embedding covers (>= data.seq_len).
   norm_position: str = "pre"  # post: LN(x + F(x)) | pre: x + F(LN(x)), with a final LN |
   # sandwich | peri | deepnorm | normformer | resi_dual | admin | mix | b2t | dyt | lns |
-  # olmo2 | ngpt (README table).
+  # olmo2 | ngpt (docs/configs.md's table).
   norm_kind: str = "layernorm"  # layernorm | rmsnorm | scalenorm
   norm_eps: float = 1e-5  # ε inside the norm's square root.
   qk_norm: bool = False  # LayerNorm on each head's q and k (ViT-22B).
