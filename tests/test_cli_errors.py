@@ -1,0 +1,109 @@
+"""One error contract for every command (lnjax/cli.py): a bad flag, an unknown config key or
+preset, and a config file that fails to load end in exit code 2 and one line on stderr, no
+traceback, for every `python -m lnjax.…` entry point. They fail before JAX compiles."""
+
+import concurrent.futures
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+# Every entry point, with the flags it needs besides the one under test (so that the error
+# reported is that one, not a missing flag). True: it takes --config.
+COMMANDS = {
+    "lnjax.main": (True, ["--workdir=W"]),
+    "lnjax.finetune": (True, ["--workdir=W"]),
+    "lnjax.sweep": (True, ["--workdir=W", "--sweep=course"]),
+    "lnjax.stability": (True, ["--workdir=W"]),
+    "lnjax.translate": (False, ["--workdir=W"]),
+    "lnjax.export": (False, ["--workdir=W"]),
+    "lnjax.averaging": (False, ["--workdir=W"]),
+    "lnjax.analyze": (False, ["--workdir=W"]),
+    "lnjax.compare": (False, []),
+    "lnjax.data.prepare": (False, ["iwslt14_de_en"]),
+}
+CONSOLE = ["lnjax.console", "train"]  # The `lnjax` command hands its flags to lnjax.main.
+INTERNAL = {"lnjax.sweep.ray_backend"}  # The Ray driver a sweep starts (its spec on stdin).
+# Commands that import JAX before parsing their flags (3-4 s of CPU each): the slow tier.
+IMPORT_JAX = {"lnjax.averaging", "lnjax.compare", "lnjax.data.prepare"}
+
+
+def _entry_points() -> set[str]:
+  found = set()
+  for path in (REPO / "lnjax").rglob("*.py"):
+    module = ".".join(path.relative_to(REPO).with_suffix("").parts)
+    if path.name == "__main__.py":
+      found.add(module.removesuffix(".__main__"))
+    elif re.search(r'^if __name__ == "__main__":', path.read_text(), re.M):
+      found.add(module)
+  return found - INTERNAL
+
+
+def _run_all(cases: list[tuple[list[str], str]], tmp_path) -> list[str]:
+  """Runs each (command + args, text its error line must contain) at once; the failures."""
+  def one(case):
+    argv, expected = case
+    argv = [a.replace("W", str(tmp_path / "wd")) if a == "--workdir=W" else a for a in argv]
+    r = subprocess.run([sys.executable, "-m", *argv], cwd=REPO, capture_output=True,
+                       text=True, timeout=300, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    lines = r.stderr.splitlines()
+    if (r.returncode != 2 or len(lines) != 1 or "Traceback" in r.stderr
+        or expected not in lines[0] or not lines[0].startswith("lnjax")):
+      return f"{' '.join(argv)}: exit {r.returncode}, stderr {r.stderr[-600:]!r}"
+    return None
+
+  with concurrent.futures.ThreadPoolExecutor(4) as pool:
+    return [f for f in pool.map(one, cases) if f]
+
+
+def _argv(module: str) -> list[list[str]]:
+  """How each command is started: its module, and lnjax.main through the console too."""
+  return [[module, *COMMANDS[module][1]]] + (
+      [[*CONSOLE, *COMMANDS[module][1]]] if module == "lnjax.main" else [])
+
+
+def test_every_entry_point_is_covered():
+  assert _entry_points() == set(COMMANDS) | {CONSOLE[0]}
+
+
+def test_a_bad_flag(tmp_path):
+  cases = [(argv + ["--nosuch=1"], "nosuch")
+           for m in COMMANDS if m not in IMPORT_JAX for argv in _argv(m)]
+  assert not _run_all(cases, tmp_path)
+
+
+def test_a_config_file_that_fails_to_load(tmp_path):
+  bad = tmp_path / "bad.py"
+  bad.write_text("def get_config(arg=None):\n  return {\n")
+  cases = [(argv + [f"--config={bad}"], "never closed")
+           for m, (takes_config, _) in COMMANDS.items() if takes_config for argv in _argv(m)]
+  assert not _run_all(cases, tmp_path)
+
+
+@pytest.mark.slow
+def test_an_unknown_config_key_or_preset(tmp_path):
+  """The shipped configs (loading one imports JAX): a key no section has (the fine-tuning
+  driver's own section too), a preset get_config refuses; commands without --config refuse
+  the flag itself (the commands that import JAX first: a bad flag, the same parse)."""
+  bad = tmp_path / "bad.py"
+  bad.write_text("def get_config(arg=None):\n  return {\n")
+  cases = [([m, *COMMANDS[m][1], "--nosuch=1"], "nosuch") for m in IMPORT_JAX]
+  for m, (takes_config, args) in COMMANDS.items():
+    if m in IMPORT_JAX:
+      continue
+    config = "configs/glue.py:task=mrpc" if m == "lnjax.finetune" else "configs/lm.py:smoke"
+    cases += [([m, *args, f"--config={config}", "--config.nosuch=1"],
+               "nosuch" if takes_config else "config"),
+              ([m, *args, "--config=configs/glue.py:task=cola"],
+               "cola" if takes_config else "config")]
+    if m == "lnjax.finetune":
+      cases.append(([m, *args, f"--config={config}", "--config.finetune.nosuch=1"],
+                    "finetune.nosuch"))
+    if not takes_config:
+      cases.append(([m, *args, f"--config={bad}"], "config"))
+  assert not _run_all(cases, tmp_path)
