@@ -39,7 +39,7 @@ class DecodeConfig:
     errors.check_range("decode.length_penalty", self.length_penalty, low=0.0)
 
 
-def translate(setup, params, data, split: str, cfg: DecodeConfig, mesh) -> list[str]:
+def decode_split(setup, params, data, split: str, cfg: DecodeConfig, mesh) -> list[str]:
   """Hypotheses for every sentence of `split`, in the split's original order: its source
   text decoded as `python -m lnjax.translate` decodes any text (decode_lines)."""
   return decode_lines(setup.model, params, data.tokenizer, data.sources(split), cfg, mesh,
@@ -127,7 +127,7 @@ def bleu(hypotheses: list[str], references: list[str], tokenize: str = "13a") ->
 def score_split(setup, params, data, split: str, cfg: DecodeConfig, mesh) -> dict:
   """Decodes `split` and scores it: BLEU beside sentences/s."""
   t0 = time.perf_counter()
-  hyps = translate(setup, params, data, split, cfg, mesh)
+  hyps = decode_split(setup, params, data, split, cfg, mesh)
   seconds = time.perf_counter() - t0
   refs = (data.tokenized_references(split) if data.sacrebleu_tokenize == "none"
           else data.references(split))

@@ -30,7 +30,7 @@ class Translator:
   mesh: object
   chosen: averaging.Chosen
 
-  def translate(self, lines: list[str], max_len: int | None = None,
+  def translate_lines(self, lines: list[str], max_len: int | None = None,
                 desc: str = "decoding") -> list[str]:
     return evaluate.decode_lines(self.model, self.params, self.data.tokenizer, lines,
                                  self.decode, self.mesh, max_tokens=self.run.data.max_tokens,

@@ -77,9 +77,9 @@ def _warn_undecodable(path: str, bad: list[int]) -> None:
           f"UTF-8 text (line {first}): left empty in the output", file=sys.stderr, flush=True)
 
 
-def translate(workdir: str, lines: list[str] | None, checkpoint: str = "best",
-              split: str | None = None, references: list[str] | None = None,
-              overrides: dict | None = None, max_len: int | None = None) -> dict:
+def translate_run(workdir: str, lines: list[str] | None, checkpoint: str = "best",
+                  split: str | None = None, references: list[str] | None = None,
+                  overrides: dict | None = None, max_len: int | None = None) -> dict:
   """{'hypotheses': [...], 'bleu': ..., 'signature': ...} (BLEU with references or a split)."""
   from lnjax import checkpoint as ckpt_lib, evaluate, predict
 
@@ -102,7 +102,7 @@ def translate(workdir: str, lines: list[str] | None, checkpoint: str = "best",
     raise errors.LnjaxError(f"{len(references)} references for {len(lines)} input lines")
   keep = [i for i, line in enumerate(lines) if line.strip()]
   hyps = [""] * len(lines)
-  for i, h in zip(keep, t.translate([lines[i] for i in keep], max_len=max_len,
+  for i, h in zip(keep, t.translate_lines([lines[i] for i in keep], max_len=max_len,
                                     desc=f"translating {split or 'input'}")):
     hyps[i] = h
   result = {"hypotheses": hyps, "checkpoint": checkpoint, "steps": t.chosen.steps,
@@ -134,8 +134,8 @@ def main(argv):
     if _REFERENCE.value:
       refs, bad = read_lines(_REFERENCE.value)
       _warn_undecodable(_REFERENCE.value, bad)
-    result = translate(_WORKDIR.value, lines, _CHECKPOINT.value, _SPLIT.value, refs,
-                       overrides, _MAX_LEN.value)
+    result = translate_run(_WORKDIR.value, lines, _CHECKPOINT.value, _SPLIT.value, refs,
+                           overrides, _MAX_LEN.value)
     text = "".join(h.replace("\n", " ") + "\n" for h in result["hypotheses"])
     if _OUTPUT.value == "-":
       sys.stdout.write(text)

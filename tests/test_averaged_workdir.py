@@ -27,7 +27,7 @@ def test_tools_default_checkpoint_on_an_averaged_workdir(tmp_path):
 
   chosen = averaging.restore(avg)  # 'latest' and 'best' are its one checkpoint.
   assert (chosen.steps, averaging.restore(avg, "best").steps) == ([20], [20])
-  result = translate.translate(avg, ["Ein Hund läuft.", "Zwei Männer."])  # default: best
+  result = translate.translate_run(avg, ["Ein Hund läuft.", "Zwei Männer."])  # default: best
   assert result["checkpoint"] == "best" and result["steps"] == [20]
   assert len(result["hypotheses"]) == 2
 

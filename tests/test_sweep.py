@@ -30,12 +30,12 @@ def test_product_zip_chain_and_run_names():
                   {"model.norm_position": "post", "opt.learning_rate": 6e-3},
                   {"model.norm_position": "pre", "opt.learning_rate": 1e-3},
                   {"model.norm_position": "pre", "opt.learning_rate": 6e-3}]
-  paired = sweep.zip(norms, sweep.axis("opt.warmup_steps", [1000, 0]))
+  paired = sweep.zip_axes(norms, sweep.axis("opt.warmup_steps", [1000, 0]))
   assert paired == [{"model.norm_position": "post", "opt.warmup_steps": 1000},
                     {"model.norm_position": "pre", "opt.warmup_steps": 0}]
   assert len(sweep.chain(grid, paired)) == 6
   with pytest.raises(errors.ConfigError, match="different lengths"):
-    sweep.zip(norms, sweep.axis("seed", [0, 1, 2]))
+    sweep.zip_axes(norms, sweep.axis("seed", [0, 1, 2]))
   with pytest.raises(errors.ConfigError, match="sets seed twice"):
     sweep.product(sweep.axis("seed", [0]), sweep.axis("seed", [1]))
 

@@ -16,7 +16,6 @@ Each run trains in ROOT/<name>, its name spelled from its overrides
 launcher is `lnjax.sweep.launcher`, the tables and plots `lnjax.sweep.report`.
 """
 
-import builtins
 import copy
 import dataclasses
 import hashlib
@@ -46,12 +45,12 @@ def product(*sweeps: Sequence[Overrides]) -> list[Overrides]:
   return [_merge(combo) for combo in itertools.product(*sweeps)]
 
 
-def zip(*sweeps: Sequence[Overrides]) -> list[Overrides]:  # noqa: A001  (hyper's vocabulary)
+def zip_axes(*sweeps: Sequence[Overrides]) -> list[Overrides]:
   """Element-wise: the i-th run of each sweep merged into one; lengths must match."""
   lengths = {len(s) for s in sweeps}
   if len(lengths) > 1:
-    raise errors.ConfigError(f"sweep.zip of sweeps of different lengths {sorted(lengths)}")
-  return [_merge(combo) for combo in builtins.zip(*sweeps)]
+    raise errors.ConfigError(f"sweep.zip_axes of sweeps of different lengths {sorted(lengths)}")
+  return [_merge(combo) for combo in zip(*sweeps)]
 
 
 def chain(*sweeps: Sequence[Overrides]) -> list[Overrides]:
@@ -83,9 +82,9 @@ def run_name(overrides: Overrides) -> str:
   if not overrides:
     return "base"
   shorts = [SHORT_KEYS.get(k, k.rsplit(".", 1)[-1]) for k in overrides]
-  keys = [s if shorts.count(s) == 1 else k for s, k in builtins.zip(shorts, overrides)]
+  keys = [s if shorts.count(s) == 1 else k for s, k in zip(shorts, overrides)]
   name = ",".join(f"{_safe(k)}={_safe(_name_value(v))}"
-                  for k, v in builtins.zip(keys, overrides.values()))
+                  for k, v in zip(keys, overrides.values()))
   if len(name) > MAX_NAME:  # Keep it a valid file name; the hash keeps it unique.
     digest = hashlib.sha1(name.encode()).hexdigest()[:8]
     name = f"{name[:MAX_NAME - 9]}-{digest}"
