@@ -325,11 +325,11 @@ MUTANTS = [
       "      done = None\n      if done:\n        self._record(run, done)",
       ("tests/test_ray.py::test_four_runs_spread_over_both_nodes_and_a_relaunch_starts_none",),
       "a relaunch on Ray submits runs that already finished"),
-    M("ray_lost_node_not_retried", "lnjax/sweep/ray_backend.py",
+    M("ray_lost_node_not_retried", "lnjax/sweep/ray_driver.py",
       'max_retries=self.spec["reschedules"]', "max_retries=0",
       ("tests/test_ray.py::test_a_run_whose_node_is_lost_is_rescheduled_and_resumes",),
       "a run whose node is lost is not started again on another node"),
-    M("ray_run_outlives_its_task", "lnjax/sweep/ray_backend.py",
+    M("ray_run_outlives_its_task", "lnjax/sweep/ray_driver.py",
       "preexec_fn=lambda: _die_with(parent, death_signal)", "preexec_fn=None",
       ("tests/test_ray.py::test_the_cluster_stopping_mid_sweep_is_one_line_and_the_relaunch_resumes",),
       "a run whose Ray cluster stopped trains on unseen instead of saving and stopping"),
@@ -433,6 +433,55 @@ MUTANTS = [
       "    if below < self.margin_nats:", "    if below < -self.margin_nats:",
       ("tests/test_stability.py::test_the_definition_of_stable",),
       "a run ending less than margin_nats below the unigram baseline counted stable"),
+    # ---- Library (issue 32)
+    M("api_load_ignores_the_checkpoint", "lnjax/api.py",
+      'averaging.restore(workdir, str(checkpoint), mesh, flag="checkpoint")',
+      'averaging.restore(workdir, "latest", mesh, flag="checkpoint")',
+      ("tests/test_api.py::test_load_gives_the_checkpoints_parameters_and_the_tokenizer",),
+      "lnjax.load gives the latest checkpoint whatever checkpoint= names"),
+    M("train_module_not_callable", "lnjax/train.py",
+      "api.callable_module(__name__, _train)", "_train = None",
+      ("tests/test_api.py::test_train_analyze_compare_are_callable_modules",),
+      "lnjax.train is the module only: lnjax.train(config, workdir) fails"),
+    M("config_name_not_resolved", "lnjax/configs/__init__.py",
+      'return os.path.join(FOLDER, name + ".py") + sep + presets', "return arg",
+      ("tests/test_api.py::test_config_names_resolve_to_the_package_and_paths_stay",
+       "tests/test_api.py::test_console_dispatches_and_names_configs_from_another_directory"),
+      "--config=lm:norm=post is looked for as a file in the current directory"),
+    M("console_drops_the_flags", "lnjax/console.py",
+      "sys.argv = [sys.argv[0], *map(configs.resolve_flag, argv[1:])]",
+      "sys.argv = [sys.argv[0]]",
+      ("tests/test_api.py::test_console_dispatches_and_names_configs_from_another_directory",),
+      "the lnjax command runs the tool without the flags given to it"),
+    M("grid_values_as_text", "lnjax/sweep/grid.py",
+      "    if isinstance(current, float):\n      return float(text)",
+      "    if isinstance(current, float):\n      return text",
+      ("tests/test_sweep_grid.py::test_grid_is_the_product_with_values_of_the_configs_types",),
+      "--grid passes 1e-3 to a float key as the text '1e-3'"),
+    M("grid_first_axis_only", "lnjax/sweep/grid.py",
+      "return sweep_lib.product(*axes)", "return sweep_lib.product(*axes[:1])",
+      ("tests/test_sweep_grid.py::test_grid_is_the_product_with_values_of_the_configs_types",),
+      "--grid sweeps its first key only"),
+    M("sweep_flag_still_required", "lnjax/sweep/__main__.py",
+      'flags.mark_flags_as_required(["config", "workdir"])',
+      'flags.mark_flags_as_required(["config", "sweep", "workdir"])',
+      ("tests/test_sweep_grid.py::test_grid_on_the_command_line_without_sweep",),
+      "lnjax.sweep --grid still asks for --sweep"),
+    M("averaged_workdir_has_no_best", "lnjax/averaging.py",
+      'if kind == "best" and fileio.exists(os.path.join(workdir, AVERAGE_FILE)):',
+      'if kind == "best" and fileio.exists(os.path.join(workdir, AVERAGE_FILE, "x")):',
+      ("tests/test_averaged_workdir.py::test_tools_default_checkpoint_on_an_averaged_workdir",),
+      "translate and --mode=predict on lnjax.averaging's output need --checkpoint=latest"),
+    M("console_grad_norm_of_the_last_step", "lnjax/hooks.py",
+      '                                  means["grad_norm"]))',
+      '                                  metrics["grad_norm"]))',
+      ("tests/test_console_output.py::test_progress_line_shows_the_logged_window_means",),
+      "the console's grad_norm is the last step's while metrics.jsonl logs the window mean"),
+    M("summary_lists_every_folder", "lnjax/main.py",
+      "written = [name for name in RESULTS if fileio.exists(os.path.join(s[\"workdir\"], name))]",
+      "written = list(RESULTS)",
+      ("tests/test_console_output.py::test_the_summary_lists_only_what_the_run_wrote",),
+      "the summary lists tensorboard/ (and the rest) whether or not the run wrote them"),
 ]
 
 
@@ -443,7 +492,9 @@ def copy_repo(dest: str) -> str:
   ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
   for name in COPIED:
     src = os.path.join(REPO, name)
-    if os.path.isdir(src):
+    if os.path.islink(src):  # configs/ -> lnjax/configs: the copy's own package folder.
+      os.symlink(os.readlink(src), os.path.join(root, name))
+    elif os.path.isdir(src):
       shutil.copytree(src, os.path.join(root, name), ignore=ignore)
     else:
       shutil.copy2(src, os.path.join(root, name))

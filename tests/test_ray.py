@@ -414,15 +414,15 @@ def test_each_process_asks_ray_for_its_platforms_devices(tmp_path, monkeypatch):
   """--platform/--devices_per_run as Ray resources (auto: TPUs, else GPUs, else CPUs; one
   CPU beside accelerators), and the refusals made before anything starts."""
   from lnjax import errors, sweep
-  from lnjax.sweep import ray_backend
-  shape = ray_backend.per_process_resources
+  from lnjax.sweep import ray_backend, ray_driver
+  shape = ray_driver.per_process_resources
   assert shape("cpu", 4, {"CPU": 64, "GPU": 8}) == {"CPU": 4}
   assert shape("gpu", 2, {"CPU": 64, "GPU": 8}) == {"CPU": 1, "GPU": 2}
   assert shape("tpu", 4, {"CPU": 96, "TPU": 16}) == {"CPU": 1, "TPU": 4}
   assert shape("auto", None, {"CPU": 96, "TPU": 16, "GPU": 8}) == {"CPU": 1, "TPU": 1}
   assert shape("auto", 8, {"CPU": 64, "GPU": 8}) == {"CPU": 1, "GPU": 8}
   assert shape("auto", None, {"CPU": 2}) == {"CPU": 1}
-  assert ray_backend._ray_options({"CPU": 1, "TPU": 4}) == {
+  assert ray_driver._ray_options({"CPU": 1, "TPU": 4}) == {
       "num_cpus": 1, "num_gpus": 0, "resources": {"TPU": 4}}
   runs = sweep.expand(_config(str(tmp_path)), "one")
   monkeypatch.delenv("RAY_ADDRESS", raising=False)
