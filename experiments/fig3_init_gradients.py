@@ -32,13 +32,13 @@ Writes results.json, report.md, fig3_<model>.png into --workdir; the warm-up run
 
 import json
 import os
-import sys
 import time
 
 from absl import app, flags, logging
 
 from lnjax import allocator
 allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
+from lnjax.analysis import init_gradients  # noqa: E402
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where results, plots and warm-up runs go.",
                                required=True)
@@ -57,85 +57,15 @@ _SMOKE = flags.DEFINE_bool("smoke", False, "Tiny models and data sizes (tests us
 PAPER_LAST_W2 = {"pre": {6: 0.3, 14: 0.13}, "post": {6: 1.6, 14: 1.6}}
 
 
-def _configs_module(name):
-  sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-  import importlib
-  return importlib.import_module(f"configs.{name}")
-
-
 def make_config(model: str, norm: str, total_layers: int | None = None):
-  """The measured model's config: the paper's shapes, dropout off (it is measured
-  deterministically anyway), a constant schedule (the warm-up run sets its own)."""
-  if model == "translation":
-    smoke = ",smoke" if _SMOKE.value else ""
-    c = _configs_module("multi30k_de_en").get_config(f"norm={norm}{smoke}")
-    with c.unlocked():
-      if not _SMOKE.value:
-        c.model.num_layers, c.model.d_model, c.model.num_heads, c.model.d_ff = 6, 512, 4, 1024
-        c.data.max_tokens = _BATCH_TOKENS.value
-      if total_layers:
-        c.model.num_layers = total_layers // 2
-      c.decode.bleu_in_training = False
-  else:
-    smoke = ",smoke" if _SMOKE.value else ""
-    c = _configs_module("lm").get_config(f"norm={norm},size=course{smoke}")
-    with c.unlocked():
-      if total_layers:
-        c.model.num_layers = total_layers
-  with c.unlocked():
-    c.model.norm_position = norm
-    c.model.dropout_rate = 0.0
-    c.opt.schedule, c.opt.warmup_steps, c.opt.decay_epochs = "constant", 0, ()
-    c.train.tensorboard = False
-  return c
+  return init_gradients.make_config(model, norm, total_layers, smoke=_SMOKE.value,
+                                    batch_tokens=_BATCH_TOKENS.value)
 
 
 def last_layer(model: str, num_layers: int) -> str:
   """Path of the last layer's FFN W² (the output layer's, in the decoder)."""
   stack = "decoder/" if model == "translation" else ""
   return f"{stack}layer_{num_layers - 1}/ffn/wo/kernel"
-
-
-class Measurer:
-  """Gradient norms of many initializations of one model shape on fixed batches."""
-
-  def __init__(self, config, data_info=None):
-    """`data_info`: (vocabulary size, batches) from an earlier Measurer of the same data."""
-    import flax.linen as nn
-    import jax
-    import numpy as np
-
-    from lnjax import models, run as run_lib, state as state_lib
-    from lnjax.analysis import probes
-
-    if data_info is None:
-      run = run_lib.resolve_config(config)
-      data = run.task.make_data(run.data, run.seed, 0, 1, 1)
-      every = data.eval_batches()
-      picks = (len(every) - 1) * (0.5 + np.arange(_NUM_BATCHES.value)) / _NUM_BATCHES.value
-      data_info = (data.vocab_size, [{k: v for k, v in every[int(i)].items() if k != "index"}
-                                     for i in picks])
-    self.data_info = data_info
-    self.batches = data_info[1]
-    with config.unlocked():
-      config.model.vocab_size = data_info[0]
-    self.run = run_lib.resolve_config(config)
-    self.setup = state_lib.make_setup(self.run.model, self.run.opt, self.run.train.num_steps,
-                                      task=self.run.task)
-    setup = self.setup
-    # The run's own initialization (models.init_params: Admin's profiling pass included),
-    # compiled once for all seeds.
-    self._init = jax.jit(lambda key: nn.unbox(models.init_params(
-        setup.model, key, *setup.task.example_inputs(), random_inputs=setup.task.random_inputs)))
-    self._grad = jax.jit(jax.grad(lambda p, bs: probes.mean_loss(p, setup, bs)))
-    self._probes = probes
-
-  def init(self, seed: int):
-    import jax
-    return self._init(jax.random.key(seed))
-
-  def grad_norms(self, params) -> dict:
-    return self._probes.gradient_norms(self._grad(params, self.batches))
 
 
 def ffn_per_layer(norms: dict, model: str, num_layers: int) -> dict:
@@ -148,9 +78,7 @@ def ffn_per_layer(norms: dict, model: str, num_layers: int) -> dict:
 def warmed_up_params(model: str, root: str, steps: int):
   """Train Post-LN with a linear warm-up over `steps` steps (lnjax.train, checkpointed),
   restore the checkpoint on one device, return (params, summary)."""
-  import jax
-
-  from lnjax import checkpoint, sharding, train
+  from lnjax import build, checkpoint, train
 
   config = make_config(model, "post")
   with config.unlocked():
@@ -159,8 +87,7 @@ def warmed_up_params(model: str, root: str, steps: int):
     config.train.eval_every_steps = config.train.checkpoint_every_steps = max(steps, 1)
   workdir = os.path.join(root, f"{model}_post_ln_warmup")
   summary = train.train_and_evaluate(config, workdir)
-  mesh = sharding.make_mesh(sharding.MeshConfig(data=1), jax.local_devices()[:1])
-  restored = checkpoint.restore_run(workdir, None, mesh)
+  restored = checkpoint.restore_run(workdir, None, build.one_device_mesh())
   return restored.state.params, summary
 
 
@@ -170,11 +97,11 @@ def measure_model(model: str, root: str) -> dict:
   seeds = range(_SEEDS.value)
   depths = [int(d) for d in _DEPTHS.value]
   out = {"per_layer": {}, "depth": {"post": {}, "pre": {}}}
-  info = None
+  data = None  # Prepared once, by the first Measurer.
   for norm in ("post", "pre"):
     t0 = time.time()
-    m = Measurer(make_config(model, norm), info)
-    info, batches = m.data_info, m.batches
+    m = init_gradients.Measurer(make_config(model, norm), data, _NUM_BATCHES.value)
+    data, batches = m.data, m.batches
     layers = m.run.model.num_layers
     rows = [ffn_per_layer(m.grad_norms(m.init(s)), model, layers) for s in seeds]
     out["per_layer"][f"{norm}_init"] = {
@@ -187,7 +114,7 @@ def measure_model(model: str, root: str) -> dict:
   out["target_tokens"] = int(sum(float(np.sum(b["weights"])) for b in batches))
   steps = _WARMUP.value if model == "translation" else _LM_WARMUP.value
   params, summary = warmed_up_params(model, root, steps)
-  m = Measurer(make_config(model, "post"), info)
+  m = init_gradients.Measurer(make_config(model, "post"), data, _NUM_BATCHES.value)
   after = ffn_per_layer(m.grad_norms(params), model, m.run.model.num_layers)
   out["per_layer"]["post_after_warmup"] = {w: {"mean": after[w], "std": [0.0] * len(after[w])}
                                            for w in after}
@@ -198,7 +125,7 @@ def measure_model(model: str, root: str) -> dict:
   for norm in ("post", "pre"):
     for total in depths:
       t0 = time.time()
-      m = Measurer(make_config(model, norm, total), info)
+      m = init_gradients.Measurer(make_config(model, norm, total), data, _NUM_BATCHES.value)
       path = last_layer(model, m.run.model.num_layers)
       values = [m.grad_norms(m.init(s))[path] for s in seeds]
       out["depth"][norm][str(total)] = {"mean": float(np.mean(values)),

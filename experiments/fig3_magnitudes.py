@@ -9,8 +9,8 @@ REPRODUCTION.md's Fig. 3 section measured ‖∂L/∂W²‖_F of the last decode
 paper's 6+6 × 512 model (d_model 512, FFN 1024, 4 heads) at initialization at 1.91
 (Post-LN) and 1.30 (Pre-LN), where the paper's Fig. 3 reads ≈1.6 and ≈0.3, and named three
 candidate causes without isolating them. This script crosses them, on the same model
-setup as experiments/fig3_init_gradients.py (its make_config and Measurer: the run's own
-initialization, dropout off):
+setup as experiments/fig3_init_gradients.py (lnjax/analysis/init_gradients.py's make_config
+and Measurer: the run's own initialization, dropout off):
 
   label smoothing   the loss differentiated: NLL (ε 0) or fairseq's label-smoothed loss
                     (ε 0.1), both summed over target tokens / target tokens;
@@ -55,8 +55,12 @@ from absl import app, flags, logging
 from lnjax import allocator
 allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import fig3_init_gradients as fig3  # noqa: E402  (its flags: --workdir, --seeds, --smoke)
+from lnjax.analysis import init_gradients  # noqa: E402
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "Where results.json, report.md and the PNG go.",
+                               required=True)
+_SEEDS = flags.DEFINE_integer("seeds", 10, "Initializations per cell.")
+_SMOKE = flags.DEFINE_bool("smoke", False, "Tiny models and data sizes (tests use it).")
 
 _LABEL_SMOOTHING = flags.DEFINE_list("label_smoothing", ["0", "0.1"], "ε of the loss.")
 _TOKENS = flags.DEFINE_list("tokens", ["1024", "4096", "16384"],
@@ -89,20 +93,19 @@ PAPER_TEXT = {"post": "≈1.6", "pre": "≈0.17 (between ≈0.3 at 6 and ≈0.13
 
 def vocab_config(norm: str, vocab: str, init: str = "lnjax"):
   model_type, size = vocab.split(":")
-  c = fig3.make_config("translation", norm)
+  c = init_gradients.make_config("translation", norm, smoke=_SMOKE.value)
   with c.unlocked():
     c.model.pos_emb = INIT_SETTINGS[init][0]
     c.data.sp_model_type = model_type
-    if not fig3._SMOKE.value:
+    if not _SMOKE.value:
       c.data.vocab_size = int(size)
   return c
 
 
 def train_split(config):
   """(MTData, the train split's token ids) of this config's vocabulary."""
-  from lnjax import run as run_lib
-  run = run_lib.resolve_config(config)
-  data = run.task.make_data(run.data, run.seed, 0, 1, 1)
+  from lnjax import build
+  data = build.build(config, build.one_device_mesh(), whole_data=True).data
   return data, data._split("train", with_text=False)
 
 
@@ -121,11 +124,11 @@ def sample_pairs(lengths: list, rows_per_chunk_of, chunks: int, max_len: int):
 class Gradients:
   """Per chunk, the summed-loss gradient of the last decoder layer's W² for each ε."""
 
-  def __init__(self, config, vocab_size: int, epsilons: list[float], init: str = "lnjax"):
+  def __init__(self, config, data, epsilons: list[float], init: str = "lnjax"):
     import jax
     import jax.numpy as jnp
 
-    m = fig3.Measurer(config, (vocab_size, []))  # The model setup and its init, compiled.
+    m = init_gradients.Measurer(config, data, num_batches=0)  # The model and its init.
     self.measurer, setup = m, m.setup
     self.layer = f"layer_{m.run.model.num_layers - 1}"
 
@@ -198,7 +201,7 @@ def measure(root: str, done: dict | None = None) -> dict:
                            _MAX_LEN.value)
   out = {"epsilons": epsilons, "tokens": tokens, "rows_per_chunk": int(ids.shape[1]),
          "chunks": chunks, "max_len": _MAX_LEN.value, "pairs_within_max_len": kept,
-         "seeds": _SEEDS(), "vocabs": {}, "inits": list(inits), "cells": []}
+         "seeds": _SEEDS.value, "vocabs": {}, "inits": list(inits), "cells": []}
   same = ("epsilons", "tokens", "rows_per_chunk", "chunks", "max_len", "seeds",
           "pairs_within_max_len")
   if done and all(done.get(k) == out[k] for k in same):  # The same sentences and seeds.
@@ -218,9 +221,9 @@ def measure(root: str, done: dict | None = None) -> dict:
       if (norm, vocab, init) in measured:
         continue
       t0 = time.time()
-      grads = Gradients(vocab_config(norm, vocab, init), data.vocab_size, epsilons, init)
+      grads = Gradients(vocab_config(norm, vocab, init), data, epsilons, init)
       per_seed = []  # [seed][tokens][ε]
-      for seed in range(_SEEDS()):
+      for seed in range(_SEEDS.value):
         g, n = grads(seed, jax.tree.map(np.asarray, stacked))
         per_seed.append([group_norms(g, n, t // tokens[0]) for t in tokens])
         del g
@@ -246,10 +249,6 @@ def load(path: str) -> dict:
   for c in r["cells"]:
     c.setdefault("init", "lnjax")
   return r
-
-
-def _SEEDS() -> int:
-  return fig3._SEEDS.value
 
 
 def cell(r: dict, **key):
@@ -359,7 +358,7 @@ def plot(r: dict, path: str) -> None:
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  root = fig3._WORKDIR.value
+  root = _WORKDIR.value
   os.makedirs(root, exist_ok=True)
   path = os.path.join(root, "results.json")
   if _REPORT_ONLY.value:

@@ -71,16 +71,17 @@ def one_device_mesh() -> Mesh:
 
 
 def build(config: ml_collections.ConfigDict, mesh: Mesh | None = None, *,
-          whole_data: bool = False, log=None) -> Built:
+          whole_data: bool = False, log=None, data: task_lib.DataSource | None = None) -> Built:
   """The run `config` describes, on `mesh` (default: the config's mesh over every device).
 
   `whole_data`: every batch of the data on this process (a tool, an experiment); else this
   process's rows of every global batch (training on many processes). `log`: a function
-  told how long the data took when it took 2 s or more.
+  told how long the data took when it took 2 s or more. `data`: the data an earlier build of
+  the same data section prepared (an experiment measuring several models on it).
   """
   run = run_lib.resolve_config(config)
   mesh = mesh or sharding.make_mesh(run.mesh)
-  data, seconds = _make_data(run, mesh, whole_data)
+  data, seconds = (data, 0.0) if data is not None else _make_data(run, mesh, whole_data)
   if seconds >= 2 and log is not None:
     log(f"Data ready in {seconds:.1f} s ({run.data.name}: corpus, tokenizer; cached "
         "for the next run).")

@@ -25,7 +25,8 @@ def test_fairseq_init_scales_query_key_value_kernels_only():
       import fig3_magnitudes as m
       flags.FLAGS(sys.argv)
       import jax, numpy as np
-      g = m.Gradients(m.vocab_config("pre", "unigram:8000", "fairseq"), 64, [0.0], "fairseq")
+      config = m.vocab_config("pre", "unigram:8000", "fairseq")
+      g = m.Gradients(config, m.train_split(config)[0], [0.0], "fairseq")
       params = g.measurer.init(0)
       scaled = m.scale_qkv(params, g.qkv_gain)
       flat = dict(jax.tree_util.tree_leaves_with_path(params))
