@@ -28,9 +28,9 @@ def _stats(model, params, *inputs, cfg=CFG):
   return health.step_statistics(cfg, params, grads, updates, inter), out, grads
 
 
-def _lm(cfg=CFG):
+def _lm(cfg=CFG, token_seed=0):
   model = TransformerLM(cfg)
-  tokens = jax.random.randint(jax.random.key(0), (2, 8), 0, cfg.vocab_size)
+  tokens = jax.random.randint(jax.random.key(token_seed), (2, 8), 0, cfg.vocab_size)
   return model, nn.unbox(model.init(jax.random.key(1), tokens)["params"]), tokens
 
 
@@ -42,8 +42,9 @@ def _rms(*arrays):
 def test_statistics_against_numpy():
   """Per sub-layer RMS of gradient, update and parameters (the sub-layer's norm with it);
   the stream entering layer 0 (the embedding); layer 0's largest causal attention logit
-  from its own q, k; the output logits' max and mean log-partition."""
-  model, params, tokens = _lm()
+  from its own q, k; the output logits' max and mean log-partition. (Tokens whose largest
+  layer-0 logit lies on a masked, future key, so that the mask is put to the test.)"""
+  model, params, tokens = _lm(token_seed=2)
   stats, logits, grads = _stats(model, params, tokens)
   l0 = params["layer_0"]
   attn = [*jax.tree.leaves(l0["self_attn"]), *jax.tree.leaves(l0["self_attn_norm"])]
@@ -66,6 +67,7 @@ def test_statistics_against_numpy():
                     np.asarray(l0["self_attn"][n]["bias"])).reshape(2, 8, 2, 8)
   logits_att = np.einsum("bthk,bshk->bhts", proj("query"), proj("key")) / np.sqrt(8)
   causal = np.tril(np.ones((8, 8), bool))
+  assert logits_att.max() > logits_att[:, :, causal].max() + 0.1  # (The data do test the mask.)
   np.testing.assert_allclose(stats["health/layer_0/self_attn/max_logit"],
                              logits_att[:, :, causal].max(), rtol=1e-5)
   out = np.asarray(logits, np.float64)
