@@ -10,20 +10,24 @@
 #   3. the attention kernels (plain, xla, cudnn) checked against each other and timed, and
 #      a 300-step IWSLT-size encoder-decoder run with cuDNN flash attention
 #      (benchmarks/gpu_check.py; BENCHMARKS.md's gpu_check section, with each stage's time).
-# On a CPU it runs the CPU-meaningful parts (the kernels at a small size, a smoke run with
-# model.attention_impl=xla; well under 2 minutes), says it needs a GPU and exits 0.
+# On a CPU it runs stages 2 and 3 at tiny sizes, end to end (suite.py and gpu_check.py
+# --dry_run: every model and dtype of the GPU stages, so that a lent GPU's minutes are
+# spent measuring, not finding a crash), writes nothing, says it needs a GPU and exits 0.
 #
 #   bash benchmarks/gpu_check.sh            # exit 0: passed (or no GPU); 1: a check failed
 #   GPU_CHECK_OUT=/tmp/b.md bash benchmarks/gpu_check.sh   # write the tables elsewhere
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${GPU_CHECK_OUT:-BENCHMARKS.md}
+suite=(benchmarks/suite.py --dtype bfloat16 --models lm,mt_iwslt)  # Stage 2's comparison.
 
 backend=$(python -c 'import jax; print(jax.default_backend())' 2>/dev/null || echo "none (JAX failed)")
 if [ "$backend" != gpu ]; then
-  python benchmarks/gpu_check.py --quick
-  echo "gpu_check: needs a GPU (JAX's backend here: $backend); ran the CPU parts only," \
-       "nothing written. On a GPU machine: pip install -e \".[cuda]\" (BUILD.md)."
+  python "${suite[@]}" --dry_run
+  python benchmarks/gpu_check.py --dry_run
+  echo "gpu_check: needs a GPU (JAX's backend here: $backend); ran stages 2 and 3 at tiny" \
+       "sizes (--dry_run), nothing written. On a GPU machine: pip install -e \".[cuda]\"" \
+       "(BUILD.md)."
   exit 0
 fi
 
@@ -46,8 +50,7 @@ stage "tests on $gpus GPU(s)" env JAX_DEFAULT_MATMUL_PRECISION=highest \
     python -m pytest -q -p no:cacheprovider "${tests[@]}"
 
 if python -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
-  stage "bf16 suite vs PyTorch autocast" python benchmarks/suite.py --dtype bfloat16 \
-      --models lm,mt_iwslt --rounds 5 --steps 20 --out "$out"
+  stage "bf16 suite vs PyTorch autocast" python "${suite[@]}" --rounds 5 --steps 20 --out "$out"
 else
   echo "=== gpu_check: no CUDA PyTorch here: the bf16 suite is skipped (pip install" \
        "torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128)"

@@ -1,17 +1,17 @@
 """The GPU check (benchmarks/gpu_check.sh) and the tests it runs on a GPU.
 
-On the CPU (the suite): the script runs its CPU parts, says it needs a GPU, exits 0 and
-writes nothing. The device tests run on whatever JAX's default backend is: 8 virtual CPU
+On the CPU (the suite): the script runs its GPU stages 2 and 3 at tiny sizes (--dry_run),
+says it needs a GPU, exits 0 and writes nothing. The device tests run on whatever JAX's default backend is: 8 virtual CPU
 devices in the suite, the GPUs when gpu_check.sh runs them with JAX_PLATFORMS=cuda: bf16
 steps against float32 ones, sharded bf16 steps against one device (two devices or more),
 cuDNN's flash attention against XLA's (a GPU only).
 """
 
 import dataclasses
+import importlib.util
 import os
 import re
 import subprocess
-import sys
 
 import flax.linen as nn
 import jax
@@ -103,55 +103,50 @@ def _one_device_offline_env(tmp_path) -> dict:
           "LNJAX_DATA_OFFLINE": "1", "LNJAX_CACHE_DIR": str(tmp_path / "cache")}
 
 
-def test_dry_runs_cover_what_gpu_check_sh_runs():
-  """The models and dtype of the script's suite stage are those the dry run below takes
-  from it, and the script's Python stage is gpu_check.py's GPU path (no flag)."""
+def test_the_cpu_branch_dry_runs_the_gpu_stages_own_commands():
+  """gpu_check.sh's CPU branch runs stage 2's suite command itself (one array, models and
+  dtype included) and stage 3's gpu_check.py, each with --dry_run."""
   script = open(os.path.join(REPO, "benchmarks", "gpu_check.sh")).read()
-  dtype, models = _suite_stage(script)
-  assert (dtype, models) == ("bfloat16", "lm,mt_iwslt")
-  assert re.search(r'^python benchmarks/gpu_check.py --out "\$out" --stages "\$stages"',
+  start = script.index('if [ "$backend" != gpu ]')
+  cpu_branch = script[start:script.index("\n  exit 0\n", start)]
+  assert re.search(r"^suite=\(benchmarks/suite.py --dtype bfloat16 --models lm,mt_iwslt\)",
                    script, re.M)
-
-
-def _suite_stage(script: str) -> tuple[str, str]:
-  m = re.search(r"benchmarks/suite.py --dtype (\S+) \\\n\s+--models (\S+)", script)
-  assert m, "gpu_check.sh's suite command changed: update this test"
-  return m.group(1), m.group(2)
+  assert 'python "${suite[@]}" --dry_run' in cpu_branch
+  assert "python benchmarks/gpu_check.py --dry_run" in cpu_branch
+  assert 'python "${suite[@]}" --rounds' in script  # Stage 2 on a GPU.
+  assert re.search(r'^python benchmarks/gpu_check.py --out "\$out"', script, re.M)
 
 
 @pytest.mark.slow
-def test_gpu_check_models_and_dtypes_run_end_to_end_in_dry_mode(tmp_path):
-  """Every model and dtype of benchmarks/gpu_check.sh at tiny sizes on the CPU: the bf16
-  suite against the PyTorch peer (parameters handed over, initial losses equal, a step
-  timed, the table printed) and gpu_check.py's GPU path (the IWSLT model's kernels in
-  float32 and bf16, cudnn reported as not offered, the run falling back to the
-  repository's Multi30k excerpt as on a machine with no network and no corpus)."""
-  dtype, models = _suite_stage(open(os.path.join(REPO, "benchmarks", "gpu_check.sh")).read())
-  env = _one_device_offline_env(tmp_path)
-  r = subprocess.run([sys.executable, "benchmarks/suite.py", "--dry_run", "--dtype", dtype,
-                      "--models", models], cwd=REPO, env=env, capture_output=True, text=True,
+def test_gpu_check_script_on_the_cpu(tmp_path):
+  """Every model and dtype of the GPU stages at tiny sizes on the CPU, offline with nothing
+  downloaded (as a lent GPU machine is): the bf16 suite against the PyTorch peer
+  (parameters handed over, initial losses equal, steps timed, the table printed) and
+  gpu_check.py's GPU path (the IWSLT model's kernels in float32 and bf16, cudnn reported
+  as not offered, the run falling back to the repository's Multi30k excerpt)."""
+  if jax.default_backend() == "gpu":
+    pytest.skip("on a GPU gpu_check.sh runs these tests itself")
+  r = subprocess.run(["bash", "benchmarks/gpu_check.sh"], cwd=REPO,
+                     env=_one_device_offline_env(tmp_path), capture_output=True, text=True,
                      timeout=900)
   out = r.stdout + r.stderr
   assert r.returncode == 0, out[-3000:]
-  assert out.count(" at --dry_run sizes |") == len(models.split(",")), out[-3000:]
-  r = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--dry_run"], cwd=REPO,
-                     env=env, capture_output=True, text=True, timeout=900)
-  out = r.stdout + r.stderr
-  assert r.returncode == 0, out[-3000:]
-  assert "| bfloat16 | xla |" in out and "| float32 | plain |" in out, out[-3000:]
+  assert "gpu_check: needs a GPU" in out and "nothing written" in out, out[-3000:]
+  assert out.count(" at --dry_run sizes |") == 2, out[-3000:]  # lm and mt_iwslt.
+  assert "| float32 | plain |" in out and "| bfloat16 | xla |" in out, out[-3000:]
   assert "| bfloat16 | cudnn | — |" in out and "not offered" in out, out[-3000:]
   assert "Multi30k's first 2,000 pairs" in out and "| completed |" in out, out[-3000:]
   assert "gpu_check.py: passed" in out
 
 
-@pytest.mark.slow
-def test_gpu_check_script_on_the_cpu():
-  if jax.default_backend() == "gpu":
-    pytest.skip("on a GPU gpu_check.sh runs these tests itself")
-  env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-  r = subprocess.run(["bash", "benchmarks/gpu_check.sh"], cwd=REPO, env=env,
-                     capture_output=True, text=True, timeout=600)
-  out = r.stdout + r.stderr
-  assert r.returncode == 0, out[-3000:]
-  assert "gpu_check: needs a GPU" in out and "nothing written" in out, out[-3000:]
-  assert "| float32 | xla |" in out and "gpu_check.py: passed" in out  # The CPU parts ran.
+def test_the_pytorch_peers_sinusoidal_positions_are_lnjaxs():
+  """benchmarks/torch_peer.py builds the sinusoidal table in torch (the IWSLT config's
+  positions); the suite's initial-loss check is bf16-loose, so the tables meet here."""
+  from lnjax.models import layers
+
+  spec = importlib.util.spec_from_file_location(
+      "torch_peer", os.path.join(REPO, "benchmarks", "torch_peer.py"))
+  torch_peer = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(torch_peer)
+  np.testing.assert_allclose(torch_peer.sinusoidal_positions(64, 32).numpy(),
+                             np.asarray(layers.sinusoidal_positions(64, 32)), atol=2e-5)

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import sacrebleu
 
 from configs import glue as glue_config
 from configs import lm as lm_config
@@ -81,6 +82,9 @@ def test_translate_on_stdin_and_on_a_file_reproduces_predict(mt_run, tmp_path):
   # The score on stderr, with sacreBLEU's signature, is predict's.
   line = from_file.stderr.strip().splitlines()[-1]
   assert line.startswith(f"BLEU {result['bleu']:.2f} (nrefs:1|case:mixed|eff:no|tok:13a"), line
+  # ... and sacreBLEU's own score of the printed translations against the references.
+  score = sacrebleu.corpus_bleu(from_file.stdout.splitlines(), [refs]).score
+  assert score == pytest.approx(result["bleu"], abs=1e-6)
   # An empty line in, an empty line out, the others untouched.
   gaps = cli("lnjax.translate", f"--workdir={mt_run}",
              stdin=f"{sources[0]}\n\n{sources[1]}\n").stdout.splitlines()
@@ -158,6 +162,13 @@ def test_safetensors_export_round_trips_the_logits_exactly(mt_run, tmp_path):
   flat = load_file(os.path.join(out, "model.safetensors"))
   assert "decoder.layer_0.ffn.wi.kernel" in flat
   assert all(v.dtype == np.float32 for v in flat.values())
+  # Each tensor is the checkpoint's parameter of that name, read without lnjax.export (a
+  # round trip through export.load alone would not see two names swapped both ways).
+  by_name = {".".join(p.key for p in path): np.asarray(v) for path, v in
+             jax.tree_util.tree_flatten_with_path(chosen.params)[0]}
+  assert sorted(flat) == sorted(by_name)
+  for name, value in flat.items():
+    np.testing.assert_array_equal(value, by_name[name], err_msg=name)
   loaded = export.load(out)
   assert type(loaded.model).__name__ == "EncoderDecoder"
   assert loaded.config["model"]["d_model"] == 32 and loaded.config["steps"] == [10]
