@@ -17,8 +17,6 @@ step, 95% t-intervals over the seeds), results.json. Every run lives in its own 
 so re-running resumes the runs and skips the finished fine-tuning seeds.
 """
 
-import dataclasses
-import functools
 import json
 import os
 import sys
@@ -40,7 +38,6 @@ _STAGES = flags.DEFINE_integer("stages", 3, "Pre-training checkpoints fine-tuned
 _EPOCHS = flags.DEFINE_integer("finetune_epochs", 3, "Fine-tuning epochs.")
 _SMOKE = flags.DEFINE_bool("smoke", False, "Tiny models and data: checks the pipeline.")
 
-REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 RUNS = (  # name, configs/bert.py presets, learning rate
     ("post_1e-4", "norm=post", 1e-4),
     ("post_3e-4", "norm=post", 3e-4),
@@ -53,7 +50,7 @@ TASKS = ("mrpc", "rte")
 def pretrain_config(presets: str, lr: float, steps: int):
   """configs/bert.py (size=cpu, or smoke) at learning rate `lr` for `steps` steps (0: the
   preset's), Post-LN warming up over 1% of them as BERT does (10k of 1M)."""
-  from configs import bert
+  from lnjax.configs import bert
   c = bert.get_config(presets + (",smoke" if _SMOKE.value else ",size=cpu"))
   with c.unlocked():
     c.opt.learning_rate = lr
@@ -70,23 +67,15 @@ def time_step(config, num_steps: int = 6) -> float:
   """Seconds per train step of `config`'s model on this machine (after compiling)."""
   import jax
 
-  from lnjax import run as run_lib, sharding, state as state_lib, train
+  from lnjax import build
 
-  run = run_lib.resolve_config(config)
-  data = run.task.make_data(run.data, run.seed, 0, 1, 1)
-  model_cfg = dataclasses.replace(run.model, vocab_size=data.vocab_size)
-  setup = state_lib.make_setup(model_cfg, run.opt, 100, task=run.task)
-  mesh = sharding.make_mesh(run.mesh)
-  state = state_lib.init_state(setup, mesh, 0)
-  step = jax.jit(functools.partial(train.train_step, setup=setup, label_smoothing=0.0, seed=0),
-                 donate_argnums=0)
-  it = data.train_iter()
-  batch = sharding.global_batch(next(it), sharding.batch_sharding(mesh))
-  state, m = step(state, batch)  # Compile.
+  b = build.build(config, whole_data=True)
+  state, it = b.init_state(), b.data.train_iter()
+  state, m = b.train_step(state, b.global_batch(next(it)))  # Compile.
   jax.block_until_ready(m)
   t0 = time.perf_counter()
   for _ in range(num_steps):
-    state, m = step(state, sharding.global_batch(next(it), sharding.batch_sharding(mesh)))
+    state, m = b.train_step(state, b.global_batch(next(it)))
   jax.block_until_ready(m)
   return (time.perf_counter() - t0) / num_steps
 
@@ -98,7 +87,7 @@ def stages(num_steps: int, every: int, count: int) -> list[int]:
 
 
 def finetune_config(task: str, init_workdir: str, step: int):
-  from configs import glue
+  from lnjax.configs import glue
   c = glue.get_config(f"task={task}" + (",smoke" if _SMOKE.value else ""))
   with c.unlocked():
     c.data.init_workdir, c.data.init_step = init_workdir, step
@@ -111,7 +100,6 @@ def finetune_config(task: str, init_workdir: str, step: int):
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  sys.path.insert(0, REPO)
   from lnjax import finetune, metrics, train
 
   root = _WORKDIR.value

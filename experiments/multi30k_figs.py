@@ -175,28 +175,17 @@ def time_steps(config, n: int) -> None:
   import jax
   import numpy as np
 
-  from lnjax import run as run_lib, sharding, state as state_lib, train
+  from lnjax import build
 
-  run = run_lib.resolve_config(config)
-  data = run.task.make_data(run.data, run.seed, 0, 1, 1)
-  with config.unlocked():
-    config.model.vocab_size = data.vocab_size
-  run = run_lib.resolve_config(config)
-  setup = state_lib.make_setup(run.model, run.opt, run.train.num_steps, task=run.task)
-  mesh = sharding.make_mesh(sharding.MeshConfig(data=1), jax.local_devices()[:1])
-  state = state_lib.init_state(setup, mesh, run.seed)
-  batch = next(iter(data.train_iter()))
-  batch = {k: v for k, v in batch.items() if k != "index"}
-  step = jax.jit(lambda s, b: train.train_step(s, b, setup=setup,
-                                               label_smoothing=run.train.label_smoothing,
-                                               seed=run.seed))
+  b = build.build(config, build.one_device_mesh(), whole_data=True)
+  state, batch = b.init_state(), b.global_batch(next(iter(b.data.train_iter())))
   t0 = time.perf_counter()
-  state, m = step(state, batch)
+  state, m = b.train_step(state, batch)
   jax.block_until_ready(m)
   compile_s = time.perf_counter() - t0
   t0 = time.perf_counter()
   for _ in range(n):
-    state, m = step(state, batch)
+    state, m = b.train_step(state, batch)
   jax.block_until_ready(m)
   per_step = (time.perf_counter() - t0) / n
   params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params))
