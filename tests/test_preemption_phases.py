@@ -1,0 +1,118 @@
+"""A stop (SIGTERM, or SLURM's SIGUSR1) is honoured within 10 s in every phase of a run at
+the smoke size: data preparation and tokenizer training (a clean exit, nothing to save),
+training, and a translation run's evaluation and BLEU decoding, the final decode included
+(a checkpoint, then exit 143). After resuming, the interrupted evaluation runs again and
+every metrics record equals the uninterrupted run's."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STOP_SECONDS = 10  # The most a stop may take, from the signal to the process's exit.
+MT = ["--config=configs/multi30k_de_en.py:smoke", "--config.mesh.data=1"]
+
+
+def stop_when(args, text: str, sig=signal.SIGTERM, after: str = "", env=None):
+  """Runs `python -m lnjax.main args`; once its output (stdout and stderr in one stream)
+  shows `text` after `after`, sends `sig`. Returns (exit code, output, seconds from the
+  signal to the exit)."""
+  proc = subprocess.Popen(
+      [sys.executable, "-m", "lnjax.main", *args], cwd=REPO, text=True,
+      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+      env={**os.environ, "PYTHONUNBUFFERED": "1", "LNJAX_PROGRESS_SECONDS": "0.2", **(env or {})})
+  lines = []
+  reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")))
+  reader.start()
+
+  def shown():
+    output = "".join(lines)
+    start = output.find(after)
+    return start >= 0 and text in output[start + len(after):]
+
+  try:
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None and not shown():
+      time.sleep(0.05)
+    assert proc.poll() is None, ("ended before", text, "".join(lines)[-2000:])
+    proc.send_signal(sig)
+    sent = time.time()
+    proc.wait(timeout=300)
+    seconds = time.time() - sent
+  finally:
+    proc.kill()
+    reader.join()
+  return proc.returncode, "".join(lines), seconds
+
+
+def records(workdir: str) -> list[dict]:
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    return [{k: v for k, v in json.loads(line).items() if "second" not in k and k != "time"}
+            for line in f]
+
+
+def run(args):
+  r = subprocess.run([sys.executable, "-m", "lnjax.main", *args], cwd=REPO, text=True,
+                     capture_output=True, timeout=900)
+  assert r.returncode == 0, r.stderr[-3000:]
+  return r
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1])
+def test_a_stop_during_data_preparation_exits_143_at_once(tmp_path, sig):
+  """A fresh cache: the corpus is read and the tokenizer trained when the stop comes."""
+  cache = tmp_path / "cache"
+  shutil.copytree(os.path.join(REPO, "tests", "fixtures", "corpora"), cache / "downloads")
+  wd = str(tmp_path / "run")
+  code, err, seconds = stop_when(MT + [f"--workdir={wd}"], "preparing multi30k", sig,
+                                 env={"LNJAX_CACHE_DIR": str(cache)})
+  assert code == 143, err[-2000:]
+  assert seconds < STOP_SECONDS, seconds
+  assert "stopped before the first step" in err.splitlines()[-1]
+  assert "Traceback" not in err
+  assert not os.path.exists(os.path.join(wd, "checkpoints")) or not os.listdir(
+      os.path.join(wd, "checkpoints"))
+
+
+@pytest.mark.slow
+def test_sigusr1_during_training_saves_and_exits_143(tmp_path):
+  wd = str(tmp_path / "lm")
+  args = ["--config=configs/default.py:smoke", f"--workdir={wd}", "--config.mesh.data=1",
+          "--config.train.num_steps=100000", "--config.train.log_every_steps=1",
+          "--config.train.eval_every_steps=100000",
+          "--config.train.checkpoint_every_steps=100000"]
+  code, err, seconds = stop_when(args, "step      3/", signal.SIGUSR1)
+  assert code == 143 and seconds < STOP_SECONDS, (code, seconds, err[-2000:])
+  summary = json.load(open(os.path.join(wd, "summary.json")))
+  assert summary["status"] == "preempted" and summary["step"] >= 3
+  assert os.listdir(os.path.join(wd, "checkpoints")) == [str(summary["step"])]
+
+
+@pytest.mark.slow
+def test_stops_during_bleu_decoding_and_the_final_decode_resume_to_the_same_records(tmp_path):
+  """The smoke preset evaluates (loss, then BLEU) at steps 10 and 20. A SIGTERM during the
+  decode at step 10 saves step 10; the resumed run evaluates step 10 again, and a SIGUSR1
+  during the final decode saves step 20; the third launch evaluates step 20 and ends. The
+  records equal an uninterrupted run's."""
+  whole = str(tmp_path / "whole")
+  run(MT + [f"--workdir={whole}"])
+  wd = str(tmp_path / "stopped")
+  args = MT + [f"--workdir={wd}"]
+  # The second launch evaluates step 10 again first: its stop comes after that line.
+  for sig, step, after in ((signal.SIGTERM, 10, ""), (signal.SIGUSR1, 20, "eval  step     10")):
+    code, err, seconds = stop_when(args, "decoding ", sig, after)
+    assert code == 143 and seconds < STOP_SECONDS, (code, seconds, err[-2000:])
+    summary = json.load(open(os.path.join(wd, "summary.json")))
+    assert summary["status"] == "preempted" and summary["step"] == step, summary
+    assert str(step) in os.listdir(os.path.join(wd, "checkpoints"))
+    assert not [r for r in records(wd) if r["step"] == step and "eval_loss" in r]
+  run(args)
+  assert records(wd) == records(whole)
