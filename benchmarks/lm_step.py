@@ -152,14 +152,16 @@ class TrainStep:
     batch_shard = sharding.batch_sharding(mesh)
     self.host_batch = host_batch
     self.batch = sharding.global_batch(host_batch, batch_shard)
-    step = jax.jit(
-        functools.partial(train.train_step, setup=setup, label_smoothing=0.0, seed=0),
+    self._jit = lambda **step_options: jax.jit(
+        functools.partial(train.train_step, setup=setup, label_smoothing=0.0, seed=0,
+                          **step_options),
         in_shardings=(shard, batch_shard), out_shardings=(shard, sharding.replicated(mesh)),
         donate_argnums=0)
     t0 = time.perf_counter()
-    lowered = step.lower(self.state, self.batch)
+    lowered = self._jit().lower(self.state, self.batch)
     t1 = time.perf_counter()
     self.compiled = lowered.compile()
+    self.variants = {"": self.compiled}
     t2 = time.perf_counter()
     self.lower_s, self.compile_s = t1 - t0, t2 - t1
     mem = self.compiled.memory_analysis()
@@ -173,11 +175,16 @@ class TrainStep:
                            else None)
     self.loss = None
 
-  def run(self, n: int) -> list[float]:
+  def add_variant(self, name: str, **step_options) -> None:
+    """Compiles the same step with other train_step options (`health=True`, ...), run by
+    `run(n, name)` on the same state."""
+    self.variants[name] = self._jit(**step_options).lower(self.state, self.batch).compile()
+
+  def run(self, n: int, variant: str = "") -> list[float]:
     times = []
     for _ in range(n):
       t0 = time.perf_counter()
-      self.state, metrics = self.compiled(self.state, self.batch)
+      self.state, metrics = self.variants[variant](self.state, self.batch)
       jax.block_until_ready((self.state, metrics))
       times.append(time.perf_counter() - t0)
     self.loss = float(metrics["train_loss"])

@@ -32,7 +32,10 @@ users run it; each worker's peak RSS (VmHWM) is its model's peak memory. The PyT
 model starts from lnjax's initial parameters and the two initial losses must agree
 (else the run fails). Then R rounds alternate N lnjax steps and N PyTorch steps, after
 warm-up, with the float32 matmul peak (JAX jit, 2048²) sampled in this process between
-them. Figures: medians of the per-step times over all rounds.
+them. Figures: medians of the per-step times over all rounds. In every round, right after its
+plain steps (train.health=off), the lnjax worker also runs the same step with the health
+statistics on (train.health=log|warn, issue 29), between log steps and at a log step, on
+the same state: the health column and its overhead, side by side with the off step.
 
 With --dtype bfloat16 both frameworks compute in bf16 with float32 parameters and Adam
 (lnjax: model.dtype; PyTorch: torch.autocast), each worker on the first GPU when JAX sees
@@ -68,6 +71,13 @@ from lnjax import tasks  # noqa: E402
 from lnjax.models import ModelConfig  # noqa: E402
 
 MODELS = ("lm", "mt", "mlm", "mt_iwslt")
+# lnjax's step with train.health=log|warn (the "lnjax" column is train.health=off): at a
+# step between log steps (per-layer RMS of gradient, update and parameters) and at a log
+# step (also the sown activations: residual RMS, attention and output logits).
+HEALTH_VARIANTS = {"health_step": dict(health=True),
+                   "health_log_step": dict(health=True, activations=True)}
+# The issue's bar on the health overhead (issue 29): ≤ 3% of the step, on the CPU models.
+MAX_HEALTH_OVERHEAD = 0.03
 DEFAULT_MODELS = ("lm", "mt", "mlm")
 # The issue's bars: lnjax's step time over PyTorch eager's, and the LM's MFU.
 MAX_RATIO = {"lm": 0.5, "mt": 0.7, "mlm": 0.7}
@@ -198,6 +208,8 @@ def lnjax_worker(name: str, norm: str, workdir: str, dtype: str = "float32",
   peer's spec to `workdir`, then serves run / rss / quit on stdin (JSON lines)."""
   cfg = model_config(name, norm, dtype, dry)
   step = lm_step.TrainStep(cfg, make_batch(name, cfg, dry), TASKS[name])
+  for variant, options in HEALTH_VARIANTS.items():
+    step.add_variant(variant, **options)
   np.savez(os.path.join(workdir, "params.npz"), **step.initial_params)
   np.savez(os.path.join(workdir, "batch.npz"), **step.host_batch)
   sizes = {"vocab_size": cfg.vocab_size, "num_layers": cfg.num_layers, "d_model": cfg.d_model,
@@ -216,8 +228,8 @@ def lnjax_worker(name: str, norm: str, workdir: str, dtype: str = "float32",
          "xla_temp_mib": step.xla_temp_mib, "xla_args_mib": step.xla_args_mib})
   for line in sys.stdin:
     cmd = line.split()
-    if cmd and cmd[0] == "run":
-      times = step.run(int(cmd[1]))
+    if cmd and cmd[0] == "run":  # run N [VARIANT]
+      times = step.run(int(cmd[1]), *cmd[2:])
       reply({"times": times, "loss": step.loss})
     elif cmd and cmd[0] == "rss":
       stats = jax.devices()[0].memory_stats() or {}  # None on the CPU.
@@ -237,6 +249,11 @@ class Worker(lm_step.TorchWorker):
     self.hello = self._read()
     self.num_params = self.hello["num_params"]
     self.loss = None
+
+  def run(self, n: int, variant: str = "") -> list[float]:
+    r = self.ask(f"run {n} {variant}".strip())
+    self.loss = r["loss"]
+    return r["times"]
 
 
 def start_workers(name: str, norm: str, workdir: str, dtype: str = "float32",
@@ -279,14 +296,20 @@ def bench_model(name: str, norm: str, rounds: int, steps: int, warmup: int,
         return {"name": name, "failures": failures}
       ln.run(warmup)
       pt.run(warmup)
-      times = {"lnjax": [], "torch": []}
+      for variant in HEALTH_VARIANTS:
+        ln.run(warmup, variant)
+      times = {"lnjax": [], "torch": [], **{v: [] for v in HEALTH_VARIANTS}}
       for r in range(rounds):
         peaks += lm_step.matmul_peak_sample(reps=3, n=peak_n, dtype=dtype)
         times["lnjax"] += ln.run(steps)
         times["torch"] += pt.run(steps)
+        for variant in HEALTH_VARIANTS:  # (Right after the plain step, on the same state.)
+          times[variant] += ln.run(steps, variant)
         print(f"{name} round {r + 1}/{rounds} (load {os.getloadavg()[0]:.1f}): lnjax "
               f"{1e3 * np.median(times['lnjax'][-steps:]):.0f} ms, PyTorch "
-              f"{1e3 * np.median(times['torch'][-steps:]):.0f} ms", flush=True)
+              f"{1e3 * np.median(times['torch'][-steps:]):.0f} ms; with health "
+              + ", ".join(f"{1e3 * np.median(times[v][-steps:]):.0f} ms ({v})"
+                          for v in HEALTH_VARIANTS), flush=True)
       replies = {"lnjax": ln.ask("rss"), "torch": pt.ask("rss")}
       rss = {k: r["maxrss_kib"] / 1024 for k, r in replies.items()}
       device_peak = {k: r.get("device_peak_mib") for k, r in replies.items()}
@@ -317,8 +340,8 @@ def render(results: list[dict], peak: float) -> str:
   lines = [
       "| model | parameters | tokens/step | GFLOP/step | lnjax ms | PyTorch ms | lnjax / "
       "PyTorch | lnjax tokens/s | PyTorch tokens/s | lnjax MFU | PyTorch MFU | peak RSS "
-      "lnjax / PyTorch MiB | XLA temp MiB |",
-      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+      "lnjax / PyTorch MiB | XLA temp MiB | lnjax health on ms: step / log step (overhead) |",
+      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
   for r in results:
     ln, pt = r["stats"]["lnjax"]["median_ms"], r["stats"]["torch"]["median_ms"]
     f = r["flops"]
@@ -328,8 +351,15 @@ def render(results: list[dict], peak: float) -> str:
         f"{f['total'] / 1e9:.1f} | {ln:.0f} | {pt:.0f} | **{ln / pt:.2f}** | "
         f"{f['tokens'] / (ln / 1e3):,.0f} | {f['tokens'] / (pt / 1e3):,.0f} | "
         f"{100 * mfu(ln):.1f}% | {100 * mfu(pt):.1f}% | {r['rss_mib']['lnjax']:.0f} / "
-        f"{r['rss_mib']['torch']:.0f} | {r['xla_mib']['xla_temp_mib']:.0f} |")
+        f"{r['rss_mib']['torch']:.0f} | {r['xla_mib']['xla_temp_mib']:.0f} | "
+        + " / ".join(f"{r['stats'][v]['median_ms']:.0f} ({100 * health_overhead(r, v):+.1f}%)"
+                     for v in HEALTH_VARIANTS) + " |")
   return "\n".join(lines)
+
+
+def health_overhead(r: dict, variant: str) -> float:
+  """The step with health on over the step with it off (medians), minus 1."""
+  return r["stats"][variant]["median_ms"] / r["stats"]["lnjax"]["median_ms"] - 1
 
 
 def verdicts(results: list[dict], peak: float, args) -> list[str]:
@@ -348,6 +378,10 @@ def verdicts(results: list[dict], peak: float, args) -> list[str]:
       line += (f"; MFU {100 * mfu:.1f}% (bar ≥ {100 * MIN_MFU[r['name']]:.0f}%: "
                f"{'met' if mfu >= MIN_MFU[r['name']] else 'not met'})")
     out.append(line)
+    worst = max(health_overhead(r, v) for v in HEALTH_VARIANTS)
+    out.append(f"{r['name']}: health overhead (train.health=log|warn vs off) at most "
+               f"{100 * worst:+.1f}% (bar ≤ {100 * MAX_HEALTH_OVERHEAD:.0f}%: "
+               f"{'met' if worst <= MAX_HEALTH_OVERHEAD else 'not met'})")
   return out
 
 
@@ -362,6 +396,10 @@ def notes(results, peak, n_peaks, args, loads) -> list[str]:
       f"across the rounds): **{peak:.0f} GFLOP/s**"
       + (f"; torch.mm {args.peak_n if args.dry_run else 2048}² for context: {torch_mm:.0f} "
          "GFLOP/s." if torch_mm else "."),
+      "- lnjax ms is train.health=off's step; health on: the same step with "
+      "train.health=log|warn between log steps (per-layer RMS of gradient, update, "
+      "parameters) and at a log step (also residual RMS, attention and output logits), "
+      "timed right after it in every round on the same state; overhead against the off step.",
       "- Peak RSS: each worker process's VmHWM (one model, one framework each; lnjax's "
       "includes its compile). XLA temp: the lnjax step's scratch (XLA buffer assignment).",
   ]
