@@ -106,9 +106,10 @@ class Recovery(Hook):
              f"{self.skip_batches} batches" + (f", learning rate ×{scale:.3g}" if scale != 1 else "")
              + f" ({rollbacks + 1}/{self.max_rollbacks}"
              + ("; later instabilities run their course)" if last else ")"))
-    self.actions.append({"step": step, "rollback_to_step": max(target),
-                         "skip_batches": self.skip_batches, "lr_scale": scale, "why": why})
-    loop.summary.instability_actions = self.actions
+    record = {"rollback_to_step": max(target), "skip_batches": self.skip_batches,
+              "lr_scale": scale}
+    self._record(loop, step, record)
+    self.actions[-1]["why"] = why  # (The summary's; the metrics record holds numbers only.)
     return Action(rollback_steps=step - max(target), skip_batches=self.skip_batches,
                   lr_scale=scale if self.lr_factor != 1 else None)
 

@@ -26,6 +26,7 @@ import time
 
 import jax
 import numpy as np
+import pytest
 
 from lnjax import checkpoint, config_lib, metrics, run as run_lib, train
 
@@ -51,9 +52,10 @@ class _Run:
   """Both processes of one run (4 of the 8 virtual devices each), their output read as
   it comes by a thread per process."""
 
-  def __init__(self, workdir: str):
+  def __init__(self, workdir: str, settings: dict | None = None):
     port = _free_port()
-    flags = [f"--config.{k}={v}" for k, v in {**SETTINGS, **ACROSS_PROCESSES}.items()]
+    flags = [f"--config.{k}={v}"
+             for k, v in {**SETTINGS, **ACROSS_PROCESSES, **(settings or {})}.items()]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "JAX_PLATFORMS": "cpu", "XLA_FLAGS": " ".join(
         [f for f in os.environ.get("XLA_FLAGS", "").split()
          if not f.startswith("--xla_force_host_platform_device_count")]
@@ -117,16 +119,22 @@ def _read_one_epoch_in_halves(run, examples):
   return whole, read
 
 
-def test_two_processes_train_like_one(tmp_path):
-  # The same run in this process, on its 8 devices: the reference.
+def _one_process_run(workdir: str, settings: dict | None = None) -> dict:
+  """The same run in this process, on its 8 devices: the reference. Its summary."""
   c = config_lib.lm_config()
   config_lib.apply_smoke(c)
   c.model.norm_position = "pre"
-  for key, value in SETTINGS.items():
+  for key, value in {**SETTINGS, **(settings or {})}.items():
     section, name = key.split(".")
     c[section][name] = value
+  summary = train.train_and_evaluate(c, workdir)
+  assert summary["status"] == "completed", summary
+  return summary
+
+
+def test_two_processes_train_like_one(tmp_path):
   one = str(tmp_path / "one")
-  assert train.train_and_evaluate(c, one)["status"] == "completed"
+  _one_process_run(one)
 
   # Each process reads only its half of every global batch (the halves, side by side,
   # are the one-process batch), and over a whole epoch the two halves are disjoint and
@@ -204,3 +212,42 @@ def test_translation_processes_read_disjoint_halves_of_every_epoch():
   assert all(read)  # Both processes read pairs.
   assert all(corpus[p] > 1 for p in read[0] & read[1])  # Disjoint (but for repeated pairs),
   assert read[0] + read[1] == corpus  # and together the epoch, every pair once.
+
+
+# The learning rate ×1e30 for step 4: the loss of step 5 is not finite, a spike for
+# train.on_instability=rollback however short the history (health.SigmaRule).
+ROLLBACK = {"train.num_steps": 8, "train.eval_every_steps": 8,
+            "train.inject_fault": "lr_spike:4:1:1e30", "train.on_instability": "rollback",
+            "train.rollback_steps": 1, "train.rollback_skip_batches": 1}
+
+
+@pytest.mark.slow
+def test_two_processes_roll_back_together(tmp_path):
+  """Recovery in a two-process run: both processes see the same (replicated) metrics, so
+  both roll back to step 3's checkpoint after step 5, skip the same batch and finish; the
+  losses of every step and the final parameters are the one-process run's, which took
+  the same action. (A process that decided alone would restore, or skip, without the
+  other: the collectives of its next step would hang or the losses part.)"""
+  one = str(tmp_path / "one")
+  expected = _one_process_run(one, ROLLBACK)["instability_actions"]
+  assert [(a["step"], a["rollback_to_step"]) for a in expected] == [(5, 3)], expected
+
+  two = str(tmp_path / "two")
+  run = _Run(two, ROLLBACK)
+  try:
+    outs = run.wait()
+  finally:
+    run.kill()
+  assert [p.returncode for p in run.procs] == [0, 0], outs[0][-3000:] + outs[1][-3000:]
+  summary = json.load(open(os.path.join(two, "summary.json")))
+  assert summary["status"] == "completed" and summary["instability_actions"] == expected
+  assert "back to step 3, skipping the next 1 batches" in outs[0]
+  records = {r["step"]: r["train_loss"] for r in metrics.read_metrics(two) if "train_loss" in r}
+  reference = {r["step"]: r["train_loss"] for r in metrics.read_metrics(one) if "train_loss" in r}
+  assert sorted(records) == list(range(1, 9)) and all(np.isfinite(list(records.values())))
+  np.testing.assert_allclose([records[s] for s in range(1, 9)],
+                             [reference[s] for s in range(1, 9)], rtol=1e-5, atol=1e-5)
+  a, b = checkpoint.restore_run(one), checkpoint.restore_run(two)
+  assert a.step == b.step == 8
+  for x, y in zip(jax.tree.leaves(a.state), jax.tree.leaves(b.state)):
+    np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-5)
