@@ -100,8 +100,10 @@ def _capture(cfg, params, tokens):
   _, state = TransformerLM(cfg).apply({"params": params}, tokens,
                                       capture_intermediates=True, mutable=["intermediates"])
   flat = jax.tree_util.tree_flatten_with_path(state["intermediates"])[0]
-  names = ("/".join(str(k.key) for k in path[:-2]) for path, _ in flat)  # Drop __call__/[0].
-  return {name: np.asarray(v) for name, (_, v) in zip(names, flat)}
+  # Module outputs only (…/__call__/0); values a module sows under another name (the
+  # health statistics) are left out.
+  return {"/".join(str(k.key) for k in path[:-2]): np.asarray(v) for path, v in flat
+          if len(path) >= 2 and getattr(path[-2], "key", None) == "__call__"}
 
 
 def test_post_ln_formula():
