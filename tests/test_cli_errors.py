@@ -28,7 +28,7 @@ COMMANDS = {
     "lnjax.data.prepare": (False, ["iwslt14_de_en"]),
 }
 CONSOLE = ["lnjax.console", "train"]  # The `lnjax` command hands its flags to lnjax.main.
-INTERNAL = {"lnjax.sweep.ray_backend"}  # The Ray driver a sweep starts (its spec on stdin).
+INTERNAL = {"lnjax.sweep.ray_driver"}  # The Ray driver a sweep starts (its spec on stdin).
 # Commands that import JAX before parsing their flags (3-4 s of CPU each): the slow tier.
 IMPORT_JAX = {"lnjax.averaging", "lnjax.compare", "lnjax.data.prepare"}
 
