@@ -24,7 +24,7 @@ from absl import app, flags, logging
 
 from lnjax import allocator
 allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
-from lnjax import api, fileio
+from lnjax import api, cli, fileio
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The run's workdir (or --hf).")
 _STEP = flags.DEFINE_string("step", "latest", "init | latest | best | a checkpoint step | "
@@ -75,8 +75,12 @@ def unrolled(run, setup, params):
 def analyze(workdir: str, step: str = "latest", num_batches: int = 4, lr: float | None = None):
   import jax
 
+  from lnjax import errors
   from lnjax.analysis import probes
 
+  errors.check_int("--batches", num_batches, 1)
+  if lr is not None:
+    errors.check_range("--lr", lr, low=0.0, low_open=True, high=float("inf"), high_open=True)
   built, params, label = load(workdir, step)
   run, setup, params = unrolled(built.run, built.setup, params)
   batches = built.eval_batches(num_batches)
@@ -93,6 +97,7 @@ def analyze(workdir: str, step: str = "latest", num_batches: int = 4, lr: float 
       "update_ratios": probes.update_ratios(grads, params, run.opt, lr), "update_lr": lr,
   }
   out = os.path.join(workdir, "analysis", label)
+  fileio.refuse_run_files("--step", step, [out])
   fileio.makedirs(out)
   fileio.write_text(os.path.join(out, "analysis.json"), json.dumps(result, indent=1))
   _plots(result, out)
@@ -212,4 +217,4 @@ api.callable_module(__name__, analyze)  # lnjax.analyze(workdir, ...): the Pytho
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)
