@@ -7,6 +7,7 @@ import functools
 import gzip
 import hashlib
 import http.server
+import importlib.util
 import io
 import os
 import pathlib
@@ -324,7 +325,139 @@ def test_unprepared_tfds_name_offline_is_one_line_and_leaves_no_workdir(tmp_path
   lines = [l for l in r.stderr.splitlines() if l.strip() and not l.startswith(("WARNING", "I0", "W0"))]
   assert len(lines) == 1 and "tfds:lm1b is not prepared" in lines[0], r.stderr
   assert "Traceback" not in r.stderr and "tfds build lm1b" in lines[0]
+  if NO_TENSORFLOW:  # The pinned environment: preparing needs the tfds-build extra.
+    assert "needs TensorFlow" in lines[0] and "pip install lnjax[tfds-build]" in lines[0]
   assert not wd.exists()
+
+
+NO_TENSORFLOW = importlib.util.find_spec("tensorflow") is None
+
+# A builder in a package, as TFDS's catalog builders are (tensorflow_datasets.text.lm1b):
+# TFDS locates a packaged builder's code through importlib_resources, which requirements.txt
+# pins (a builder defined in a test module skips that path).
+_PACKAGED_BUILDER = '''
+import tensorflow_datasets as tfds
+
+class LnjaxPackagedLm(tfds.core.GeneratorBasedBuilder):
+  VERSION = tfds.core.Version("1.0.0")
+
+  def _info(self):
+    return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict(
+        {"text": tfds.features.Text()}))
+
+  def _split_generators(self, dl_manager):
+    return {"train": self._generate_examples(40), "test": self._generate_examples(7)}
+
+  def _generate_examples(self, n):
+    for i in range(n):
+      yield i, {"text": f"line {i} of the packaged builder"}
+'''
+
+
+def test_packaged_tfds_builder_prepares_and_reads_as_array_record(tmp_path, monkeypatch):
+  pkg = tmp_path / "src" / "lnjax_tfds_pkg"
+  pkg.mkdir(parents=True)
+  (pkg / "__init__.py").write_text("")
+  (pkg / "packaged_lm.py").write_text(_PACKAGED_BUILDER)
+  monkeypatch.syspath_prepend(str(tmp_path / "src"))
+  from lnjax_tfds_pkg import packaged_lm
+
+  assert packaged_lm.LnjaxPackagedLm.code_path.name == "packaged_lm.py"
+  root = tmp_path / "tfds"
+  packaged_lm.LnjaxPackagedLm(data_dir=str(root), file_format="array_record").download_and_prepare()
+  assert list(root.rglob("*.array_record*"))
+  src = sources.open_external("tfds:lnjax_packaged_lm", str(root))
+  assert src.available_splits == ("test", "train")
+  assert sorted(src.texts("test")) == sorted(f"line {i} of the packaged builder" for i in range(7))
+  assert len(src.texts("train")) == 40
+
+
+@pytest.mark.skipif(not NO_TENSORFLOW, reason="checks the message given without TensorFlow")
+def test_wmt14_from_tfds_without_tensorflow_names_the_extra(tmp_path):
+  r = subprocess.run([sys.executable, "-m", "lnjax.data.prepare", "wmt14_en_de",
+                      f"--tfds_data_dir={tmp_path / 'tfds'}"], cwd=REPO,
+                     env=_clean_env(LNJAX_DATA_OFFLINE="1"), capture_output=True, text=True,
+                     timeout=300)
+  assert r.returncode == 2, (r.stdout[-2000:], r.stderr[-2000:])
+  lines = [l for l in r.stderr.splitlines() if l.strip() and not l.startswith(("WARNING", "I0", "W0"))]
+  assert len(lines) == 1 and "needs TensorFlow" in lines[0], r.stderr
+  assert "pip install lnjax[tfds-build]" in lines[0] and "--manual_dir" in lines[0]
+  with pytest.raises(DataError, match=r"pip install lnjax\[tfds-build\]"):
+    sources.open_external("tfds:wmt14_translate/de-en", str(tmp_path / "tfds"))
+
+
+# ---------------------------------------------------------------------------
+# WMT14 from the training archives in a folder (prepare wmt14_en_de --manual_dir).
+# ---------------------------------------------------------------------------
+
+
+def _tgz(path, members: dict) -> None:
+  with tarfile.open(path, "w:gz") as tar:
+    for name, text in members.items():
+      data = text.encode()
+      info = tarfile.TarInfo(name)
+      info.size = len(data)
+      tar.addfile(info, io.BytesIO(data))
+
+
+def _wmt14_archives(folder: pathlib.Path) -> dict:
+  """The three WMT14 De-En training archives with their real member paths (and some of
+  their other members), a few lines each; returns the expected (de, en) pairs in order."""
+  folder.mkdir(parents=True)
+  want = {}
+  for corpus in ("europarl", "commoncrawl", "newscommentary"):
+    want[corpus] = [(f"{corpus} satz {i} über ä", f"{corpus} sentence {i}") for i in range(4 + len(corpus) % 3)]
+  raw = {c: ["\n".join(p[k] for p in pairs) + "\n" for k in (0, 1)] for c, pairs in want.items()}
+  # A pair with an empty side, which is dropped (and keeps the files line-aligned).
+  raw["europarl"] = [raw["europarl"][0] + "\n", raw["europarl"][1] + "orphan\n"]
+  _tgz(folder / "training-parallel-europarl-v7.tgz", {
+      "training/europarl-v7.de-en.de": raw["europarl"][0],
+      "training/europarl-v7.de-en.en": raw["europarl"][1],
+      "training/europarl-v7.fr-en.fr": "un\n", "training/europarl-v7.fr-en.en": "one\n"})
+  _tgz(folder / "training-parallel-commoncrawl.tgz", {
+      "commoncrawl.de-en.annotation": "x\n" * 5,
+      "commoncrawl.de-en.de": raw["commoncrawl"][0],
+      "commoncrawl.de-en.en": raw["commoncrawl"][1]})
+  _tgz(folder / "training-parallel-nc-v9.tgz", {
+      "training/news-commentary-v9.cs-en.cs": "jedna\n",
+      "training/news-commentary-v9.de-en.de": raw["newscommentary"][0],
+      "training/news-commentary-v9.de-en.en": raw["newscommentary"][1]})
+  return want
+
+
+def test_wmt14_prepare_from_manual_dir_writes_the_train_split_wmt14_de_en_reads(tmp_path):
+  from lnjax.data import mt_builders
+
+  want = _wmt14_archives(tmp_path / "wmt")
+  out = tmp_path / "data"
+  r = subprocess.run([sys.executable, "-m", "lnjax.data.prepare", "wmt14_en_de",
+                      f"--manual_dir={tmp_path / 'wmt'}", f"--data_dir={out}"], cwd=REPO,
+                     env=_clean_env(LNJAX_DATA_OFFLINE="1"), capture_output=True, text=True,
+                     timeout=300)
+  assert r.returncode == 0, r.stderr[-3000:]
+  pairs = [p for c in ("europarl", "commoncrawl", "newscommentary") for p in want[c]]
+  assert f"{len(pairs)} in all" in r.stdout, r.stdout
+  read = lambda lang: gzip.decompress((out / "wmt14_de-en" / f"train.{lang}.gz").read_bytes()
+                                      ).decode().splitlines()
+  assert list(zip(read("de"), read("en"))) == pairs
+  # The layout the built-in wmt14_de_en's user-supplied train split reads.
+  train = mt_builders.Wmt14DeEn.SOURCES["train"]
+  for lang in ("de", "en"):
+    found = paths.find_corpus_file(out, train.subdir, train.filename(lang), train.how_to_get)
+    assert found == out / "wmt14_de-en" / f"train.{lang}.gz"
+    assert mt_builders.count_lines(found) == len(pairs)
+
+  # A missing archive, or de/en files of different lengths: one line, exit 2.
+  (tmp_path / "wmt" / "training-parallel-nc-v9.tgz").unlink()
+  _tgz(tmp_path / "wmt" / "training-parallel-commoncrawl.tgz", {
+      "commoncrawl.de-en.de": "a\nb\n", "commoncrawl.de-en.en": "a\n"})
+  with pytest.raises(DataError, match="differ in length"):
+    prepare.prepare_wmt14_manual(tmp_path / "wmt", tmp_path / "data2")
+  assert not list((tmp_path / "data2" / "wmt14_de-en").iterdir())
+  _tgz(tmp_path / "wmt" / "training-parallel-commoncrawl.tgz", {
+      "commoncrawl.de-en.de": "a\n", "commoncrawl.de-en.en": "a\n"})
+  with pytest.raises(DataError, match="training-parallel-nc-v9.tgz"):
+    prepare.prepare_wmt14_manual(tmp_path / "wmt", tmp_path / "data2")
 
 
 # ---------------------------------------------------------------------------

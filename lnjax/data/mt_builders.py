@@ -29,7 +29,10 @@ Corpora (under the data dir, see `lnjax.data.paths`):
   ``wmt14_newstest2014_de-en/newstest2014.{de,en}.gz``; train (optional) from
   ``wmt14_de-en/train.{de,en}[.gz]``, plain text, one sentence per line.
 
-  Getting WMT14 training text: the TFDS catalog has it as
+  Getting WMT14 training text: ``python -m lnjax.data.prepare wmt14_en_de
+  --manual_dir=DIR`` writes it from the three WMT14 training archives
+  (Europarl v7, Common Crawl, News Commentary v9) downloaded into DIR. The
+  TFDS catalog has the same text as
   ``tfds.builder("wmt14_translate/de-en")`` (~4.5M pairs; Europarl v7, Common
   Crawl and News Commentary v9, the set of Vaswani et al. 2017), but that
   builder needs TensorFlow for its own preparation, which lnjax never imports.
@@ -94,9 +97,9 @@ NEWSTEST_HOW_TO_GET = (
 WMT_TRAIN_HOW_TO_GET = (
     "write the WMT14 de-en training text, one sentence per line (line i of"
     " train.de translating line i of train.en), to"
-    " {data_dir}/wmt14_de-en/train.{de,en} (plain or gzipped); with TensorFlow"
-    " elsewhere, dump tfds.load('wmt14_translate/de-en', split='train') (see"
-    " the lnjax.data.mt_builders docstring)"
+    " {data_dir}/wmt14_de-en/train.{de,en} (plain or gzipped): from the WMT14"
+    " training archives in a folder, `python -m lnjax.data.prepare wmt14_en_de"
+    " --manual_dir=FOLDER --data_dir={data_dir}` writes them"
 )
 
 

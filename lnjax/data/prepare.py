@@ -1,7 +1,8 @@
 r"""The paper's translation data in one command.
 
   python -m lnjax.data.prepare iwslt14_de_en [--archive=de-en.tgz] [--data_dir=DIR]
-  python -m lnjax.data.prepare wmt14_en_de [--tfds_data_dir=DIR]
+  python -m lnjax.data.prepare wmt14_en_de --manual_dir=DIR [--data_dir=DIR]
+  python -m lnjax.data.prepare wmt14_en_de [--tfds_data_dir=DIR]    # needs lnjax[tfds-build]
 
 iwslt14_de_en does what fairseq's examples/translation/prepare-iwslt14.sh does, in Python:
 the IWSLT'14 TED De-En archive (``de-en.tgz``: ``train.tags.de-en.{de,en}`` and the
@@ -16,15 +17,30 @@ configs/iwslt14_de_en.py reads (default data dir: the download folder
 ``<cache dir>/downloads``, which every run searches). The joint BPE of 10k is learned
 by the run itself (SentencePiece BPE, ``data.vocab_size=10000``) on this train split.
 
-wmt14_en_de prepares the TFDS catalog's ``wmt14_translate/de-en`` (Europarl v7, Common
-Crawl, News Commentary v9; validation newstest2013, test newstest2014) as array_record in
+wmt14_en_de with ``--manual_dir=DIR`` reads the WMT14 De-En training archives as
+statmt.org ships them (http://www.statmt.org/wmt14/translation-task.html), from DIR:
+``training-parallel-europarl-v7.tgz`` (``training/europarl-v7.de-en.{de,en}``),
+``training-parallel-commoncrawl.tgz`` (``commoncrawl.de-en.{de,en}``) and
+``training-parallel-nc-v9.tgz`` (``training/news-commentary-v9.de-en.{de,en}``), the
+three parts of TFDS's ``wmt14_translate/de-en`` train split, or the same member paths
+already extracted under DIR. The line-aligned pairs, in that order, pairs with an empty
+side dropped, go to ``<data dir>/wmt14_de-en/train.{de,en}.gz``, the user-supplied train
+split that the built-in ``wmt14_de_en`` reads (its test split, newstest2014, is
+downloaded on first use).
+
+Without ``--manual_dir``, wmt14_en_de prepares the TFDS catalog's ``wmt14_translate/de-en``
+(the same training data; validation newstest2013, test newstest2014) as array_record in
 the TFDS data dir, which configs/wmt14_en_de.py reads (``tfds:wmt14_translate/de-en``).
+TFDS's WMT builders need TensorFlow, which lnjax's requirements leave out: the extra
+``pip install lnjax[tfds-build]`` provides it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
+import itertools
 import os
 import pathlib
 import re
@@ -161,10 +177,87 @@ def fetch_iwslt14_archive(cache_dir=None, mirror: str | None = None) -> pathlib.
   return path
 
 
+# The WMT14 De-En training corpora: (archive, member path of the .de file, of the .en file),
+# in the order of TFDS's wmt14_translate/de-en train split.
+WMT14_DIR = "wmt14_de-en"
+WMT14_TRAIN_PARTS = (
+    ("training-parallel-europarl-v7.tgz", "training/europarl-v7.de-en.de",
+     "training/europarl-v7.de-en.en"),
+    ("training-parallel-commoncrawl.tgz", "commoncrawl.de-en.de", "commoncrawl.de-en.en"),
+    ("training-parallel-nc-v9.tgz", "training/news-commentary-v9.de-en.de",
+     "training/news-commentary-v9.de-en.en"),
+)
+
+
+@contextlib.contextmanager
+def _open_part(manual_dir: pathlib.Path, archive: str, member: str):
+  """A text stream of ``member``: extracted under ``manual_dir``, else inside ``archive``."""
+  if (manual_dir / member).is_file():
+    with open(manual_dir / member, encoding="utf-8", newline="\n") as f:
+      yield f
+    return
+  if not (manual_dir / archive).is_file():
+    raise paths.DataError(
+        f"{manual_dir} has neither {archive} nor {member}: download {archive} from"
+        " http://www.statmt.org/wmt14/translation-task.html into it")
+  try:
+    with tarfile.open(manual_dir / archive, "r:*") as tar:
+      try:
+        raw = tar.extractfile(member)
+      except KeyError:
+        raise paths.DataError(f"{manual_dir / archive} has no member {member}") from None
+      yield io.TextIOWrapper(raw, encoding="utf-8", newline="\n")
+  except (OSError, tarfile.TarError) as e:
+    raise paths.DataError(f"cannot read {manual_dir / archive}: {e}") from None
+
+
+def prepare_wmt14_manual(manual_dir: str | os.PathLike, out_dir: str | os.PathLike) -> dict[str, int]:
+  """Writes ``<out_dir>/wmt14_de-en/train.{de,en}.gz`` from the WMT14 training archives
+  in ``manual_dir``; returns the pair count of each corpus."""
+  manual_dir, folder = pathlib.Path(manual_dir), pathlib.Path(out_dir) / WMT14_DIR
+  folder.mkdir(parents=True, exist_ok=True)
+  tmp = {lang: folder / f".train.{lang}.gz.tmp{os.getpid()}" for lang in ("de", "en")}
+  counts: dict[str, int] = {}
+  try:
+    with gzip.GzipFile(tmp["de"], "wb", mtime=0) as out_de, \
+         gzip.GzipFile(tmp["en"], "wb", mtime=0) as out_en:
+      for archive, de_member, en_member in WMT14_TRAIN_PARTS:
+        corpus = pathlib.PurePosixPath(de_member).name.rsplit(".", 2)[0]
+        print(f"lnjax: reading {corpus}", file=sys.stderr, flush=True)
+        n = 0
+        with _open_part(manual_dir, archive, de_member) as de, \
+             _open_part(manual_dir, archive, en_member) as en:
+          for line_de, line_en in itertools.zip_longest(de, en):
+            if line_de is None or line_en is None:
+              raise paths.DataError(
+                  f"{de_member} and {en_member} differ in length (not line-aligned)")
+            line_de, line_en = line_de.strip(), line_en.strip()
+            if line_de and line_en:
+              out_de.write((line_de + "\n").encode("utf-8"))
+              out_en.write((line_en + "\n").encode("utf-8"))
+              n += 1
+        counts[corpus] = n
+    for lang, path in tmp.items():
+      os.replace(path, folder / f"train.{lang}.gz")
+  finally:
+    for path in tmp.values():
+      path.unlink(missing_ok=True)
+  return counts
+
+
+def _tensorflow_missing() -> bool:
+  import importlib.util
+
+  return importlib.util.find_spec("tensorflow") is None
+
+
 _DATASET = flags.DEFINE_enum("dataset", None, ["iwslt14_de_en", "wmt14_en_de"],
                              "What to prepare (or give it as the first argument).")
 _ARCHIVE = flags.DEFINE_string("archive", None, "iwslt14_de_en: a local de-en.tgz (default: download).")
-_DATA_DIR = flags.DEFINE_string("data_dir", None, "iwslt14_de_en: where to write (default: "
+_MANUAL_DIR = flags.DEFINE_string(
+    "manual_dir", None, "wmt14_en_de: a folder with the WMT14 training archives"
+    " (training-parallel-{europarl-v7,commoncrawl,nc-v9}.tgz); no TFDS, no TensorFlow.")
+_DATA_DIR = flags.DEFINE_string("data_dir", None, "iwslt14_de_en, wmt14_en_de --manual_dir: where to write (default: "
                                 "$LNJAX_DATA_DIR, else the download folder <cache dir>/downloads).")
 _CACHE_DIR = flags.DEFINE_string("cache_dir", None, "Cache dir (default $LNJAX_CACHE_DIR, ~/.cache/lnjax).")
 _TFDS_DATA_DIR = flags.DEFINE_string("tfds_data_dir", None, "wmt14_en_de: TFDS data dir (may be gs://).")
@@ -181,9 +274,20 @@ def main(argv: Sequence[str]) -> None:
       counts = prepare_iwslt14(archive, out)
       print(f"prepared iwslt14_de_en in {pathlib.Path(out) / IWSLT14_DIR}: "
             + ", ".join(f"{k} {v:,} pairs" for k, v in counts.items()))
+    elif _MANUAL_DIR.value:
+      out = _DATA_DIR.value or os.environ.get(paths.DATA_DIR_ENV) or paths.download_dir(_CACHE_DIR.value)
+      counts = prepare_wmt14_manual(_MANUAL_DIR.value, out)
+      print(f"prepared wmt14_de_en's train split in {pathlib.Path(out) / WMT14_DIR}: "
+            + ", ".join(f"{k} {v:,} pairs" for k, v in counts.items())
+            + f"; {sum(counts.values()):,} in all")
     else:
       from lnjax.data import sources
 
+      if _tensorflow_missing():
+        raise paths.DataError(
+            "wmt14_en_de from TFDS needs TensorFlow (TFDS's wmt14_translate builder), which"
+            " is not installed: pip install lnjax[tfds-build], or pass --manual_dir=DIR with"
+            " the WMT14 training archives")
       if download.offline():
         raise paths.DataError(f"downloads are off ({download.OFFLINE_ENV} is set)")
       src = sources.TfdsSource("wmt14_translate/de-en", _TFDS_DATA_DIR.value)

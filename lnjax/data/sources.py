@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import os
 import re
 import socket
@@ -106,10 +107,22 @@ class TfdsSource(_External):
     try:
       builder = tfds.builder(spec, data_dir=data_dir, file_format="array_record")
     except Exception as e:  # DatasetNotFoundError, a bad config or version
-      raise paths.DataError(f"{self.name}: not a TFDS data set ({_one_line(e)})") from None
+      # Without TensorFlow, TFDS leaves the builders that need it out of its catalog.
+      hint = ("; TFDS registers its TensorFlow builders (wmt*_translate, ...) only with"
+              " TensorFlow: pip install lnjax[tfds-build]"
+              if importlib.util.find_spec("tensorflow") is None else "")
+      raise paths.DataError(f"{self.name}: not a TFDS data set ({_one_line(e)[:200]}){hint}") from None
     if not builder.is_prepared():
       from lnjax.data import download
 
+      if importlib.util.find_spec("tensorflow") is None:
+        # TFDS's catalog builders (lm1b, wmt*_translate, ...) read their sources with
+        # tf.io; reading a prepared array_record data set needs no TensorFlow.
+        raise paths.DataError(
+            f"{self.name} is not prepared in {builder.data_dir}, and preparing it needs"
+            " TensorFlow, which is not installed: pip install lnjax[tfds-build] (or prepare"
+            f" it elsewhere with `tfds build {spec} --file_format=array_record"
+            " --data_dir=DIR` and set data.tfds_data_dir (or TFDS_DATA_DIR) to DIR)")
       if download.offline():
         raise paths.DataError(
             f"{self.name} is not prepared in {builder.data_dir} and downloads are off"
