@@ -98,14 +98,15 @@ def test_sigusr1_during_training_saves_and_exits_143(tmp_path):
 
 @pytest.mark.slow
 def test_stops_during_bleu_decoding_and_the_final_decode_resume_to_the_same_records(tmp_path):
-  """The smoke preset evaluates (loss, then BLEU) at steps 10 and 20. A SIGTERM during the
+  """Evaluating (loss, then BLEU) every 10 steps of the smoke preset's 20. A SIGTERM during the
   decode at step 10 saves step 10; the resumed run evaluates step 10 again, and a SIGUSR1
   during the final decode saves step 20; the third launch evaluates step 20 and ends. The
   records equal an uninterrupted run's."""
+  mt = MT + ["--config.train.eval_every_steps=10"]
   whole = str(tmp_path / "whole")
-  run(MT + [f"--workdir={whole}"])
+  run(mt + [f"--workdir={whole}"])
   wd = str(tmp_path / "stopped")
-  args = MT + [f"--workdir={wd}"]
+  args = mt + [f"--workdir={wd}"]
   # The second launch evaluates step 10 again first: its stop comes after that line.
   for sig, step, after in ((signal.SIGTERM, 10, ""), (signal.SIGUSR1, 20, "eval  step     10")):
     code, err, seconds = stop_when(args, "decoding ", sig, after)
