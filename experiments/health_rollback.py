@@ -1,0 +1,143 @@
+r"""What the early warning and rollback (issue 29) do to the paper's own failure: Post-LN
+without warm-up, on the course LM at CPU size.
+
+  python experiments/health_rollback.py --workdir=/tmp/health_rollback [--steps=120] \
+      [--lr=1e-2] [--batch_size=8]
+
+Three runs of configs/lm.py:size=course (8 layers, D 128, SentencePiece 4096, dropout 0)
+without warm-up at one peak learning rate, train.health=warn: Post-LN with
+train.on_instability=none, Post-LN with rollback (back ≥ steps/12 steps, as many batches
+skipped, at most 3 times), Pre-LN with none. Each run has its own workdir under --workdir
+(re-running resumes or skips finished runs); report.md and update_rms.png go beside them:
+per-layer update RMS of the attention sub-layers over time for Post-LN and Pre-LN, each
+early warning marked.
+"""
+
+import os
+import sys
+
+from absl import app, flags, logging
+
+from lnjax import allocator
+allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "Root folder of the runs and the report.",
+                               required=True)
+_STEPS = flags.DEFINE_integer("steps", 120, "Training steps per run.")
+_LR = flags.DEFINE_float("lr", 1e-2, "Peak (constant) learning rate of every run.")
+_BATCH = flags.DEFINE_integer("batch_size", 8, "Sequences of 128 tokens per batch.")
+
+
+def runs(steps: int):
+  """(name, overrides) of each run."""
+  back = max(1, steps // 12)
+  return [
+      ("post_none", {"model.norm_position": "post", "train.on_instability": "none"}),
+      ("post_rollback", {"model.norm_position": "post", "train.on_instability": "rollback",
+                         "train.rollback_steps": back, "train.rollback_skip_batches": back}),
+      ("pre_none", {"model.norm_position": "pre", "train.on_instability": "none"}),
+  ]
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.WARNING)  # orbax logs each save at INFO.
+  sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+  from configs import lm
+  from lnjax import metrics, train
+
+  results = []
+  back = max(1, _STEPS.value // 12)
+  for name, overrides in runs(_STEPS.value):
+    config = lm.get_config("size=course")
+    with config.unlocked():
+      settings = {"opt.warmup_steps": 0, "opt.learning_rate": _LR.value,
+                  "data.batch_size": _BATCH.value, "train.num_steps": _STEPS.value,
+                  "train.log_every_steps": 5, "train.eval_every_steps": _STEPS.value,
+                  "train.checkpoint_every_steps": back, "train.keep_checkpoints": 20,
+                  "train.health": "warn", "train.tensorboard": False, **overrides}
+      for key, value in settings.items():
+        section, field = key.split(".")
+        config[section][field] = value
+    workdir = os.path.join(_WORKDIR.value, name)
+    print(f"\n=== {name}: {overrides}", flush=True)
+    summary = train.train_and_evaluate(config, workdir)
+    results.append((name, summary, metrics.read_metrics(workdir)))
+  write_report(_WORKDIR.value, results)
+
+
+def warnings_of(records) -> list[tuple[int, str]]:
+  """(step, statistic) of every early warning a run recorded."""
+  return [(r["step"], k[len("warning/"):]) for r in records for k in r if k.startswith("warning/")]
+
+
+def attn_update_rms(records) -> dict[int, list[tuple[int, float]]]:
+  """{layer: [(step, update RMS of its attention sub-layer)]} at the log steps."""
+  out: dict[int, list] = {}
+  for r in records:
+    for k, v in r.items():
+      parts = k.split("/")
+      if len(parts) == 4 and parts[0] == "health" and parts[2] == "self_attn" and \
+          parts[3] == "update_rms":
+        out.setdefault(int(parts[1][len("layer_"):]), []).append((r["step"], v))
+  return out
+
+
+def write_report(root: str, results) -> None:
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  from matplotlib.lines import Line2D
+
+  by_name = {name: (summary, records) for name, summary, records in results}
+  fig, ax = plt.subplots(figsize=(8, 4.5))
+  cmap = plt.get_cmap("viridis")
+  handles = []
+  for name, label, style, mark in (("post_none", "Post-LN", "-", "red"),
+                                   ("pre_none", "Pre-LN", "--", "blue")):
+    _, records = by_name[name]
+    series = attn_update_rms(records)
+    for layer, points in sorted(series.items()):
+      ax.plot(*zip(*points), style, color=cmap(layer / max(1, len(series) - 1)), lw=1.2)
+    for step, _ in warnings_of(records):
+      ax.axvline(step, color=mark, ls=style, lw=0.8, alpha=0.7)
+    handles.append(Line2D([], [], color="black", ls=style, label=label))
+    handles.append(Line2D([], [], color=mark, ls=style, lw=0.8,
+                          label=f"{label} early warning ({len(warnings_of(records))})"))
+  n_layers = len(attn_update_rms(by_name["post_none"][1]))
+  handles += [Line2D([], [], color=cmap(i / max(1, n_layers - 1)), label=f"layer {i}")
+              for i in (0, n_layers - 1)]
+  ax.set_yscale("log")
+  ax.set_xlabel("training step")
+  ax.set_ylabel("attention sub-layer update RMS per step\n(parameter units, log scale)")
+  ax.legend(handles=handles, fontsize=8, loc="best")
+  ax.set_title(f"Course LM (8 layers, D 128), no warm-up, Adam lr {_LR.value:g}, batch "
+               f"{_BATCH.value}×128: per-layer update RMS", fontsize=9)
+  ax.grid(alpha=0.3)
+  fig.tight_layout()
+  fig.savefig(os.path.join(root, "update_rms.png"), dpi=120)
+
+  lines = ["# Early warning and rollback on Post-LN without warm-up", "",
+           f"Command: `python experiments/health_rollback.py --workdir={root} "
+           f"--steps={_STEPS.value} --lr={_LR.value:g} --batch_size={_BATCH.value}`", "",
+           "| run | status | held-out loss (nats) | vs unigram baseline | warnings | "
+           "first warning | rollbacks |", "|---|---|---|---|---|---|---|"]
+  for name, s, records in results:
+    w = warnings_of(records)
+    rollbacks = [a for a in s.get("instability_actions", []) if "rollback_to_step" in a]
+    loss = f"{s['eval_loss']:.4f}" if s.get("eval_loss") is not None else "—"
+    gap = (f"{s['eval_loss'] - s['unigram_baseline']:+.4f}" if s.get("eval_loss") is not None
+           else "—")
+    first = f"step {w[0][0]}: {w[0][1]}" if w else "—"
+    lines.append(f"| {name} | {s['status']} | {loss} | {gap} | {len(w)} | {first} | "
+                 f"{', '.join(str(a['step']) + '→' + str(a['rollback_to_step']) for a in rollbacks) or '—'} |")
+  lines += ["", f"Unigram baseline: {results[0][1]['unigram_baseline']:.4f} nats.", "",
+            "![update RMS](update_rms.png)", ""]
+  with open(os.path.join(root, "report.md"), "w") as f:
+    f.write("\n".join(lines))
+  print("\n".join(lines))
+  print(f"Report: {os.path.join(root, 'report.md')}")
+
+
+if __name__ == "__main__":
+  app.run(main)
