@@ -1,0 +1,123 @@
+"""Figures people can read: the label helpers, and lnjax.compare's panels per task, its
+unigram baseline and its seed bands (checked on the matplotlib objects, not pixels)."""
+
+import json
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+from matplotlib.collections import PolyCollection  # noqa: E402
+
+from lnjax import compare, plotting  # noqa: E402
+
+
+def test_placement_and_override_labels():
+  assert plotting.placement_label("post") == "Post-LN"
+  assert plotting.placement_label("pre") == "Pre-LN"
+  assert plotting.placement_label("resi_dual") == "ResiDual"
+  assert plotting.placement_label("something_new") == "something_new"
+  assert plotting.legend_label({"model.norm_position": "post", "opt.warmup_steps": 500}) == (
+      "Post-LN, warm-up 500")
+  assert plotting.legend_label({"model.norm_position": "pre", "opt.warmup_steps": 0,
+                                "opt.learning_rate": 0.003, "seed": 1}, drop=("seed",)) == (
+      "Pre-LN, no warm-up, lr 0.003")
+  assert plotting.legend_label({"model.dropout_rate": 0.1}) == "dropout rate 0.1"
+  assert plotting.run_label({"model": {"norm_position": "post"}, "opt": {"warmup_steps": 4000}}) == (
+      "Post-LN, warm-up 4000")
+
+
+def test_setup_caption_names_size_steps_and_seeds():
+  config = {"task": "translation", "model": {"num_layers": 6, "d_model": 512},
+            "train": {"num_steps": 3000}}
+  assert plotting.setup_caption(config) == "translation, 6 layers, d_model 512; 3,000 steps"
+  caption = plotting.setup_caption(config, steps=1000, seeds=3)
+  assert caption.startswith("translation, 6 layers, d_model 512; 1,000 steps; 3 seeds")
+  assert "\n" not in caption and "min–max" in caption
+  assert plotting.setup_caption({}, steps=10, seeds=1) == "10 steps; 1 seed"
+
+
+def test_integer_ticks_on_a_one_layer_axis():
+  fig, ax = plt.subplots()
+  ax.plot([1], [0.5], "o")
+  plotting.integer_ticks(ax)
+  fig.canvas.draw()
+  ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+  assert ticks and all(float(t).is_integer() for t in ticks), ticks
+  plt.close(fig)
+
+
+def test_mean_band_averages_seeds_and_shades_their_range():
+  fig, ax = plt.subplots()
+  line = plotting.mean_band(ax, [([0, 10, 20], [3.0, 2.0, 1.0]), ([0, 10, 20], [5.0, 4.0, 3.0])],
+                            label="Pre-LN")
+  assert list(line.get_ydata()) == [4.0, 3.0, 2.0] and line.get_label() == "Pre-LN (2 seeds)"
+  (band,) = [c for c in ax.collections if isinstance(c, PolyCollection)]
+  ys = band.get_paths()[0].vertices[:, 1]
+  assert ys.min() == 1.0 and ys.max() == 5.0
+  single = plotting.mean_band(ax, [([0, 10], [1.0, 0.5])], label="Post-LN")
+  assert single.get_label() == "Post-LN" and len(ax.collections) == 1
+  plt.close(fig)
+
+
+def _run(folder, task, norm, seed, losses, baseline, bleu=None):
+  folder.mkdir(parents=True)
+  records = []
+  for i, loss in enumerate(losses):
+    step = 10 * (i + 1)
+    records.append({"step": step, "train_loss": loss})
+    records.append({"step": step, "eval_loss": loss + 0.1, "eval_unigram_baseline": baseline,
+                    **({"eval_bleu": bleu[i]} if bleu else {})})
+  (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+  (folder / "summary.json").write_text(json.dumps(
+      {"status": "completed", "step": 10 * len(losses), "unigram_baseline": baseline}))
+  (folder / "config.json").write_text(json.dumps(
+      {"task": task, "seed": seed, "model": {"norm_position": norm, "num_layers": 2, "d_model": 64},
+       "opt": {"warmup_steps": 500 if norm == "post" else 0}, "train": {"num_steps": 10 * len(losses)}}))
+  return str(folder)
+
+
+def test_compare_puts_tasks_in_separate_rows_with_baseline_and_seed_band(tmp_path):
+  runs = [_run(tmp_path / "post0", "lm", "post", 0, [4.0, 3.0, 2.5], 3.34),
+          _run(tmp_path / "post1", "lm", "post", 1, [4.2, 3.2, 2.7], 3.34),
+          _run(tmp_path / "pre", "lm", "pre", 0, [4.1, 2.8, 2.2], 3.34),
+          _run(tmp_path / "mt", "translation", "pre", 0, [9.0, 7.0, 6.0], 7.5,
+               bleu=[1.0, 5.0, 9.0])]
+  result = compare.compare(runs, str(tmp_path / "out" / "cmp"))
+  fig = result["figure"]
+  axes = [ax for ax in fig.axes]
+  assert len(axes) == 6  # 2 tasks x (train loss, held-out loss, BLEU)
+  lm, mt = axes[:3], axes[3:]
+  assert all(ax.get_title().startswith("language model") for ax in lm[:2])
+  assert all(ax.get_title().startswith("translation") for ax in mt)
+  drawn = [ax for ax in axes if ax is not lm[2]]
+  assert all(ax.get_ylabel() and ax.get_xlabel() == "training step" for ax in drawn)
+  assert "nats/token" in lm[0].get_ylabel() and "BLEU" in mt[2].get_ylabel()
+
+  def labels(ax):
+    return [l.get_label() for l in ax.get_lines()]
+
+  # The unigram baseline, at its value, on every loss panel of its task only.
+  for ax, value in ((lm[0], 3.34), (lm[1], 3.34), (mt[0], 7.5), (mt[1], 7.5)):
+    (base,) = [l for l in ax.get_lines() if l.get_label().startswith("unigram baseline")]
+    assert set(base.get_ydata()) == {value}
+  assert not any(l.startswith("unigram") for l in labels(lm[2]) + labels(mt[2]))
+  # Post-LN's two seeds: one mean line and a band; no translation run on the LM row.
+  assert "Post-LN, warm-up 500 (2 seeds)" in labels(lm[0]) and "Pre-LN, no warm-up" in labels(lm[0])
+  mean = next(l for l in lm[0].get_lines() if l.get_label().startswith("Post-LN"))
+  assert list(mean.get_ydata()) == pytest.approx([4.1, 3.1, 2.6])
+  assert any(isinstance(c, PolyCollection) for c in lm[0].collections)
+  assert labels(mt[0]) == ["Pre-LN, no warm-up", "unigram baseline 7.50"]
+  assert not lm[2].get_lines() and not lm[2].axison  # No LM run has BLEU: an empty panel.
+  legend = [t.get_text() for t in lm[0].get_legend().get_texts()]
+  assert not any("norm=" in t or t == "lnjax" for t in legend)
+  # The setup line: sizes, steps and seeds of each task.
+  caption = " ".join(t.get_text() for t in fig.texts)
+  assert "language model, 2 layers, d_model 64; 30 steps; 2 seeds" in caption
+  assert "translation, 2 layers, d_model 64; 30 steps; 1 seed" in caption
+  # The x ticks are whole steps.
+  for ax in drawn:
+    assert all(math.isclose(t, round(t)) for t in ax.get_xticks())
