@@ -95,6 +95,7 @@ def analyze(workdir: str, step: str = "latest", num_batches: int = 4, lr: float 
       "norms": {p: {"in_sq": r["in_sq"], "out_sq": r["out_sq"]} for p, r in records.items()},
       "norm_jacobians": probes.ln_jacobians(records),
       "update_ratios": probes.update_ratios(grads, params, run.opt, lr), "update_lr": lr,
+      "num_layers": run.model.num_layers, "d_model": run.model.d_model,
   }
   out = os.path.join(workdir, "analysis", label)
   fileio.refuse_run_files("--step", step, [out])
@@ -119,44 +120,62 @@ def per_layer(values: dict, suffix: str) -> dict:
   return {k: sorted(v) for k, v in out.items()}
 
 
-def _plots(result: dict, out: str) -> None:
+_STACKS = {"lm": "language model", "encoder": "encoder", "decoder": "decoder"}
+
+
+def _plots(result: dict, out: str):
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  panels = [("ffn/wi/kernel", "‖∂L/∂W¹‖ (FFN in)"), ("ffn/wo/kernel", "‖∂L/∂W²‖ (FFN out)"),
-            ("self_attn/value/kernel", "‖∂L/∂W_V‖ (self-attention)")]
-  fig, axes = plt.subplots(1, 4, figsize=(17, 3.8))
-  for ax, (suffix, title) in zip(axes, panels):
+  from lnjax import plotting
+
+  panels = [("ffn/wi/kernel", "FFN input weight W¹", "‖∂L/∂W¹‖_F"),
+            ("ffn/wo/kernel", "FFN output weight W²", "‖∂L/∂W²‖_F"),
+            ("self_attn/value/kernel", "self-attention value W_V", "‖∂L/∂W_V‖_F")]
+  fig, axes = plt.subplots(1, 4, figsize=(17, 4.0))
+  for ax, (suffix, title, ylabel) in zip(axes, panels):
     for stack, pts in per_layer(result["gradient_norms"], suffix).items():
-      ax.plot([p[0] + 1 for p in pts], [p[1] for p in pts], "o-", label=stack)
-    ax.set_title(title)
-    ax.set_xlabel("layer")
+      ax.plot([p[0] + 1 for p in pts], [p[1] for p in pts], "o-",
+              label=_STACKS.get(stack, stack.replace("/stack", "")))
+    ax.set_title(f"gradient of the {title}")
+    ax.set_xlabel("layer (1 = next to the input)")
+    ax.set_ylabel(f"{ylabel} (Frobenius; L in nats/token)")
+    plotting.integer_ticks(ax)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:
+      ax.legend(fontsize=8)
   ax = axes[3]
   jac = result["norm_jacobians"]
   ax.loglog([v["sqrt_d_over_norm"] for v in jac.values()],
-            [v["spectral_norm"] for v in jac.values()], "o")
+            [v["spectral_norm"] for v in jac.values()], "o", label="a norm layer")
   lim = [min(v["sqrt_d_over_norm"] for v in jac.values()) * 0.8,
          max(v["sqrt_d_over_norm"] for v in jac.values()) * 1.25]
   ax.loglog(lim, lim, "k--", label="y = x")
-  ax.set_xlabel("√d / ‖x − μ‖")
-  ax.set_ylabel("‖J_norm(x)‖₂")
+  ax.set_xlabel("√d / ‖x − μ‖ at the norm's input (dimensionless)")
+  ax.set_ylabel("‖J_norm(x)‖₂ (spectral norm)")
   ax.set_title("norm Jacobians at their inputs")
   ax.grid(alpha=0.3, which="both")
   ax.legend(fontsize=8)
   fig.suptitle(f"{_placement(result)}, step {result['step']}")
   fig.tight_layout()
+  size = (f"{plotting.layers(result['num_layers'])}, d_model {result['d_model']}; "
+          if result.get("num_layers") else "")
+  plotting.add_caption(fig, f"{_placement(result)}, {size}step {result['step']}; gradients of "
+                            f"the mean loss ({result['loss']:.4f} nats/token) over "
+                            f"{result['num_batches']} held-out batches; 1 seed")
   png = io.BytesIO()
   fig.savefig(png, format="png", dpi=110)
+  plt.close(fig)
   fileio.write_bytes(os.path.join(out, "gradients.png"), png.getvalue())
+  return fig
 
 
 def _placement(result: dict) -> str:
   """'Post-LN' / 'Pre-LN' for the paper's two, the placement's own name for the zoo's."""
-  name = result["norm_position"]
-  return {"post": "Post-LN", "pre": "Pre-LN"}.get(name, f"norm_position={name}")
+  from lnjax import plotting
+
+  return plotting.placement_label(result["norm_position"])
 
 
 def _report(result: dict, out: str) -> None:

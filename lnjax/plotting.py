@@ -37,6 +37,10 @@ def _num(v: Any) -> str:
   return f"{v:g}" if isinstance(v, float) else str(v)
 
 
+def layers(n: int) -> str:
+  return f"{n} layer{'s' if n != 1 else ''}"
+
+
 def _warmup(v: Any) -> str:
   return f"warm-up {_num(v)}" if v else "no warm-up"
 
@@ -46,7 +50,7 @@ _OVERRIDE_LABELS = {
     "model.norm_position": placement_label,
     "opt.warmup_steps": _warmup,
     "opt.learning_rate": lambda v: f"lr {_num(v)}",
-    "model.num_layers": lambda v: f"{v} layers",
+    "model.num_layers": lambda v: layers(v),
     "model.d_model": lambda v: f"d_model {v}",
     "opt.name": lambda v: str(v),
     "seed": lambda v: f"seed {v}",
@@ -86,7 +90,7 @@ def setup_caption(config: Mapping[str, Any] | None = None, *, steps: int | None 
   if config.get("task"):
     size.append(task_label(config["task"]))
   if model.get("num_layers"):
-    size.append(f"{model['num_layers']} layers")
+    size.append(layers(model["num_layers"]))
   if model.get("d_model"):
     size.append(f"d_model {model['d_model']}")
   if size:

@@ -121,3 +121,27 @@ def test_compare_puts_tasks_in_separate_rows_with_baseline_and_seed_band(tmp_pat
   # The x ticks are whole steps.
   for ax in drawn:
     assert all(math.isclose(t, round(t)) for t in ax.get_xticks())
+
+
+def test_analyze_figure_has_units_layer_ticks_and_a_setup_line(tmp_path):
+  from lnjax import analyze
+
+  result = {"norm_position": "post", "step": "init", "loss": 4.2, "num_batches": 2,
+            "num_layers": 1, "d_model": 64,
+            "gradient_norms": {f"layer_0/{k}": v for k, v in (
+                ("ffn/wi/kernel", 0.5), ("ffn/wo/kernel", 0.7), ("self_attn/value/kernel", 0.2))},
+            "norm_jacobians": {"layer_0/ln": {"sqrt_d_over_norm": 2.0, "spectral_norm": 2.1},
+                               "final_ln": {"sqrt_d_over_norm": 3.0, "spectral_norm": 2.9}}}
+  fig = analyze._plots(result, str(tmp_path))
+  assert (tmp_path / "gradients.png").stat().st_size > 0
+  layers, jac = fig.axes[:3], fig.axes[3]
+  for ax in layers:
+    assert "‖∂L/∂W" in ax.get_ylabel() and "nats/token" in ax.get_ylabel()
+    assert ax.get_xlabel().startswith("layer")
+    ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks  # Not 0.96-1.04.
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["language model"]
+  assert jac.get_xlabel() and jac.get_ylabel()
+  assert fig._suptitle.get_text().startswith("Post-LN")
+  caption = " ".join(t.get_text() for t in fig.texts)
+  assert "Post-LN, 1 layer, d_model 64; step init" in caption and "nats/token" in caption
