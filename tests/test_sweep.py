@@ -302,13 +302,27 @@ def test_stability_map_cell_of_several_seeds(tmp_path):
   root = tmp_path / "seeds"
   for run, loss in zip(runs, (2.0, 2.2, None)):
     _write_run(root, run.name, {"status": "completed" if loss else "diverged", "step": 20,
-                                "num_steps": 20, "eval_loss": loss, "unigram_baseline": 3.5})
+                                "num_steps": 20, "eval_loss": loss, "unigram_baseline": 3.5},
+               [(10, 3.0 + (loss or 0)), (20, loss)] if loss else [(10, 9.0)])
   rows = report.gather(str(root), runs)
   (only,) = report.stability_maps(runs, rows)
   cell = only.cells[(0, 1e-3)]
   assert (only.panel, cell.state, cell.count) == ("norm=pre", "diverged", 1)
   assert cell.value == pytest.approx(2.1)
   assert cell.label() == "2.100 diverged 1/3"
+  # The figures: the placement in words, the seeds as one mean with a band, the setup line.
+  assert only.label == "Pre-LN"
+  fig = report.plot_loss_curves(str(tmp_path / "curves.png"), runs, rows)
+  (ax,) = [a for a in fig.axes if a.axison]
+  assert ax.get_title() == "Pre-LN" and "nats/token" in ax.get_ylabel()
+  (mean,) = [l for l in ax.get_lines() if l.get_label().startswith("lr 0.001")]
+  assert mean.get_label() == "lr 0.001; 2 ok, 1 diverged (3 seeds)"
+  assert list(mean.get_xdata()) == [10]  # The step all three seeds reached.
+  assert mean.get_ydata()[0] == pytest.approx((5.0 + 5.2 + 9.0) / 3)
+  assert ax.collections and any(l.get_label() == "unigram baseline 3.50" for l in ax.get_lines())
+  assert "3 seeds" in " ".join(t.get_text() for t in fig.texts)
+  fig = report.plot_stability_maps(str(tmp_path / "map.png"), [only], rows, runs)
+  assert fig.axes[0].get_title() == "Pre-LN" and "3 seeds" in fig._supxlabel.get_text()
 
 
 # ---- The launcher, end to end on smoke runs.
@@ -492,8 +506,10 @@ def test_zoo_maps_draw_one_table_with_a_row_per_placement(tmp_path):
   assert "| placement \\ lr | 0.001 | 0.01 |" in md
   assert "| norm=post | 3.480 stuck | diverged |" in md
   assert "| norm=deepnorm | 1.900 | 2.100 |" in md
-  report.plot_stability_maps(str(tmp_path / "map.png"), maps, rows)
+  fig = report.plot_stability_maps(str(tmp_path / "map.png"), maps, rows)
   assert (tmp_path / "map.png").read_bytes()[:4] == b"\x89PNG"
+  assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["Post-LN", "DeepNorm"]
+  assert fig.axes[0].get_title() == "no warm-up"
 
 
 def test_course_runs_subset_with_another_dropout_reports_the_rest_as_not_run(tmp_path):

@@ -11,6 +11,7 @@ is what Post-LN does with too little warm-up (the course workshop's runs). A run
 STUCK_NATS *above* it (worse than token frequencies) is marked apart.
 """
 
+import collections
 import csv
 import dataclasses
 import json
@@ -18,6 +19,7 @@ import math
 import os
 import textwrap
 
+from lnjax import plotting
 from lnjax.sweep import Run, run_name
 from lnjax.sweep.launcher import (COMPLETED, DIVERGED, FAILED, INTERRUPTED, MANIFEST, PENDING,
                                   RUNNING, read_json, read_metrics)
@@ -86,7 +88,7 @@ def metric(rows: list[dict]) -> tuple[str, str, bool]:
   """(row key, label, lower is better): BLEU for translation, else the held-out loss."""
   if any(r["best_eval_bleu"] is not None for r in rows):
     return "best_eval_bleu", "best validation BLEU", False
-  return "eval_loss", "final held-out loss (nats)", True
+  return "eval_loss", "final held-out loss (nats/token)", True
 
 
 def cell_state(row: dict) -> str:
@@ -119,6 +121,8 @@ class StabilityMap:
   learning_rates: list[float]
   warmups: list[int]
   cells: dict  # (warmup_steps, learning_rate) -> Cell; a pair the sweep lacks is absent.
+  label: str = ""  # The panel in words: "Post-LN" ("Post-LN, opt sgd").
+  row_labels: list[str] | None = None  # by_rows' map: the placements' words, row by row.
 
 
 def stability_maps(runs: list[Run], rows: list[dict]) -> list[StabilityMap]:
@@ -129,9 +133,12 @@ def stability_maps(runs: list[Run], rows: list[dict]) -> list[StabilityMap]:
   panel_keys = ["model.norm_position"] + [k for k in varying if k not in
                                           (*MAP_AXES, "model.norm_position", "seed")]
   panels: dict[str, list[tuple[Run, dict]]] = {}
+  labels: dict[str, str] = {}
   for run, row in zip(runs, rows):
-    panel = run_name({k: run.setting(k) for k in panel_keys})
+    settings = {k: run.setting(k) for k in panel_keys}
+    panel = run_name(settings)
     panels.setdefault(panel, []).append((run, row))
+    labels[panel] = plotting.legend_label(settings)
   maps = []
   for panel, members in panels.items():
     groups: dict[tuple, list[dict]] = {}
@@ -145,7 +152,7 @@ def stability_maps(runs: list[Run], rows: list[dict]) -> list[StabilityMap]:
       cells[pair] = Cell(state, sum(values) / len(values) if values else None,
                          [r["name"] for r in group], states.count(state))
     maps.append(StabilityMap(panel, sorted({lr for _, lr in cells}),
-                             sorted({w for w, _ in cells}), cells))
+                             sorted({w for w, _ in cells}), cells, labels[panel]))
   return maps
 
 
@@ -159,7 +166,8 @@ def by_rows(maps: list[StabilityMap]) -> tuple[list[StabilityMap], str]:
   cells = {(m.panel, lr): cell for m in maps for (_, lr), cell in m.cells.items()}
   return [StabilityMap(f"warm-up {w} steps", sorted({lr for m in maps for lr in
                                                      m.learning_rates}),
-                       [m.panel for m in maps], cells)], "placement"
+                       [m.panel for m in maps], cells, plotting.override_label("opt.warmup_steps", w),
+                       [m.label or m.panel for m in maps])], "placement"
 
 
 # ---------------------------------------------------------------------------------------
@@ -187,7 +195,7 @@ def write(root: str, runs: list[Run], *, title: str, command: str = "",
     json.dump(rows, f, indent=2)
     f.write("\n")
   plot_loss_curves(paths["loss_curves.png"], runs, rows)
-  plot_stability_maps(paths["stability_map.png"], maps, rows)
+  plot_stability_maps(paths["stability_map.png"], maps, rows, runs)
   lines = markdown(rows, maps, title=title, command=command, notes=notes)
   with open(paths["report.md"], "w") as f:
     f.write("\n".join(lines) + "\n")
@@ -261,7 +269,8 @@ def _pyplot():
   return plt
 
 
-def plot_stability_maps(path: str, maps: list[StabilityMap], rows: list[dict]) -> None:
+def plot_stability_maps(path: str, maps: list[StabilityMap], rows: list[dict],
+                        runs: list[Run] | None = None):
   plt = _pyplot()
   from matplotlib.patches import Rectangle
   import numpy as np
@@ -296,10 +305,10 @@ def plot_stability_maps(path: str, maps: list[StabilityMap], rows: list[dict]) -
       ax.text(x, y, cell.label().replace(" ", "\n", 1), ha="center", va="center", fontsize=7,
               color=_text_color(cell, vmin, vmax, lower_better))
     ax.set_xticks(range(len(m.learning_rates)), [f"{lr:g}" for lr in m.learning_rates])
-    ax.set_yticks(range(len(m.warmups)), [str(w) for w in m.warmups])
+    ax.set_yticks(range(len(m.warmups)), m.row_labels or [str(w) for w in m.warmups])
     ax.set_xlabel("peak learning rate")
     ax.set_ylabel(rows_label)
-    ax.set_title(m.panel)
+    ax.set_title(m.label or m.panel)
   for ax in list(axes.flat)[len(maps):]:
     ax.axis("off")
   if image is not None and values:
@@ -307,8 +316,24 @@ def plot_stability_maps(path: str, maps: list[StabilityMap], rows: list[dict]) -
   fig.suptitle(textwrap.fill(f"{label}: red diverged, black failed, white unfinished; grey // "
                              f"stuck within {STUCK_NATS} nats of the unigram baseline, grey xx "
                              "above it", 8 * width), fontsize=9)
+  _caption(fig, runs, constrained=True)
   fig.savefig(path, dpi=120)
   plt.close(fig)
+  return fig
+
+
+def _caption(fig, runs: list[Run] | None, constrained: bool = False) -> None:
+  """The setup line: the task and size of the sweep's first run, its steps, the seeds
+  of each setting."""
+  if not runs:
+    return
+  seeds = collections.Counter(plotting.legend_label(r.overrides, drop=("seed",))
+                              for r in runs).most_common(1)[0][1]
+  text = plotting.setup_caption(runs[0].config.to_dict(), seeds=seeds)
+  if constrained:  # constrained layout makes room for a figure-level x label.
+    fig.supxlabel(text, fontsize=8, color="#333333")
+  else:
+    plotting.add_caption(fig, text)
 
 
 def _text_color(cell: Cell, vmin: float, vmax: float, lower_better: bool) -> str:
@@ -321,45 +346,51 @@ def _text_color(cell: Cell, vmin: float, vmax: float, lower_better: bool) -> str
   return "white" if worse_half == lower_better else "black"
 
 
-def plot_loss_curves(path: str, runs: list[Run], rows: list[dict]) -> None:
-  """Train loss (lines) and held-out loss (dots) of every run, a panel per placement."""
+def plot_loss_curves(path: str, runs: list[Run], rows: list[dict]):
+  """Train loss (lines) and held-out loss (dots) of every setting, a panel per placement;
+  runs that differ in the seed only as their mean with the min–max band."""
   plt = _pyplot()
   placements = list(dict.fromkeys(r["norm_position"] for r in rows))
   cols = min(len(placements), 5)
   nrows = math.ceil(len(placements) / cols)
   fig, axes = plt.subplots(nrows, cols, squeeze=False, sharey=True,
-                           figsize=(6.5 * cols, 4.5 * nrows))
+                           figsize=(6.5 * cols, 4.5 * nrows + 0.4))
   baselines = [r["unigram_baseline"] for r in rows if r["unigram_baseline"]]
   for ax, placement in zip(axes.flat, placements):
+    settings: dict[str, list[tuple[Run, dict]]] = {}
     for run, row in zip(runs, rows):
-      if row["norm_position"] != placement:
-        continue
-      records = read_metrics(row["workdir"])
-      train = _by_step(records, "train_loss")
-      held = _by_step(records, "eval_loss")
-      label = f"{run.name} ({cell_state(row)})"
-      line = None
-      if train:
-        (line,) = ax.plot(*zip(*train), linewidth=1, label=label,
-                          marker="." if len(train) == 1 else None)
-      if held:
-        ax.plot(*zip(*held), "o", markersize=3, color=line.get_color() if line else None,
-                label=None if line else label)
+      if row["norm_position"] == placement:
+        label = plotting.legend_label(run.overrides, drop=("model.norm_position", "seed"))
+        settings.setdefault(label, []).append((run, row))
+    for i, (label, members) in enumerate(settings.items()):
+      states = collections.Counter(cell_state(row) for _, row in members)
+      if set(states) != {OK}:
+        label += "; " + ", ".join(f"{n} {s}" for s, n in states.items())
+      records = [read_metrics(row["workdir"]) for _, row in members]
+      line = plotting.mean_band(ax, [tuple(zip(*_by_step(r, "train_loss"))) or ((), ())
+                                     for r in records], label=label, color=f"C{i % 10}",
+                                linewidth=1)
+      plotting.mean_band(ax, [tuple(zip(*_by_step(r, "eval_loss"))) or ((), ())
+                              for r in records], label="_nolegend_", style="o",
+                         color=line.get_color() if line else f"C{i % 10}", markersize=3)
     if baselines:
       ax.axhline(baselines[0], color="grey", linestyle="--", linewidth=1,
-                 label="unigram baseline")
-    ax.set_title(f"norm_position={placement}")
-    ax.set_xlabel("step")
+                 label=f"unigram baseline {baselines[0]:.2f}")
+    ax.set_title(plotting.placement_label(placement))
+    ax.set_xlabel("training step")
+    plotting.integer_ticks(ax)
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
-      ax.legend(fontsize=6)
+      ax.legend(fontsize=7)
   for ax in list(axes.flat)[len(placements):]:
     ax.axis("off")
   for ax in axes[:, 0]:
-    ax.set_ylabel("loss (nats per token): lines train, dots held-out")
+    ax.set_ylabel(f"loss ({plotting.LOSS_UNIT}): lines train, dots held-out")
   fig.tight_layout()
+  _caption(fig, runs)
   fig.savefig(path, dpi=120)
   plt.close(fig)
+  return fig
 
 
 def _by_step(records: list[dict], key: str) -> list[tuple[int, float]]:
