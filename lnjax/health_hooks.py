@@ -61,8 +61,9 @@ class Recovery(Hook):
   restores the newest checkpoint at least `rollback_steps` back, drops the next
   `skip_batches` batches and scales the learning rate by `lr_factor` (cumulative), at most
   `max_rollbacks` times; with no such checkpoint it says so and goes on. Every action is
-  one line and one record (`rollback_to_step`, ...) and is listed in `actions` (the
-  summary's `instability_actions`). Deterministic: the decisions depend on the metrics
+  one line and one record (`skipped_step`; `rollback_to_step` with `rollback_from_step`,
+  written at the step rolled back to, which the rollback keeps in metrics.jsonl) and is
+  listed in `actions` (the summary's `instability_actions`). Deterministic: the decisions depend on the metrics
   only, identical on every process and on a rerun.
 
   Placed before Divergence, so that a NaN loss can still be rolled back."""
@@ -76,6 +77,12 @@ class Recovery(Hook):
     self.lr_factor, self.max_rollbacks = lr_factor, max_rollbacks
     self.sigma = health_lib.SigmaRule()
     self.actions: list[dict] = []
+    self._pending = None  # A rollback's metrics record, written after the rollback.
+
+  def before_step(self, loop, step, batch):
+    if self._pending:
+      loop.writer.write(self._pending["rollback_to_step"], self._pending)
+      self._pending = None
 
   def on_step(self, loop, step, metrics):
     if self.mode == "skip":
@@ -106,10 +113,13 @@ class Recovery(Hook):
              f"{self.skip_batches} batches" + (f", learning rate ×{scale:.3g}" if scale != 1 else "")
              + f" ({rollbacks + 1}/{self.max_rollbacks}"
              + ("; later instabilities run their course)" if last else ")"))
-    record = {"rollback_to_step": max(target), "skip_batches": self.skip_batches,
-              "lr_scale": scale}
-    self._record(loop, step, record)
-    self.actions[-1]["why"] = why  # (The summary's; the metrics record holds numbers only.)
+    self.actions.append({"step": step, "rollback_to_step": max(target),
+                         "skip_batches": self.skip_batches, "lr_scale": scale, "why": why})
+    loop.summary.instability_actions = self.actions
+    # The record goes in once the rollback has cut metrics.jsonl back to the target step
+    # (train.py: the steps after it are logged anew), at that step: see before_step.
+    self._pending = {"rollback_from_step": step, "rollback_to_step": max(target),
+                     "skip_batches": self.skip_batches, "lr_scale": scale}
     return Action(rollback_steps=step - max(target), skip_batches=self.skip_batches,
                   lr_scale=scale if self.lr_factor != 1 else None)
 

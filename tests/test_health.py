@@ -313,7 +313,9 @@ def test_rollback_recovers_from_garbage_batches(tmp_path, clean_run):
   actions = rescued["instability_actions"]
   assert actions and all(a["rollback_to_step"] == 120 and "loss 6σ spike" in a["why"]
                          and 150 <= a["step"] <= 155 for a in actions), actions
-  assert [r["step"] for r in records if "rollback_to_step" in r] == [a["step"] for a in actions]
+  # One record each, at the step rolled back to (metrics.jsonl keeps it past the rollback).
+  assert [(r["step"], r["rollback_from_step"]) for r in records if "rollback_to_step" in r] == [
+      (a["rollback_to_step"], a["step"]) for a in actions]
 
 
 @pytest.mark.slow
