@@ -145,3 +145,22 @@ def test_analyze_figure_has_units_layer_ticks_and_a_setup_line(tmp_path):
   assert fig._suptitle.get_text().startswith("Post-LN")
   caption = " ".join(t.get_text() for t in fig.texts)
   assert "Post-LN, 1 layer, d_model 64; step init" in caption and "nats/token" in caption
+
+
+def test_stability_figure_names_placements_and_its_setup(tmp_path):
+  from lnjax.sweep import search, stability_report
+
+  def row(placement, depth, status, low, high):
+    return {"placement": placement, "depth": depth, "warmup": 0, "status": status,
+            "highest_stable_lr": low, "lowest_unstable_lr": high}
+
+  table = [row("post", 2, search.FOUND, 1e-3, 2e-3), row("pre", 2, search.ABOVE, 1e-2, None),
+           row("post", 4, search.BELOW, None, 1e-4), row("pre", 4, search.FOUND, 3e-3, 6e-3)]
+  fig = stability_report.plot(str(tmp_path / "s.png"), table,
+                              caption="config lm:smoke; probes of 20 steps, 2 seeds each")
+  (ax,) = fig.axes
+  assert [t.get_text() for t in ax.get_xticklabels()] == ["2", "4"]
+  assert ax.get_xlabel() == "depth (layers)" and "learning rate" in ax.get_ylabel()
+  assert ax.get_title() == "no warm-up"
+  assert [t.get_text() for t in fig.legends[0].get_texts()] == ["Post-LN", "Pre-LN"]
+  assert [t.get_text() for t in fig.texts] == ["config lm:smoke; probes of 20 steps, 2 seeds each"]

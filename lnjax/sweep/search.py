@@ -23,12 +23,11 @@ runs a probe whose result is recorded.
 import dataclasses
 import math
 
+from lnjax import plotting
+
 FOUND, BELOW, ABOVE = "found", "below", "above"  # How a cell's search ended.
-# Legend labels of the placements (models.NORM_POSITIONS).
-LABELS = {"post": "Post-LN", "pre": "Pre-LN", "sandwich": "Sandwich-LN", "peri": "Peri-LN",
-          "deepnorm": "DeepNorm", "normformer": "NormFormer", "resi_dual": "ResiDual",
-          "admin": "Admin", "mix": "Mix-LN", "b2t": "B2T", "dyt": "DyT",
-          "lns": "LayerNorm Scaling", "olmo2": "OLMo 2", "ngpt": "nGPT"}
+# Legend labels of the placements (models.NORM_POSITIONS): lnjax.plotting's, one table.
+LABELS = plotting.PLACEMENT_LABELS
 SIGNIFICANT_DIGITS = 3  # Probe rates are rounded to these: stable run names and state keys.
 
 

@@ -4,6 +4,7 @@ and JSON, and the figure of the highest stable rate with its bracket as error ba
 import json
 import os
 
+from lnjax import plotting
 from lnjax.sweep import search
 
 
@@ -32,7 +33,7 @@ def rows(s) -> list[dict]:
 
 
 def _label(placement: str) -> str:
-  return search.LABELS.get(placement, placement)
+  return plotting.placement_label(placement)
 
 
 def _lr(v) -> str:
@@ -83,13 +84,18 @@ def write(s, command: str) -> dict:
     json.dump({"command": command, "definition": s.stable.describe(s.seeds),
                "settings": s.settings, "cells": table}, f, indent=2)
     f.write("\n")
-  plot(paths["stability.png"], table)
+  settings = s.settings
+  plot(paths["stability.png"], table,
+       caption=f"config {settings['config']}; probes of {settings['probe_steps']:,} steps,"
+               f" {settings['seeds']} seed{'s' if settings['seeds'] != 1 else ''} each (stable"
+               " in all); range tests of"
+               f" {settings['range_steps']:,} steps")
   below = [((r["placement"], r["depth"], r["warmup"]), r) for r in table
            if r["status"] == search.BELOW]
   return {"markdown": md, "paths": paths, "below": below}
 
 
-def plot(path: str, table: list[dict]) -> None:
+def plot(path: str, table: list[dict], caption: str = ""):
   """A panel per warm-up; per placement, the highest stable rate over depth, the bracket
   (up to the lowest unstable rate) as error bars; ▲ stable at the widened top, ▼ none found."""
   import matplotlib
@@ -125,7 +131,10 @@ def plot(path: str, table: list[dict]) -> None:
     ax.grid(True, which="both", axis="y", alpha=0.3)
   axes[0][0].set_ylabel("highest stable peak learning rate\n(bar: up to the lowest unstable)")
   handles = {h.get_label(): h for ax in axes[0] for h in ax.get_legend_handles_labels()[0]}
-  fig.legend(list(handles.values()), list(handles), loc="center right", frameon=False)
+  order = [_label(p) for p in placements if _label(p) in handles]  # The sweep's order.
+  fig.legend([handles[n] for n in order], order, loc="center right", frameon=False)
   fig.tight_layout(rect=(0, 0, 1 - 1.4 / fig.get_figwidth(), 1))
+  plotting.add_caption(fig, caption)
   fig.savefig(path, dpi=120)
   plt.close(fig)
+  return fig
