@@ -178,19 +178,27 @@ def _removal_report(result: dict, out: str) -> None:
   fileio.write_text(path, "\n".join(lines))
 
 
-def _removal_plot(result: dict, out: str) -> None:
+def _removal_plot(result: dict, out: str):
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
   increase = result["layer_removal"]["increase"]
-  fig, ax = plt.subplots(figsize=(6, 3.5))
+  from lnjax import plotting
+
+  fig, ax = plt.subplots(figsize=(6, 3.9))
   ax.bar(range(len(increase)), increase)
-  ax.set_xlabel("layer skipped")
-  ax.set_ylabel("loss increase (nats)")
-  ax.set_title(f"{result['architecture']} ({result['norm_position']}-LN): layer removal")
+  ax.set_xlabel("layer skipped (0 = next to the input)")
+  ax.set_ylabel("loss increase (nats/token)")
+  plotting.integer_ticks(ax)
+  ax.set_title(f"{result['architecture']} "
+               f"({plotting.placement_label(result['norm_position'])}): layer removal")
   ax.grid(alpha=0.3, axis="y")
   fig.tight_layout()
+  plotting.add_caption(fig, f"{result['architecture']}, {plotting.layers(len(increase))}; "
+                            f"loss {result['loss']:.4f} nats/token on {result['text']}")
   png = io.BytesIO()
   fig.savefig(png, format="png", dpi=110)
+  plt.close(fig)
   fileio.write_bytes(os.path.join(out, "layer_removal.png"), png.getvalue())
+  return fig

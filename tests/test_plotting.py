@@ -164,3 +164,17 @@ def test_stability_figure_names_placements_and_its_setup(tmp_path):
   assert ax.get_title() == "no warm-up"
   assert [t.get_text() for t in fig.legends[0].get_texts()] == ["Post-LN", "Pre-LN"]
   assert [t.get_text() for t in fig.texts] == ["config lm:smoke; probes of 20 steps, 2 seeds each"]
+
+
+def test_layer_removal_figure_has_integer_layer_ticks_and_units(tmp_path):
+  from lnjax import hf_analyze
+
+  result = {"architecture": "gpt2", "norm_position": "pre", "loss": 3.21, "text": "a.txt",
+            "layer_removal": {"increase": [0.5, 0.1, 0.02]}}
+  fig = hf_analyze._removal_plot(result, str(tmp_path))
+  (ax,) = fig.axes
+  assert ax.get_title() == "gpt2 (Pre-LN): layer removal"
+  assert "nats/token" in ax.get_ylabel() and ax.get_xlabel().startswith("layer skipped")
+  ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+  assert ticks and all(float(t).is_integer() for t in ticks), ticks
+  assert [t.get_text() for t in fig.texts] == ["gpt2, 3 layers; loss 3.2100 nats/token on a.txt"]
