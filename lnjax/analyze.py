@@ -155,6 +155,7 @@ def _plots(result: dict, out: str):
   ax.set_xlabel("√d / ‖x − μ‖ at the norm's input (dimensionless)")
   ax.set_ylabel("‖J_norm(x)‖₂ (spectral norm)")
   ax.set_title("norm Jacobians at their inputs")
+  plotting.plain_log_ticks(ax)
   ax.grid(alpha=0.3, which="both")
   ax.legend(fontsize=8)
   fig.suptitle(f"{_placement(result)}, step {result['step']}")

@@ -112,7 +112,18 @@ def add_caption(fig, text: str) -> None:
   if not text:
     return
   fig.text(0.5, 0.01, text, ha="center", va="bottom", fontsize=8, color="#333333")
-  fig.subplots_adjust(bottom=max(fig.subplotpars.bottom, 0.1 + 0.25 / fig.get_figheight()))
+  # tight_layout left room for the x labels; a line of 8-point text (~0.25 in) below them.
+  fig.subplots_adjust(bottom=min(0.5, fig.subplotpars.bottom + 0.28 / fig.get_figheight()))
+
+
+def plain_log_ticks(ax) -> None:
+  """Log axes labelled 2, 3, 0.5 (not 2×10⁰)."""
+  from matplotlib.ticker import LogFormatter
+
+  for axis in (ax.xaxis, ax.yaxis):
+    if axis.get_scale() == "log":
+      axis.set_major_formatter(LogFormatter(labelOnlyBase=False))
+      axis.set_minor_formatter(LogFormatter(labelOnlyBase=False))
 
 
 def integer_ticks(ax, axis: str = "x") -> None:
