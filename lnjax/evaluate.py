@@ -9,6 +9,7 @@ BLEU on that text (sacreBLEU with tokenize='none', which is what fairseq's
 
 import dataclasses
 import sys
+import threading
 import time
 
 import jax
@@ -97,11 +98,13 @@ def decode_ids(model, params, sources: list[np.ndarray], cfg: DecodeConfig, mesh
     src = sharding.global_batch({"inputs": local}, batch_sharding)["inputs"]
     steps = min(max_len or length + cfg.max_extra_len, model.cfg.max_len)
     if cfg.beam_size == 1:
-      tokens = decode.greedy(model, params, src, max_len=steps, bos_id=bos_id, eos_id=eos_id)
+      run = lambda: decode.greedy(model, params, src, max_len=steps, bos_id=bos_id,
+                                  eos_id=eos_id)
     else:
-      tokens, _ = decode.beam_search(model, params, src, beam_size=cfg.beam_size,
-                                     max_len=steps, bos_id=bos_id, eos_id=eos_id,
-                                     length_penalty=cfg.length_penalty)
+      run = lambda: decode.beam_search(model, params, src, beam_size=cfg.beam_size,
+                                       max_len=steps, bos_id=bos_id, eos_id=eos_id,
+                                       length_penalty=cfg.length_penalty)[0]
+    tokens = _stoppable(lambda: jax.block_until_ready(run()))
     if jax.process_count() > 1:  # Every process gets every hypothesis.
       tokens = multihost_utils.process_allgather(tokens, tiled=True)
     for i, row in zip(ids_n, decode.strip(tokens, eos_id)):
@@ -109,6 +112,32 @@ def decode_ids(model, params, sources: list[np.ndarray], cfg: DecodeConfig, mesh
     bar.update(len(ids_n))
   bar.close()
   return out
+
+
+def _stoppable(fn):
+  """fn() in a worker thread while this one checks for a stop every 50 ms: one batch's
+  decode, with its compilation for a new shape, takes seconds (tens on a loaded CPU) that
+  no signal can cut short, so a SIGTERM during it is honoured at once (preemption.check
+  raises) and the batch is abandoned; the process exits after its checkpoint without
+  waiting for it. Many processes decode in step (their collectives): there, fn() as is."""
+  if jax.process_count() > 1:
+    return fn()
+  result = {}
+
+  def work():
+    try:
+      result["value"] = fn()
+    except BaseException as e:  # Raised again in the caller's thread.
+      result["error"] = e
+
+  thread = threading.Thread(target=work, name="lnjax-decode-batch", daemon=True)
+  thread.start()
+  while thread.is_alive():
+    preemption.check()
+    thread.join(0.05)
+  if "error" in result:
+    raise result["error"]
+  return result["value"]
 
 
 def bleu(hypotheses: list[str], references: list[str], tokenize: str = "13a") -> dict:
