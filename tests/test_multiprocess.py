@@ -119,8 +119,8 @@ def _read_one_epoch_in_halves(run, examples):
   return whole, read
 
 
-def _one_process_run(workdir: str, settings: dict | None = None) -> dict:
-  """The same run in this process, on its 8 devices: the reference. Its summary."""
+def _one_process_run(workdir: str, settings: dict | None = None):
+  """The same run in this process, on its 8 devices: the reference. (config, summary)."""
   c = config_lib.lm_config()
   config_lib.apply_smoke(c)
   c.model.norm_position = "pre"
@@ -129,12 +129,12 @@ def _one_process_run(workdir: str, settings: dict | None = None) -> dict:
     c[section][name] = value
   summary = train.train_and_evaluate(c, workdir)
   assert summary["status"] == "completed", summary
-  return summary
+  return c, summary
 
 
 def test_two_processes_train_like_one(tmp_path):
   one = str(tmp_path / "one")
-  _one_process_run(one)
+  c, _ = _one_process_run(one)
 
   # Each process reads only its half of every global batch (the halves, side by side,
   # are the one-process batch), and over a whole epoch the two halves are disjoint and
@@ -229,7 +229,7 @@ def test_two_processes_roll_back_together(tmp_path):
   the same action. (A process that decided alone would restore, or skip, without the
   other: the collectives of its next step would hang or the losses part.)"""
   one = str(tmp_path / "one")
-  expected = _one_process_run(one, ROLLBACK)["instability_actions"]
+  expected = _one_process_run(one, ROLLBACK)[1]["instability_actions"]
   assert [(a["step"], a["rollback_to_step"]) for a in expected] == [(5, 3)], expected
 
   two = str(tmp_path / "two")
