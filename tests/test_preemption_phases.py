@@ -117,3 +117,19 @@ def test_stops_during_bleu_decoding_and_the_final_decode_resume_to_the_same_reco
     assert not [r for r in records(wd) if r["step"] == step and "eval_loss" in r]
   run(args)
   assert records(wd) == records(whole)
+
+
+def test_a_stop_during_a_decode_batch_does_not_wait_for_the_batch():
+  """A decode batch (its compilation included) takes seconds that no signal cuts short:
+  evaluate runs it in a worker thread and raises Preempted as soon as the stop comes."""
+  from lnjax import evaluate, preemption
+  with preemption.Stop() as stop:
+    stop.raising(False)  # As in the training loop: the signal only sets the flag.
+    threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    t0 = time.time()
+    with pytest.raises(preemption.Preempted):
+      evaluate._stoppable(lambda: time.sleep(20))
+    assert time.time() - t0 < 5
+  assert evaluate._stoppable(lambda: 7) == 7  # Without a stop: the batch's result.
+  with pytest.raises(ZeroDivisionError):  # And its error, in the caller's thread.
+    evaluate._stoppable(lambda: 1 / 0)
