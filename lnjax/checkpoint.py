@@ -27,6 +27,7 @@ from typing import Any
 import jax
 import ml_collections
 import orbax.checkpoint as ocp
+from etils import epath
 from jax.sharding import Mesh
 
 from lnjax import errors, fileio, run as run_lib, sharding, state as state_lib
@@ -155,10 +156,24 @@ class _saving:
   def __exit__(self, kind, e, tb):
     if e is None or isinstance(e, errors.LnjaxError) or not _is_io_error(e):
       return False
+    self._remove_partial()
     raise errors.CheckpointError(
         f"could not save the checkpoint of step {self.step} in {self.directory}: "
         f"{_io_reason(e)}; free space (or fix the folder) and run the same command to resume "
         "from the last saved step") from None
+
+
+  def _remove_partial(self) -> None:
+    """Deletes what the failed save wrote (orbax's `<step>.orbax-checkpoint-tmp*` folder):
+    it gives the space back, so that the run's summary can still say "failed", and no
+    partial step is left for the next run to try."""
+    if jax.process_index() != 0:
+      return
+    for partial in epath.Path(self.directory).glob(f"{self.step}.orbax-checkpoint-tmp*"):
+      try:
+        partial.rmtree()
+      except OSError:
+        pass  # (The error line names the cause; the next run's orbax clears tmp folders.)
 
 
 _IO_MESSAGES = ("No space left on device", "Disk quota exceeded", "File too large",

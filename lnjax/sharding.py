@@ -13,7 +13,6 @@ and within each over all its devices.
 
 import dataclasses
 import math
-import sys
 
 import flax.linen as nn
 import jax
@@ -84,8 +83,9 @@ def make_mesh(cfg: MeshConfig, devices=None) -> Mesh:
   that jit propagates the shardings we give it (classic logical-axis sharding).
 
   One granule: the devices in jax's topology-aware order (mesh_utils), or the first
-  ones when fewer are asked for than present (said in one line on stderr when `devices`
-  is the default, all of them: the others idle through the run). Several: each axis is dcn × ici long,
+  ones when fewer are asked for than present (said in one line on stdout, with the run's
+  other start-up lines, when `devices` is the default, all of them: the others idle
+  through the run; stderr stays for errors). Several: each axis is dcn × ici long,
   granules outermost, so that only the dcn part of an axis crosses the slow network.
   """
   everything = devices is None
@@ -99,7 +99,7 @@ def make_mesh(cfg: MeshConfig, devices=None) -> Mesh:
       if everything and jax.process_index() == 0:
         print(f"Mesh: {n} of the {len(devices)} devices used (data×fsdp×model = "
               f"{'×'.join(map(str, shape))}); the other {len(devices) - n} stay idle "
-              "(mesh.data=-1 uses them all).", file=sys.stderr, flush=True)
+              "(mesh.data=-1 uses them all).", flush=True)
     else:
       try:
         grid = mesh_utils.create_device_mesh(shape, devices)

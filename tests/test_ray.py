@@ -32,8 +32,10 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RAY = shutil.which("ray")
-STEPS = 60
-# The runs' config: configs/lm.py:smoke, longer, with a checkpoint every 20 steps.
+# The runs' config: configs/lm.py:smoke, longer, with a checkpoint every 20 steps. The
+# kill tests strike between the checkpoint of step 20 and the end: 100 steps (about 3 s on
+# an idle 2-core machine, 40 steps were too few to be sure of a run still training).
+STEPS = 120
 CONFIG = f"""
 from configs import lm
 from lnjax import sweep
@@ -133,15 +135,20 @@ class Cluster:
     tail = open(os.path.join(self.temp, f"{name}.log")).read()[-3000:]
     assert code == 0, tail
 
-  def kill(self, name: str, spare=lambda cmdline: False) -> list[int]:
-    """kill -9 every process of a node's session (but those `spare` keeps)."""
-    pids = [p for p in _session_pids(self.sessions.pop(name)) if not spare(_cmdline(p))]
-    for pid in pids:
+  def kill(self, name: str, spare=lambda cmdline: False) -> list[str]:
+    """kill -9 every process of a node's session (but those `spare` keeps); their command
+    lines, read before the kill (a killed process has none)."""
+    processes = {p: _cmdline(p) for p in _session_pids(self.sessions.pop(name))}
+    killed = []
+    for pid, cmdline in processes.items():
+      if spare(cmdline):
+        continue
       try:
         os.kill(pid, signal.SIGKILL)
+        killed.append(cmdline)
       except ProcessLookupError:
         pass
-    return pids
+    return killed
 
   def stop(self) -> None:
     for name in list(self.sessions):
@@ -306,7 +313,7 @@ def _ended_summary(workdir: str) -> dict | None:
 
 
 def _checkpointed_not_done(workdir: str):
-  """True once the run saved step 20 and has not yet reached step 60."""
+  """True once the run saved step 20 and has not yet reached step STEPS."""
   steps = [s for s, *_ in _losses(workdir)] if os.path.exists(
       os.path.join(workdir, "metrics.jsonl")) else []
   return (os.path.isdir(os.path.join(workdir, "checkpoints", "20"))
@@ -332,8 +339,9 @@ def test_a_run_whose_node_is_lost_is_rescheduled_and_resumes(cluster, reference)
     name = _wait_for(on_node_b, 120, "a run on node_b")
     workdir = os.path.join(root, name)
     _wait_for(lambda: _checkpointed_not_done(workdir), 120, "the run's checkpoint at step 20")
-    killed = [_cmdline(p) for p in cluster.kill("node_b")]
-    assert any("raylet" in c for c in killed) and any("lnjax.main" in c for c in killed)
+    killed = cluster.kill("node_b")
+    assert any("raylet" in c for c in killed) and any("lnjax.main" in c for c in killed), (
+        killed, _losses(workdir)[-1:])
     out, _ = proc.communicate(timeout=300)
   finally:
     if proc.poll() is None:

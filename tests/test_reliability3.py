@@ -82,7 +82,8 @@ def test_averaging_and_compare_refuse_an_output_in_a_runs_files(tmp_path):
 def test_translate_and_export_commands_refuse_the_workdir_in_one_line(tmp_path):
   wd = _run_workdir(tmp_path / "run")
   before = _files(wd)
-  _one_line_error(_cli("lnjax.export", f"--workdir={wd}", f"--output={wd}"), "is the workdir")
+  _one_line_error(_cli("lnjax.export", f"--workdir={wd}", f"--output={wd}"),
+                  f"would write config.json of the run in {wd}")
   _one_line_error(_cli("lnjax.translate", f"--workdir={wd}",
                        f"--output={os.path.join(wd, 'metrics.jsonl')}"), "metrics.jsonl")
   assert _files(wd) == before
@@ -222,13 +223,15 @@ def test_a_refused_save_leaves_the_summary_failed_not_running(small_disk):
 
 def test_a_mesh_on_fewer_devices_than_present_says_so(capfd):
   mesh = sharding.make_mesh(sharding.MeshConfig(data=2))
-  err = capfd.readouterr().err.strip().splitlines()
-  assert len(mesh.devices.flat) == 2 and err == ["Mesh: 2 of the 8 devices used "
+  captured = capfd.readouterr()
+  out = captured.out.strip().splitlines()
+  assert captured.err == "", "stderr is for errors; the mesh notice goes with the start-up lines"
+  assert len(mesh.devices.flat) == 2 and out == ["Mesh: 2 of the 8 devices used "
                  "(data×fsdp×model = 2×1×1); the other 6 stay idle (mesh.data=-1 uses them "
-                 "all)."], err
+                 "all)."], out
   sharding.make_mesh(sharding.MeshConfig())  # Every device: nothing to say.
   sharding.make_mesh(sharding.MeshConfig(data=1), sharding.jax.local_devices()[:1])
-  assert capfd.readouterr().err == ""
+  assert capfd.readouterr() == ("", "")
 
 
 def test_a_killed_preparations_incomplete_folder_is_removed_on_the_next(tmp_path):

@@ -30,9 +30,12 @@ def test_bleu_refuses_a_count_mismatch():
     evaluate.bleu(["a", "b"], ["a"])
 
 
-def smoke_config(num_steps: int = 20, bleu: bool = True):
+def smoke_config(num_steps: int = 30, bleu: bool = True):
   """configs/multi30k_de_en.py:smoke (Pre-LN, dropout, label smoothing), evaluated every 10
-  steps, BLEU on the smallest split (a quick decode), the loss logged at every step."""
+  steps, BLEU on the smallest split (a quick decode), the loss logged at every step. Steps
+  21-29 run at 100x the learning rate (train.inject_fault): the model of step 30 decodes
+  worse than step 20's (BLEU 0.0 against 0.017 on the fixture), so that the best checkpoint
+  is not the latest."""
   config = multi30k_de_en.get_config("smoke")
   with config.unlocked():
     config.mesh.data = 1
@@ -41,12 +44,13 @@ def smoke_config(num_steps: int = 20, bleu: bool = True):
     config.train.log_every_steps = 1
     config.decode.bleu_split = "test_2017_mscoco"
     config.decode.bleu_in_training = bleu
+    config.train.inject_fault = "lr_spike:21:9:100"
   return config
 
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
-  """20 steps, evaluated (with BLEU) at 10 and 20; shared by the tests below."""
+  """30 steps, evaluated (with BLEU) at 10, 20 and 30; shared by the tests below."""
   wd = str(tmp_path_factory.mktemp("mt") / "run")
   return wd, train.train_and_evaluate(smoke_config(), wd)
 
@@ -62,7 +66,7 @@ def test_smoke_translation_run_learns(smoke_run):
   losses = {r["step"]: r["train_loss"] for r in metrics.read_metrics(wd) if "train_loss" in r}
   assert losses[20] < losses[5] - 0.2, losses
   bleu = _bleu_by_step(wd)
-  assert sorted(bleu) == [10, 20] and summary["eval_bleu"] == bleu[20]
+  assert sorted(bleu) == [10, 20, 30] and summary["eval_bleu"] == bleu[30]
   assert summary["best_eval_bleu"] == max(bleu.values())
   best = max(bleu, key=lambda s: (bleu[s], -s))  # The first evaluation reaching the best.
   assert os.listdir(os.path.join(wd, "best_checkpoint")) == [str(best)]
@@ -70,17 +74,18 @@ def test_smoke_translation_run_learns(smoke_run):
 
 @pytest.mark.slow
 def test_translation_resume_reproduces_the_uninterrupted_run(smoke_run, tmp_path):
-  """Stopped at step 10 and run again to 20 (no decoding, which does not touch the state):
+  """Stopped at step 10 and run again to 30 (no decoding, which does not touch the state):
   every step's loss (dropout, label smoothing, token-budget batches from the saved data
-  position), the final state and the data position equal the uninterrupted run's."""
+  position, the learning-rate spike), the final state and the data position equal the
+  uninterrupted run's."""
   full, _ = smoke_run
   parts = str(tmp_path / "parts")
   train.train_and_evaluate(smoke_config(10, bleu=False), parts)
-  assert train.train_and_evaluate(smoke_config(20, bleu=False), parts)["status"] == "completed"
+  assert train.train_and_evaluate(smoke_config(30, bleu=False), parts)["status"] == "completed"
   losses = lambda wd: {r["step"]: r["train_loss"] for r in metrics.read_metrics(wd)
                        if "train_loss" in r}
   a, b = losses(full), losses(parts)
-  assert [a[s] for s in range(1, 21)] == [b[s] for s in range(1, 21)]
+  assert [a[s] for s in range(1, 31)] == [b[s] for s in range(1, 31)]
   ra, rb = checkpoint.restore_run(full), checkpoint.restore_run(parts)
   for x, y in zip(jax.tree.leaves(ra.state), jax.tree.leaves(rb.state)):
     np.testing.assert_array_equal(x, y)
@@ -108,12 +113,12 @@ def test_predict_mode_writes_and_scores_hypotheses(smoke_run):
   wd, _ = smoke_run
   bleu = _bleu_by_step(wd)
   best = max(bleu, key=lambda s: (bleu[s], -s))
-  assert best == 10, ("the test needs a best checkpoint that is not the latest", bleu)
+  assert best == 20, ("the test needs a best checkpoint that is not the latest", bleu)
   _predict(wd)
   _predict(wd, "--checkpoint=latest")
   refs = mt_builders.load_split_pairs(mt_builders.prepare("multi30k_de_en"),
                                      "test_2017_mscoco")[1]
-  for step, checkpoint_name in ((10, "best"), (20, "latest")):
+  for step, checkpoint_name in ((20, "best"), (30, "latest")):
     result = json.load(open(os.path.join(wd, "predictions", f"test_2017_mscoco.step{step}.json")))
     assert (result["step"], result["checkpoint"]) == (step, checkpoint_name)
     assert result["bleu"] == pytest.approx(bleu[step], abs=1e-6)
