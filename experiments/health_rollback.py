@@ -56,9 +56,7 @@ def main(argv):
                   "train.log_every_steps": 5, "train.eval_every_steps": _STEPS.value,
                   "train.checkpoint_every_steps": back, "train.keep_checkpoints": 20,
                   "train.health": "warn", "train.tensorboard": False, **overrides}
-      for key, value in settings.items():
-        section, field = key.split(".")
-        config[section][field] = value
+      config.update_from_flattened_dict(settings)
     workdir = os.path.join(_WORKDIR.value, name)
     print(f"\n=== {name}: {overrides}", flush=True)
     summary = train.train_and_evaluate(config, workdir)

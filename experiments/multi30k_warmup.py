@@ -49,9 +49,7 @@ def train_one(name: str, preset: str, overrides: dict, root: str) -> None:
   with config.unlocked():
     if _STEPS.value:
       config.train.num_steps = _STEPS.value
-    for key, value in overrides.items():
-      section, field = key.split(".")
-      config[section][field] = value
+    config.update_from_flattened_dict(overrides)
   workdir = os.path.join(root, name)
   print(f"\n=== {name}: {preset} {overrides}", flush=True)
   summary = train.train_and_evaluate(config, workdir)

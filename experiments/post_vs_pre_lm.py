@@ -47,9 +47,7 @@ def main(argv):
     with config.unlocked():
       config.train.num_steps = _STEPS.value
       config.opt.learning_rate = _LR.value
-      for key, value in overrides.items():
-        section, field = key.split(".")
-        config[section][field] = value
+      config.update_from_flattened_dict(overrides)
     workdir = os.path.join(_WORKDIR.value, name)
     print(f"\n=== {name}: {overrides}", flush=True)
     summary = train.train_and_evaluate(config, workdir)

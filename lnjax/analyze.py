@@ -14,7 +14,6 @@ DIR/analysis/<step>/: analysis.json, report.md and PNG plots of
   - ‖Δw‖/‖w‖ of one step of the run's optimizer at learning rate `--lr`.
 """
 
-import io
 import json
 import os
 import re
@@ -165,11 +164,7 @@ def _plots(result: dict, out: str):
   plotting.add_caption(fig, f"{_placement(result)}, {size}step {result['step']}; gradients of "
                             f"the mean loss ({result['loss']:.4f} nats/token) over "
                             f"{result['num_batches']} held-out batches; 1 seed")
-  png = io.BytesIO()
-  fig.savefig(png, format="png", dpi=110)
-  plt.close(fig)
-  fileio.write_bytes(os.path.join(out, "gradients.png"), png.getvalue())
-  return fig
+  return plotting.save(fig, os.path.join(out, "gradients.png"))
 
 
 def _placement(result: dict) -> str:

@@ -9,7 +9,6 @@ reads each workdir's metrics.jsonl, summary.json and config.json and writes
   compare.md    a Markdown table of each run's final and best values (also printed)
 """
 
-import io
 import json
 import math
 import os
@@ -174,12 +173,7 @@ def plot(runs: list[dict], path: str, title: str | None = None):
   fig.suptitle(title or ", ".join(r["name"] for r in runs))
   fig.tight_layout()
   plotting.add_caption(fig, " | ".join(captions))
-  png = io.BytesIO()
-  fig.savefig(png, format="png", dpi=110)
-  plt.close(fig)
-  with open(path, "wb") as f:
-    f.write(png.getvalue())
-  return fig
+  return plotting.save(fig, path)
 
 
 def compare(workdirs: list[str], output: str = "compare", title: str | None = None) -> dict:

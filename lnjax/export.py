@@ -21,7 +21,6 @@ exactly (float32), or those of its parameters rounded to bfloat16.
 import dataclasses
 import json
 import os
-import sys
 
 import numpy as np
 from absl import app, flags, logging
@@ -50,17 +49,6 @@ def flatten(params) -> dict[str, np.ndarray]:
 
   walk(params, "")
   return out
-
-
-def unflatten(flat: dict[str, np.ndarray]) -> dict:
-  params = {}
-  for name, value in flat.items():
-    node = params
-    *path, leaf = name.split(".")
-    for key in path:
-      node = node.setdefault(key, {})
-    node[leaf] = value
-  return params
 
 
 def export(workdir: str, output: str, checkpoint: str = "best", dtype: str = "float32",
@@ -123,6 +111,7 @@ def load(folder: str, dtype: str | None = "float32") -> Exported:
   """The Flax model rebuilt from `folder`'s config.json, with its parameters (cast to
   `dtype`; None: as stored)."""
   import ml_collections
+  from flax import traverse_util
   from safetensors.numpy import load_file
 
   from lnjax import run as run_lib
@@ -134,7 +123,7 @@ def load(folder: str, dtype: str | None = "float32") -> Exported:
   flat = load_file(os.path.join(folder, WEIGHTS_FILE))
   if dtype is not None:
     flat = {k: v.astype(dtype) for k, v in flat.items()}
-  return Exported(model, unflatten(flat), meta)
+  return Exported(model, traverse_util.unflatten_dict(flat, sep="."), meta)
 
 
 def main(argv):

@@ -215,6 +215,7 @@ def _from_hf(value: np.ndarray, how: str, d: int) -> np.ndarray:
 def read_folder(folder: str) -> Imported:
   """A Hugging Face GPT-2 or BERT folder as an lnjax model and its parameters (float32)."""
   import jax
+  from flax import traverse_util
 
   config, architecture, task = read_config(folder)
   cfg = model_config(config, architecture)
@@ -244,7 +245,8 @@ def read_folder(folder: str) -> Imported:
     if hf_name not in used and not _ignorable(hf_name, cfg):
       raise HFError(f"{weights}: tensor {hf_name!r} is not supported ({architecture} as lnjax "
                     "imports it has no such weight)")
-  return Imported(folder, architecture, task, cfg, model, _nest(flat), config)
+  params = traverse_util.unflatten_dict(flat, sep=".")
+  return Imported(folder, architecture, task, cfg, model, params, config)
 
 
 def _hf_shape(shape, how):
@@ -329,17 +331,6 @@ def _flat(tree, prefix: str = "") -> dict:
       out.update(_flat(value, f"{prefix}{key}."))
     else:
       out[prefix + key] = getattr(value, "value", value)  # (unboxed from nn.Partitioned)
-  return out
-
-
-def _nest(flat: dict) -> dict:
-  out = {}
-  for name, value in flat.items():
-    node = out
-    *path, leaf = name.split(".")
-    for key in path:
-      node = node.setdefault(key, {})
-    node[leaf] = value
   return out
 
 

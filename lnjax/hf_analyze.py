@@ -9,7 +9,6 @@ predicts them. On these batches: the analyses of lnjax.analyze (per-layer gradie
 profile (lnjax.analysis.removal).
 """
 
-import io
 import json
 import os
 import re
@@ -197,8 +196,4 @@ def _removal_plot(result: dict, out: str):
   fig.tight_layout()
   plotting.add_caption(fig, f"{result['architecture']}, {plotting.layers(len(increase))}; "
                             f"loss {result['loss']:.4f} nats/token on {result['text']}")
-  png = io.BytesIO()
-  fig.savefig(png, format="png", dpi=110)
-  plt.close(fig)
-  fileio.write_bytes(os.path.join(out, "layer_removal.png"), png.getvalue())
-  return fig
+  return plotting.save(fig, os.path.join(out, "layer_removal.png"))

@@ -9,7 +9,6 @@ one line naming it (an lnjax LM's √D-scaled tied embedding is written untied i
 """
 
 import dataclasses
-import os
 
 import numpy as np
 

@@ -5,7 +5,7 @@ arXiv 2002.04745, and of each later placement's paper); `legend_label(overrides)
 run overrides ({"model.norm_position": "post", "opt.warmup_steps": 500}) into
 "Post-LN, warm-up 500". `setup_caption(config, ...)` is the one line under a figure
 (task, model size, steps, seeds); `add_caption` puts it there. `mean_band` draws the mean
-over seeds with the min–max band when there are several. matplotlib is imported by the
+over seeds with the min–max band when there are several; `save` writes the PNG. matplotlib is imported by the
 functions that draw only: importing this module stays light.
 """
 
@@ -114,6 +114,21 @@ def add_caption(fig, text: str) -> None:
   fig.text(0.5, 0.01, text, ha="center", va="bottom", fontsize=8, color="#333333")
   # tight_layout left room for the x labels; a line of 8-point text (~0.25 in) below them.
   fig.subplots_adjust(bottom=min(0.5, fig.subplotpars.bottom + 0.28 / fig.get_figheight()))
+
+
+def save(fig, path: str, dpi: int = 110):
+  """Writes `fig` as a PNG to `path` (a local path or a bucket's), closes it, returns it."""
+  import io
+
+  import matplotlib.pyplot as plt
+
+  from lnjax import fileio
+
+  png = io.BytesIO()
+  fig.savefig(png, format="png", dpi=dpi)
+  plt.close(fig)
+  fileio.write_bytes(path, png.getvalue())
+  return fig
 
 
 def plain_log_ticks(ax) -> None:

@@ -16,6 +16,7 @@ command-line runs the tests start (lnjax.main, lnjax.sweep, lnjax.finetune) inhe
 import getpass
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -82,3 +83,16 @@ def pytest_collection_modifyitems(config, items):
   for item in items:
     if item.nodeid.startswith(SLOW_ELSEWHERE):
       item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+  """A 1 MiB tmpfs (root only): a disk that fills up (tests/test_reliability*.py)."""
+  mount = tmp_path / "disk"
+  mount.mkdir()
+  r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+                     capture_output=True)
+  if r.returncode:
+    pytest.skip("needs permission to mount a tmpfs")
+  yield str(mount)
+  subprocess.run(["umount", "-l", str(mount)])

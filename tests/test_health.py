@@ -10,7 +10,7 @@ import optax
 import pytest
 
 from lnjax import health
-from lnjax.models import EncoderDecoder, ModelConfig, TransformerLM, norms, transformer
+from lnjax.models import EncoderDecoder, ModelConfig, TransformerLM, transformer
 
 CFG = ModelConfig(vocab_size=40, num_layers=2, d_model=16, num_heads=2, d_ff=32, max_len=8,
                   dropout_rate=0.0, norm_position="pre")
@@ -238,9 +238,7 @@ def _run(tmp_path, name, **overrides):
   c.mesh.data = 1
   base = {"train.num_steps": 160, "train.checkpoint_every_steps": 20, "train.keep_checkpoints": 10,
           "train.eval_every_steps": 160, "train.log_every_steps": 20, "opt.learning_rate": 3e-3}
-  for key, value in {**base, **overrides}.items():
-    section, field = key.split(".")
-    c[section][field] = value
+  c.update_from_flattened_dict({**base, **overrides})
   wd = str(tmp_path / name)
   summary = train.train_and_evaluate(c, wd)
   return summary, metrics.read_metrics(wd)

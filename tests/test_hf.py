@@ -414,7 +414,7 @@ def test_analyze_cli_on_an_imported_gpt2_writes_the_report_and_layer_removal(tmp
   out = tmp_path / "report"
   proc = _analyze_cli(f"--hf={folder}", f"--text={text}", f"--output={out}", "--batches=2")
   assert proc.returncode == 0, proc.stderr
-  assert f"GPT2LMHeadModel (pre-LN): loss" in proc.stdout
+  assert "GPT2LMHeadModel (pre-LN): loss" in proc.stdout
   result = json.loads((out / "analysis.json").read_text())
   assert result["norm_position"] == "pre" and result["num_batches"] == 2
   assert result["tokens_per_window"] == 64  # min(128, n_positions)

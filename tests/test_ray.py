@@ -2,7 +2,7 @@
 and a second node, each its own `ray start` (its own session, 1 CPU, a custom resource
 naming it), on loopback only, stopped by the test (every process of their sessions).
 
-Four smoke runs spread over both nodes; a relaunch starts none of them again; one run on
+Two smoke runs (Post-LN and Pre-LN) spread over both nodes; a relaunch starts none of them again; one run on
 two nodes (two processes joined by jax.distributed, 4 virtual CPU devices each) equals
 the run in one process on 8; the second node killed (kill -9, every process of its
 session: raylet, workers, the run) while a run trains there: Ray reschedules the run on
@@ -33,9 +33,9 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RAY = shutil.which("ray")
 # The runs' config: configs/lm.py:smoke, longer, with a checkpoint every 20 steps. The
-# kill tests strike between the checkpoint of step 20 and the end: 100 steps (about 3 s on
-# an idle 2-core machine, 40 steps were too few to be sure of a run still training).
-STEPS = 120
+# kill tests strike between the checkpoint of step 20 and the end: 80 steps (about 2 s on
+# an idle 2-core machine; 40 were too few to be sure of a run still training).
+STEPS = 100
 CONFIG = f"""
 from configs import lm
 from lnjax import sweep
@@ -48,11 +48,8 @@ def get_config(arg=None):
   return c
 
 def get_sweep(arg=None):
-  norms = sweep.axis('model.norm_position', ['pre', 'post'])
-  if arg == 'four':
-    return sweep.product(norms, sweep.axis('seed', [0, 1]))
   if arg == 'two':
-    return norms
+    return sweep.axis('model.norm_position', ['pre', 'post'])
   return sweep.axis('model.norm_position', ['pre'])
 """
 # The two-process run (tests/test_multiprocess.py's settings): SGD, a mesh of fsdp 4 ×
@@ -209,34 +206,33 @@ def _node_names(manifest: dict) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def reference(cluster, tmp_path_factory):
-  """Four smoke runs through the Ray back end, uninterrupted: the reference metrics."""
+  """Two smoke runs through the Ray back end, uninterrupted: the reference metrics."""
   tmp = str(tmp_path_factory.mktemp("ray"))
-  config, root = _config(tmp), os.path.join(tmp, "four")
-  code, out = _sweep(cluster, config, "four", root)
+  config, root = _config(tmp), os.path.join(tmp, "two")
+  code, out = _sweep(cluster, config, "two", root)
   return {"config": config, "root": root, "code": code, "out": out, "tmp": tmp}
 
 
 @pytest.mark.slow
-def test_four_runs_spread_over_both_nodes_and_a_relaunch_starts_none(cluster, reference):
+def test_two_runs_spread_over_both_nodes_and_a_relaunch_starts_none(cluster, reference):
   root, out = reference["root"], reference["out"]
   assert reference["code"] == 0, out[-3000:]
   manifest = _manifest(root)
   names = _node_names(manifest)
   runs = manifest["runs"]
-  assert sorted(runs) == ["norm=post,seed=0", "norm=post,seed=1", "norm=pre,seed=0",
-                          "norm=pre,seed=1"]
+  assert sorted(runs) == ["norm=post", "norm=pre"]
   assert all(r["state"] == "completed" and r["exit_code"] == 0 for r in runs.values()), runs
   assert {names[r["node"]] for r in runs.values()} == {"head", "node_b"}  # Both nodes ran.
   # The local launcher's progress lines and table.
-  assert "ray: 2 nodes" in out and out.count("start     norm=") == 4
-  assert out.count("completed norm=") == 4 and f"{STEPS}/{STEPS}" in out
+  assert "ray: 2 nodes" in out and out.count("start     norm=") == 2
+  assert out.count("completed norm=") == 2 and f"{STEPS}/{STEPS}" in out
   for name in runs:
     assert _losses(os.path.join(root, name))[-1][0] == STEPS
 
   # The same command again: every run finished, none starts (no Ray driver at all).
   task_files = {n: open(os.path.join(root, n, ".ray_task.json")).read() for n in runs}
-  code, again = _sweep(cluster, reference["config"], "four", root)
-  assert code == 0 and "4 already finished, 0 to run" in again and "start " not in again
+  code, again = _sweep(cluster, reference["config"], "two", root)
+  assert code == 0 and "2 already finished, 0 to run" in again and "start " not in again
   assert task_files == {n: open(os.path.join(root, n, ".ray_task.json")).read() for n in runs}
   assert all(r["attempts"] == 1 for r in _manifest(root)["runs"].values())
 
@@ -353,10 +349,9 @@ def test_a_run_whose_node_is_lost_is_rescheduled_and_resumes(cluster, reference)
   assert _node_names(_manifest(root))[entry["node"]] == "head"
   log = open(os.path.join(workdir, "log.txt")).read()
   assert "Resuming" in log or "from step" in log, log[-3000:]
-  # The resumed run's metrics are the uninterrupted run's (norm=X,seed=0 of the sweep).
+  # The resumed run's metrics are the uninterrupted run's.
   for run in ("norm=pre", "norm=post"):
-    assert _losses(os.path.join(root, run)) == _losses(
-        os.path.join(reference["root"], f"{run},seed=0")), run
+    assert _losses(os.path.join(root, run)) == _losses(os.path.join(reference["root"], run)), run
 
 
 @pytest.mark.slow
@@ -389,7 +384,7 @@ def test_the_cluster_stopping_mid_sweep_is_one_line_and_the_relaunch_resumes(
   code, out = _sweep(cluster, reference["config"], "one", root)
   assert code == 0, out[-3000:]
   assert "0 already finished, 1 to run" in out or "1 already finished" in out
-  assert _losses(workdir) == _losses(os.path.join(reference["root"], "norm=pre,seed=0"))
+  assert _losses(workdir) == _losses(os.path.join(reference["root"], "norm=pre"))
 
 
 def test_kuberay_manifests_match_the_pinned_ray_and_ask_for_their_accelerators():

@@ -10,7 +10,6 @@ import io
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -262,18 +261,6 @@ def test_5_analyze_step_that_is_not_a_number(reference):
                       "--step=abc"], cwd=REPO, capture_output=True, text=True, timeout=240)
   _one_line_error(r, "--step='abc'")
 
-
-@pytest.fixture
-def small_disk(tmp_path):
-  """A 1 MiB tmpfs (root only)."""
-  mount = tmp_path / "disk"
-  mount.mkdir()
-  r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
-                     capture_output=True)
-  if r.returncode:
-    pytest.skip("needs permission to mount a tmpfs")
-  yield str(mount)
-  subprocess.run(["umount", "-l", str(mount)])
 
 
 def test_5_disk_full_during_a_save_is_one_line(small_disk):

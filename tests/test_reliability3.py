@@ -195,18 +195,6 @@ def test_a_bucket_without_network_is_a_bounded_line_naming_the_endpoint(monkeypa
   assert time.perf_counter() - t0 < 10
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-  """A 1 MiB tmpfs (root only)."""
-  mount = tmp_path / "disk"
-  mount.mkdir()
-  r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
-                     capture_output=True)
-  if r.returncode:
-    pytest.skip("needs permission to mount a tmpfs")
-  yield str(mount)
-  subprocess.run(["umount", "-l", str(mount)])
-
 
 @pytest.mark.slow
 def test_a_refused_save_leaves_the_summary_failed_not_running(small_disk):

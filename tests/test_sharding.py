@@ -9,8 +9,6 @@ steps; the placements differ only inside the blocks all three models share
 carries two: one per stack). B2T, which adds no parameter, takes pure data parallelism.
 """
 
-import functools
-
 import jax
 import numpy as np
 import pytest

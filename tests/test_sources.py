@@ -17,7 +17,6 @@ import sys
 import tarfile
 import threading
 
-import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
@@ -561,7 +560,7 @@ def _iwslt_archive(path: pathlib.Path, n_train: int = 200) -> None:
     lines = gzip.decompress((CORPORA / "iwslt14_de-en" / "raw" / f"test.{lang}.gz").read_bytes()
                             ).decode().splitlines()[:n_train]
     tags = [f"<url>http://www.ted.com/talks/talk_{i}.html</url>" for i in range(3)]
-    body = (tags + [f"<keywords>talks, science</keywords>", "<talkid>1</talkid>",
+    body = (tags + ["<keywords>talks, science</keywords>", "<talkid>1</talkid>",
                     f"<title>{lines[0]}</title>", f"<description>{lines[1]}</description>"]
             + lines[2:] + [{"de": "a b c d e f g h i j", "en": "x"}[lang]])  # ratio 10 > 1.5
     files[f"de-en/train.tags.de-en.{lang}"] = "\n".join(body) + "\n"

@@ -12,7 +12,7 @@ import pytest
 from lnjax import losses
 from lnjax import errors
 from lnjax.models import kernels
-from lnjax.models import ModelConfig, TransformerLM, layers
+from lnjax.models import ModelConfig, TransformerLM
 
 
 def test_matmul_gradients_equal_autodiff():

@@ -174,6 +174,23 @@ def finished_state(run: Run, workdir: str) -> str | None:
   return None
 
 
+def ended_state(run: Run, workdir: str, code: int | None,
+                stopped: str) -> tuple[str, str | None]:
+  """The state a run is left in once its process ended with `code` (None: no exit code
+  recorded) and why: completed or diverged (from its summary), interrupted (preempted,
+  or `stopped`), else failed with a None reason (its log's error line, read by the back
+  end, which knows where its log starts)."""
+  summary = read_json(os.path.join(workdir, "summary.json")) or {}
+  done = finished_state(run, workdir)
+  if done:
+    return done, None if done == COMPLETED else f"non-finite loss at step {summary.get('step')}"
+  if code in (EXIT_PREEMPTED, None) and summary.get("status") == "preempted":
+    return INTERRUPTED, f"stopped at step {summary.get('step', '?')}"
+  if code is None:
+    return INTERRUPTED, stopped
+  return FAILED, None
+
+
 def last_error_line(log_path: str, since: int = 0) -> str:
   """The run's own error line ('lnjax: error: ...'), else the last line it printed."""
   try:

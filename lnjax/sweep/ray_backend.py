@@ -276,18 +276,10 @@ class RayLauncher(launcher.Launcher):
 
   def _finish_task(self, run: Run, code: int | None, error: str | None) -> None:
     workdir = self.workdir(run)
-    summary = launcher.read_json(os.path.join(workdir, "summary.json")) or {}
-    done = launcher.finished_state(run, workdir)
-    if done:
-      state, error = done, None if done == launcher.COMPLETED else (
-          f"non-finite loss at step {summary.get('step')}")
-    elif code in (launcher.EXIT_PREEMPTED, None) and summary.get("status") == "preempted":
-      state, error = launcher.INTERRUPTED, f"stopped at step {summary.get('step', '?')}"
-    elif code is None:
-      state, error = launcher.INTERRUPTED, error or "stopped before it ended"
-    else:
-      state = launcher.FAILED
-      error = error or launcher.last_error_line(os.path.join(workdir, launcher.LOG))
+    state, reason = launcher.ended_state(run, workdir, code, error or "stopped before it ended")
+    if state == launcher.FAILED:
+      reason = error or launcher.last_error_line(os.path.join(workdir, launcher.LOG))
+    error = reason
     self._record(run, state, exit_code=code, error=error,
                  ended=time.strftime("%Y-%m-%d %H:%M:%S"))
     self.where.pop(run.name, None)

@@ -317,9 +317,7 @@ def plot_stability_maps(path: str, maps: list[StabilityMap], rows: list[dict],
                              f"stuck within {STUCK_NATS} nats of the unigram baseline, grey xx "
                              "above it", 8 * width), fontsize=9)
   _caption(fig, runs, constrained=True)
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
-  return fig
+  return plotting.save(fig, path, dpi=120)
 
 
 def _caption(fig, runs: list[Run] | None, constrained: bool = False) -> None:
@@ -388,9 +386,7 @@ def plot_loss_curves(path: str, runs: list[Run], rows: list[dict]):
     ax.set_ylabel(f"loss ({plotting.LOSS_UNIT}): lines train, dots held-out")
   fig.tight_layout()
   _caption(fig, runs)
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
-  return fig
+  return plotting.save(fig, path, dpi=120)
 
 
 def _by_step(records: list[dict], key: str) -> list[tuple[int, float]]:

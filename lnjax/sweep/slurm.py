@@ -229,17 +229,9 @@ exit $code
     except OSError:
       codes = []
     code = int(codes[-1]) if codes else None
-    summary = launcher.read_json(os.path.join(workdir, "summary.json")) or {}
-    done = launcher.finished_state(run, workdir)
-    if done:
-      state, error = done, None if done == launcher.COMPLETED else (
-          f"non-finite loss at step {summary.get('step')}")
-    elif code in (launcher.EXIT_PREEMPTED, None) and summary.get("status") == "preempted":
-      state, error = launcher.INTERRUPTED, f"stopped at step {summary.get('step', '?')}"
-    elif code is None:
-      state, error = launcher.INTERRUPTED, "cancelled before it ended (no exit recorded)"
-    else:
-      state = launcher.FAILED
+    state, error = launcher.ended_state(run, workdir, code,
+                                        "cancelled before it ended (no exit recorded)")
+    if state == launcher.FAILED:
       error = launcher.last_error_line(log_path, entry.get("log_offset", 0))
     self._record(run, state, exit_code=code, error=error,
                  ended=time.strftime("%Y-%m-%d %H:%M:%S"))

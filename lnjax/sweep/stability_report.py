@@ -135,6 +135,4 @@ def plot(path: str, table: list[dict], caption: str = ""):
   fig.legend([handles[n] for n in order], order, loc="center right", frameon=False)
   fig.tight_layout(rect=(0, 0, 1 - 1.4 / fig.get_figwidth(), 1))
   plotting.add_caption(fig, caption)
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
-  return fig
+  return plotting.save(fig, path, dpi=120)
