@@ -103,7 +103,9 @@ class Cluster:
                 "XLA_FLAGS": " ".join(flags + ["--xla_force_host_platform_device_count=4"]),
                 # A lost node is seen within seconds (Ray's default: 5 × 3 s).
                 "RAY_health_check_period_ms": "500", "RAY_health_check_timeout_ms": "500",
-                "RAY_health_check_failure_threshold": "3"}
+                "RAY_health_check_failure_threshold": "3",
+                # The launcher's driver gives up on a head gone for 10 s (Ray's default: 60).
+                "RAY_gcs_rpc_server_reconnect_timeout_s": "10"}
     self.local = {**self.env, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 
   def start_head(self) -> None:
