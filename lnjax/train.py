@@ -327,7 +327,13 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, resumin
                        restore=restore)
   loop.restore_hooks(saved)
   stop.raising(False)  # From here a signal is honoured by saving first (lnjax/preemption.py).
-  status = loop.run()
+  try:
+    status = loop.run()
+  except OSError:
+    # A full disk often fails the checkpoint being written in the background first: that
+    # save's error (CheckpointError, its partial folder removed) is the one to report.
+    checkpoints.wait()
+    raise
   writer.close()
   diverged = next(h for h in hooks if isinstance(h, hooks_lib.Divergence)).diverged_at
   return summary.write(status, diverged if status == hooks_lib.DIVERGED else loop.step)

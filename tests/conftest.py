@@ -54,6 +54,13 @@ if REPO not in sys.path:
 
 import pytest  # noqa: E402  (after the environment above)
 
+# Imported now, in the main thread: hypothesis's pytest plugin otherwise imports it at the
+# session's end, through pytest's assertion rewriting, and CPython 3.11's ast.parse can
+# then fail with "SystemError: AST constructor recursion depth mismatch" once the tests'
+# background threads (orbax's saves) have parsed code concurrently (seen with
+# -k refused_save, 1 run in 5).
+import hypothesis  # noqa: E402,F401
+
 CORPORA = os.path.join(REPO, "tests", "fixtures", "corpora")
 
 
