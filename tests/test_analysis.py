@@ -57,6 +57,7 @@ def smoke_workdir(tmp_path_factory):
   return _smoke_run(tmp_path_factory, "run")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("step", ["init", "latest"])
 def test_analyze_writes_per_layer_measurements(smoke_workdir, step):
   import os
@@ -76,6 +77,7 @@ def test_analyze_writes_per_layer_measurements(smoke_workdir, step):
   assert all(r > 0 for r in result["update_ratios"].values())
 
 
+@pytest.mark.slow
 def test_analyze_cli_refuses_a_non_workdir(tmp_path):
   import subprocess
   import sys

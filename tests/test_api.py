@@ -60,6 +60,7 @@ def test_config_names_resolve_to_the_package_and_paths_stay():
   assert (REPO / "configs" / "lm.py").samefile(pathlib.Path(configs.FOLDER) / "lm.py")
 
 
+@pytest.mark.slow
 def test_console_dispatches_and_names_configs_from_another_directory(tmp_path):
   r = subprocess.run([sys.executable, "-m", "lnjax.console", "train",
                       "--config=lm:norm=post,smoke", "--print_config"], cwd=tmp_path,

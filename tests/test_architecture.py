@@ -78,6 +78,7 @@ def test_no_import_cycle_among_lnjax_modules():
   assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", ["lnjax.state", "lnjax.checkpoint", "lnjax.run", "lnjax.tasks"])
 def test_the_core_loads_no_data_set_tokenizer_or_evaluator(module):
   code = (f"import sys, {module}; heavy = {HEAVY!r}; "

@@ -175,6 +175,7 @@ def test_unknown_tokenizer_kind():
     tokenizers.make_tokenizer("bpe", "x", 256, "abc", None)
 
 
+@pytest.mark.slow
 def test_sentencepiece_deterministic(shakespeare, tmp_path):
   train = "".join(builders.load_split_texts(shakespeare, "train"))
   valid = "".join(builders.load_split_texts(shakespeare, "validation"))[:20000]
@@ -470,6 +471,7 @@ def test_plain_text_corpus(tmp_path):
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_no_tensorflow_import(cache_dir, shakespeare):
   # In a fresh interpreter: the whole path (TFDS build + read, tokenizer,
   # grain) must not pull in TensorFlow.

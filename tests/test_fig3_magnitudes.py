@@ -14,6 +14,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO, "experiments", "fig3_magnitudes.py")
 
 
+@pytest.mark.slow
 def test_fairseq_init_scales_query_key_value_kernels_only():
   """q/k/v kernels of every attention (self and cross, encoder and decoder) × 1/√2; the
   out projection, FFN, norms, biases and embeddings unchanged."""

@@ -50,6 +50,7 @@ def _lm_losses(cfg: ModelConfig, mesh) -> np.ndarray:
   return np.array(losses)
 
 
+@pytest.mark.slow
 def test_bf16_steps_track_float32():
   """bf16 compute (float32 parameters and optimizer) follows the float32 run's losses."""
   one = sharding.make_mesh(sharding.MeshConfig(data=1), jax.devices()[:1])
@@ -60,6 +61,7 @@ def test_bf16_steps_track_float32():
   assert not np.array_equal(bf16, f32)  # The compute really is bf16.
 
 
+@pytest.mark.slow
 def test_sharded_bf16_steps_equal_one_device():
   """bf16 steps over every device (data × FSDP) equal the one-device bf16 steps."""
   n = jax.device_count()
@@ -143,6 +145,7 @@ def test_the_gpu_stages_dry_run_on_the_cpu(tmp_path):
   assert "gpu_check.py: passed" in out
 
 
+@pytest.mark.slow
 def test_the_pytorch_peers_sinusoidal_positions_are_lnjaxs():
   """benchmarks/torch_peer.py builds the sinusoidal table in torch (the IWSLT config's
   positions); the suite's initial-loss check is bf16-loose, so the tables meet here."""

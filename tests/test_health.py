@@ -222,6 +222,7 @@ def _sharded_stats(mesh_shape):
   return {k: float(v) for k, v in jax.device_get(metrics).items() if k.startswith("health/")}
 
 
+@pytest.mark.slow
 def test_statistics_under_sharding_equal_one_device():
   """Data, FSDP and tensor parallelism at once (2×2×2 on 8 virtual devices): every health
   statistic equals the single-device step's."""

@@ -154,6 +154,7 @@ def test_analyze_refuses_zero_batches_and_a_bad_rate(tmp_path):
       analyze.analyze(wd, "latest", **kwargs)
 
 
+@pytest.mark.slow
 def test_averaging_last_zero_is_one_line():
   r = _cli("lnjax.averaging", "--workdir=/nonexistent", "--last=0")
   _one_line_error(r, "--last=0")

@@ -293,6 +293,7 @@ def test_tfds_source_reads_by_name_in_order(tfds_dir):
     sources.open_external("tfds:no_such_dataset_here", tfds_dir)
 
 
+@pytest.mark.slow
 def test_lm_smoke_trains_on_a_tfds_source(tfds_dir, tmp_path):
   summary = _smoke(default_config.get_config("smoke"), tmp_path / "run",
                    name="tfds:lnjax_test_lm", tfds_data_dir=tfds_dir)
@@ -313,6 +314,7 @@ def test_translation_smoke_trains_on_a_tfds_source(tfds_dir, tmp_path):
   assert losses[20] < losses[5], losses
 
 
+@pytest.mark.slow
 def test_unprepared_tfds_name_offline_is_one_line_and_leaves_no_workdir(tmp_path):
   wd = tmp_path / "run"
   env = _clean_env(LNJAX_DATA_OFFLINE="1", LNJAX_CACHE_DIR=str(tmp_path / "cache"),
@@ -371,6 +373,7 @@ def test_packaged_tfds_builder_prepares_and_reads_as_array_record(tmp_path, monk
   assert len(src.texts("train")) == 40
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not NO_TENSORFLOW, reason="checks the message given without TensorFlow")
 def test_wmt14_from_tfds_without_tensorflow_names_the_extra(tmp_path):
   r = subprocess.run([sys.executable, "-m", "lnjax.data.prepare", "wmt14_en_de",
@@ -424,6 +427,7 @@ def _wmt14_archives(folder: pathlib.Path) -> dict:
   return want
 
 
+@pytest.mark.slow
 def test_wmt14_prepare_from_manual_dir_writes_the_train_split_wmt14_de_en_reads(tmp_path):
   from lnjax.data import mt_builders
 
@@ -464,6 +468,7 @@ def test_wmt14_prepare_from_manual_dir_writes_the_train_split_wmt14_de_en_reads(
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_hf_saved_dataset_trains_lm_and_reads_nested_translations(tmp_path):
   import datasets
 

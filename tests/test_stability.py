@@ -139,6 +139,7 @@ def _stability(workdir, *flags, **kw):
     pytest.param(["--warmups=20"], "--warmups=20: a warm-up must be >= 0 and shorter than "
                  "--probe_steps=20", marks=pytest.mark.slow),
 ])
+@pytest.mark.slow
 def test_refusals_are_one_line_and_exit_2(tmp_path, flags, message):
   out = _stability(tmp_path / "s", *flags, timeout=300)
   assert out.returncode == 2, out.stderr

@@ -114,6 +114,7 @@ def test_paper_figure_sweeps_at_cpu_scale():
   assert paper == {"pre": 0, "post": 1000}
 
 
+@pytest.mark.slow
 def test_fig2_at_the_papers_size():
   """fig2_paper (issue 21): the IWSLT shape 6+6 × 512, FFN 1024, 4 heads, label smoothing
   0.1, Adam β₂ 0.98; Post-LN at 5e-4 and 1e-3 × warm-up 0 and 500, Pre-LN at 1e-3 without
@@ -192,6 +193,7 @@ def test_devices_per_run_sizes_each_slot(monkeypatch):
   assert len({s.env["TPU_MESH_CONTROLLER_PORT"] for s in slots}) == 2
 
 
+@pytest.mark.slow
 def test_dry_run_prints_each_runs_command_and_launches_nothing(tmp_path):
   config = _config_file(tmp_path, "sweep.product(sweep.axis('model.norm_position', ['post', "
                         "'pre']), sweep.axis('opt.learning_rate', [1e-3, 1e-2]))")
@@ -512,6 +514,7 @@ def test_zoo_maps_draw_one_table_with_a_row_per_placement(tmp_path):
   assert fig.axes[0].get_title() == "no warm-up"
 
 
+@pytest.mark.slow
 def test_course_runs_subset_with_another_dropout_reports_the_rest_as_not_run(tmp_path):
   """experiments/course_runs.py --dropout=0.3 --only=...: the two named runs only, their
   dropout in the title, the workshop's claims answered from final losses, and the claims

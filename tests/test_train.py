@@ -142,6 +142,7 @@ def test_label_smoothing_changes_the_update(tmp_path):
   assert abs(losses[0.0][2] - losses[0.3][2]) > 1e-4, losses
 
 
+@pytest.mark.slow
 def test_divergence_exits_with_code_3(tmp_path):
   """A NaN/Inf loss ends the run (the loss threshold off): exit code 3, the status, step and last finite loss in
   summary.json, no evaluation or checkpoint of the diverged state."""
@@ -251,6 +252,7 @@ def test_cli_refuses_bad_config_before_compute(finished_workdir, args, needles):
   assert snapshot(finished_workdir) == before
 
 
+@pytest.mark.slow
 def test_cli_refuses_unknown_preset(tmp_path):
   r = run_cli("--config=configs/lm.py:norm=middle", f"--workdir={tmp_path}/x")
   _one_line_error(r, "norm must be one of: post, pre")

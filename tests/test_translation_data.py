@@ -567,6 +567,7 @@ def test_config_lists_and_unknown_key():
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_no_tensorflow_import(cache_dir, m30k_data):
   code = textwrap.dedent(f"""
       import sys

@@ -204,6 +204,7 @@ def _fake_run(root, name, norm, losses, bleu=None):
   return wd
 
 
+@pytest.mark.slow
 def test_compare_writes_a_png_with_every_run_in_it(tmp_path):
   import matplotlib.image
   import matplotlib.pyplot as plt
@@ -321,6 +322,7 @@ def test_a_first_time_compile_is_named_and_kept_out_of_the_rate():
 
 # ---- --print_config.
 
+@pytest.mark.slow
 def test_print_config_lists_every_key_with_its_value_and_comment():
   r = cli("lnjax.main", "--config=configs/multi30k_de_en.py:smoke", "--print_config")
   lines = [l for l in r.stdout.splitlines() if " = " in l]
