@@ -162,7 +162,6 @@ class _saving:
         f"{_io_reason(e)}; free space (or fix the folder) and run the same command to resume "
         "from the last saved step") from None
 
-
   def _remove_partial(self) -> None:
     """Deletes what the failed save wrote (orbax's `<step>.orbax-checkpoint-tmp*` folder):
     it gives the space back, so that the run's summary can still say "failed", and no

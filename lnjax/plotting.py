@@ -5,8 +5,8 @@ arXiv 2002.04745, and of each later placement's paper); `legend_label(overrides)
 run overrides ({"model.norm_position": "post", "opt.warmup_steps": 500}) into
 "Post-LN, warm-up 500". `setup_caption(config, ...)` is the one line under a figure
 (task, model size, steps, seeds); `add_caption` puts it there. `mean_band` draws the mean
-over seeds with the min–max band when there are several; `save` writes the PNG. matplotlib is imported by the
-functions that draw only: importing this module stays light.
+over seeds with the min–max band when there are several; `save` writes the PNG.
+matplotlib is imported by the functions that draw only: importing this module stays light.
 """
 
 from __future__ import annotations
