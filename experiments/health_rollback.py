@@ -131,10 +131,11 @@ def write_report(root: str, results) -> None:
                  f"{', '.join(str(a['step']) + '→' + str(a['rollback_to_step']) for a in rollbacks) or '—'} |")
   lines += ["", f"Unigram baseline: {results[0][1]['unigram_baseline']:.4f} nats.", "",
             "![update RMS](update_rms.png)", ""]
-  with open(os.path.join(root, "report.md"), "w") as f:
-    f.write("\n".join(lines))
-  print("\n".join(lines))
-  print(f"Report: {os.path.join(root, 'report.md')}")
+  from lnjax import fileio  # Atomic, and a bucket's path works too.
+
+  report = os.path.join(root, "report.md")
+  fileio.write_text(report, "\n".join(lines))
+  print("\n".join(lines) + f"\nReport: {report}")
 
 
 if __name__ == "__main__":

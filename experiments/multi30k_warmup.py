@@ -121,10 +121,11 @@ def write_report(root: str) -> None:
            f"Test BLEU: the best checkpoint by validation BLEU decoding {TEST_SPLIT} "
            "(beam 4, length penalty 1.0; sacreBLEU 13a, detokenized, cased).", "",
            "![curves](curves.png)", ""]
-  with open(os.path.join(root, "report.md"), "w") as f:
-    f.write("\n".join(lines))
-  print("\n".join(lines))
-  print(f"Report: {os.path.join(root, 'report.md')}")
+  from lnjax import fileio  # Atomic, and a bucket's path works too.
+
+  report = os.path.join(root, "report.md")
+  fileio.write_text(report, "\n".join(lines))
+  print("\n".join(lines) + f"\nReport: {report}")
 
 
 def main(argv):

@@ -88,10 +88,11 @@ def write_report(root: str, results) -> None:
            else "—")
     lines.append(f"| {name} | {s['status']} | {loss} | {gap} | {s['step']} |")
   lines += ["", f"Unigram baseline: {baseline:.4f} nats.", "", "![loss curves](loss_curves.png)", ""]
-  with open(os.path.join(root, "report.md"), "w") as f:
-    f.write("\n".join(lines))
-  print("\n".join(lines))
-  print(f"Report: {os.path.join(root, 'report.md')}")
+  from lnjax import fileio  # Atomic, and a bucket's path works too.
+
+  report = os.path.join(root, "report.md")
+  fileio.write_text(report, "\n".join(lines))
+  print("\n".join(lines) + f"\nReport: {report}")
 
 
 if __name__ == "__main__":
