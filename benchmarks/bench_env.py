@@ -3,7 +3,7 @@
 `import bench_env` (the scripts' own folder is on sys.path when run as
 `python benchmarks/NAME.py`) makes lnjax importable from a checkout that was not
 `pip install -e`'d (a device machine's copy of the tree) and applies lnjax's glibc
-malloc settings for XLA:CPU (lnjax/allocator.py), which must precede JAX's first
+malloc settings for XLA:CPU (lnjax/core/allocator.py), which must precede JAX's first
 allocation.
 """
 
@@ -15,6 +15,6 @@ REPO = os.path.dirname(HERE)
 if REPO not in sys.path:
   sys.path.insert(1, REPO)
 
-from lnjax import allocator  # noqa: E402
+from lnjax.core import allocator  # noqa: E402
 
 allocator.tune_glibc_malloc()

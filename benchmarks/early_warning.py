@@ -1,11 +1,11 @@
-"""Does lnjax's early warning (lnjax/health.py: EarlyWarning) see a divergence coming, and
+"""Does lnjax's early warning (lnjax/core/health.py: EarlyWarning) see a divergence coming, and
 earlier than the field's 6σ loss/grad-norm rule (OLMo-core's SkipStepOptimizer, levanter's
 SkipStepConfig: a value > mean + 6σ of its trailing 128 steps)?
 
   python benchmarks/early_warning.py --out /tmp/ew            # the grid below (hours on 2 cores)
   python benchmarks/early_warning.py --quick --out /tmp/ew_q  # 3 short runs: a self-check
 
-Runs (each `lnjax.train.train_and_evaluate` in this process, every step logged, health=warn,
+Runs (each `lnjax.core.train.train_and_evaluate` in this process, every step logged, health=warn,
 no recovery): the CPU-size LM (lnjax/configs/lm.py) as Post-LN without warm-up at 12 and
 24 layers, at learning rates 3-10× the stable one, DeepNorm, Admin and Pre-LN pushed past
 their limits, several seeds (expected to diverge or collapse), and Pre-LN and Post-LN with
@@ -36,7 +36,8 @@ import math  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from lnjax import config_lib, health, metrics, train  # noqa: E402
+from lnjax.configs import common as config_lib  # noqa: E402
+from lnjax.core import health, metrics, train
 
 
 def grid(quick: bool) -> list[dict]:
@@ -152,7 +153,7 @@ def main(argv=None) -> int:
   args = p.parse_args(argv)
   os.makedirs(args.out, exist_ok=True)
   results = [run_one(spec, args.out) for spec in grid(args.quick)]
-  rules = {"early warning (lnjax.health)": lambda r: r["warnings"],
+  rules = {"early warning (lnjax.core.health)": lambda r: r["warnings"],
            "6σ loss/grad-norm rule": sigma_firings}
   scores = {name: score(results, f) for name, f in rules.items()}
   lines = ["| rule | precision | recall | median lead (steps) | false warnings / 1000 steps |"

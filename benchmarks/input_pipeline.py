@@ -38,7 +38,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 import lm_step  # noqa: E402
-from lnjax import run as run_lib, sharding  # noqa: E402
+from lnjax.core import run as run_lib, sharding  # noqa: E402
 
 PIPELINES = {  # name -> (config file, preset)
     "lm": ("configs/lm.py", "size=course"),

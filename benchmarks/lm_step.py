@@ -43,7 +43,8 @@ import time  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from lnjax import allocator, optim, sharding, state as state_lib, tasks, train  # noqa: E402
+from lnjax import tasks  # noqa: E402
+from lnjax.core import allocator, optim, sharding, state as state_lib, train
 from lnjax.models import ModelConfig, count_params  # noqa: E402
 
 BATCH, SEQ = 32, 128
@@ -136,7 +137,7 @@ def flatten(tree, prefix="") -> dict:
 
 
 class TrainStep:
-  """lnjax's train_step for any model config and task, jitted exactly as lnjax.train jits
+  """lnjax's train_step for any model config and task, jitted exactly as lnjax.core.train jits
   it, on one CPU device, on a fixed host batch (benchmarks/depth.py and suite.py use it
   for other models and depths)."""
 
@@ -352,7 +353,7 @@ def render(res: dict) -> str:
       f"- Load average (1 min) at start / end: {res['loadavg'][0]:.2f} / "
       f"{res['loadavg'][1]:.2f} on {res['machine']['cores']} cores.",
       "",
-      f"¹ Same process as lnjax, so lnjax's glibc malloc settings (lnjax/allocator.py: one "
+      f"¹ Same process as lnjax, so lnjax's glibc malloc settings (lnjax/core/allocator.py: one "
       f"arena, no mmap, raised trim threshold; in effect: {res['malloc_fix']}) apply to "
       f"PyTorch too. torch threads: {res['torch_threads']}. MFU of every row is against the "
       "JAX-measured peak.",

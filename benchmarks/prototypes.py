@@ -34,8 +34,9 @@ import numpy as np  # noqa: E402
 
 import lm_step  # noqa: E402
 
-from lnjax import losses  # noqa: E402
-from lnjax import optim, sharding, state as state_lib, tasks, train  # noqa: E402
+from lnjax.core import losses  # noqa: E402
+from lnjax import tasks  # noqa: E402
+from lnjax.core import optim, sharding, state as state_lib, train
 from lnjax.models import ModelConfig, TransformerLM, layers, norms  # noqa: E402
 
 ORIG = {"dense": layers.Dense, "ln": norms.LayerNorm}

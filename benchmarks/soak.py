@@ -189,7 +189,7 @@ def compare(reference: str, soaked: str) -> list[str]:
   import jax
   import numpy as np
 
-  from lnjax import checkpoint, metrics
+  from lnjax.core import checkpoint, metrics
 
   problems = []
   # (Decode speed, eval_decode_sentences_per_second, is the one timing in the records.)

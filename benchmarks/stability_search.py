@@ -5,7 +5,7 @@ r"""The stability search's accuracy and cost against a grid (issue 30, part 2).
 
 For every placement of lnjax.models.placement at two depths of the CPU-size LM
 (configs/lm.py, size=small: D 128, character-level Tiny Shakespeare), without warm-up:
-  - the search (python -m lnjax.stability, in WORKDIR/search): its highest stable rate;
+  - the search (python -m lnjax.cli.stability, in WORKDIR/search): its highest stable rate;
   - an 11-point log grid of peak rates × 3 seeds (WORKDIR/grid), each run judged by the same
     definition of stable (lnjax.sweep.search.Stable); the grid's answer is its highest rate
     stable in every seed.
@@ -26,7 +26,7 @@ import sys
 
 from absl import app, flags
 
-from lnjax import allocator
+from lnjax.core import allocator
 allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
 from lnjax import sweep
 from lnjax.sweep import launcher, search
@@ -44,7 +44,7 @@ _BATCH = flags.DEFINE_integer("batch_size", 16, "LM sequences per batch.")
 _TOLERANCE = flags.DEFINE_float("tolerance", 1.4, "The search's --tolerance.")
 _PARALLEL = flags.DEFINE_integer("parallel", 1, "Runs at once.")
 WITHIN = 1.5  # The search's answer counts as right within this factor of the grid's.
-DIVERGENCE_FACTOR = 2.0  # lnjax.stability's default.
+DIVERGENCE_FACTOR = 2.0  # lnjax.sweep.stability's default.
 
 
 def setup():
@@ -62,7 +62,7 @@ def setup():
 
 
 def run_search(root, config, fixed, placements, depths, seeds, steps, margin) -> dict:
-  cmd = [sys.executable, "-m", "lnjax.stability", f"--config={config}",
+  cmd = [sys.executable, "-m", "lnjax.cli.stability", f"--config={config}",
          f"--workdir={root}", f"--placements={','.join(placements)}",
          f"--depths={','.join(map(str, depths))}", "--warmups=0", f"--seeds={seeds}",
          f"--probe_steps={steps}", f"--parallel={_PARALLEL.value}",
@@ -126,7 +126,7 @@ def main(argv):
   fraction, cost = right / len(rows), search_steps / max(grid_steps, 1)
   lines = [f"# The stability search against a grid: {config}", "",
            f"Grid: {len(rates)} peak rates {rates[0]:g}–{rates[-1]:g} × {seeds} seed(s), "
-           f"{steps} steps a run, no warm-up; search: `python -m lnjax.stability` with the "
+           f"{steps} steps a run, no warm-up; search: `python -m lnjax.cli.stability` with the "
            "same steps and seeds.", "", result["definition"] + ".", "",
            "| placement | layers | search | grid | search / grid | within 1.5× |",
            "|---|---:|---:|---:|---:|---|"]

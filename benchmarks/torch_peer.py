@@ -17,7 +17,7 @@ parameters so that the initial losses can be compared.
 
 This module imports neither jax nor lnjax, so `--worker` mode times PyTorch in a process
 with glibc's default allocator settings (lnjax tunes malloc at import; see
-lnjax/allocator.py). The worker reads commands on stdin, one per line, and answers one JSON
+lnjax/core/allocator.py). The worker reads commands on stdin, one per line, and answers one JSON
 line each:
   run N     -> {"times": [seconds per step ...], "loss": float}
   loss      -> {"loss": float}                (forward only, no update)

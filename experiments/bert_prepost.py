@@ -24,7 +24,7 @@ import time
 
 from absl import app, flags, logging
 
-from lnjax import allocator
+from lnjax.core import allocator
 allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Root folder of the runs and the report.",
@@ -67,7 +67,7 @@ def time_step(config, num_steps: int = 6) -> float:
   """Seconds per train step of `config`'s model on this machine (after compiling)."""
   import jax
 
-  from lnjax import build
+  from lnjax.core import build
 
   b = build.build(config, whole_data=True)
   state, it = b.init_state(), b.data.train_iter()
@@ -100,7 +100,8 @@ def finetune_config(task: str, init_workdir: str, step: int):
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  from lnjax import finetune, metrics, train
+  from lnjax.core import metrics, train
+  from lnjax.tasks import finetune
 
   root = _WORKDIR.value
   os.makedirs(root, exist_ok=True)

@@ -27,7 +27,7 @@ import os
 
 from absl import app, flags, logging
 
-from lnjax import allocator
+from lnjax.core import allocator
 allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
 from lnjax import sweep
 from lnjax.sweep import launcher, report

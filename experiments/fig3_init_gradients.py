@@ -20,7 +20,7 @@ For each: (a, b) ‖∂L/∂W¹‖_F and ‖∂L/∂W²‖_F of every layer's FF
 --seeds initializations (the seed of a run: the same parameters `python -m lnjax.main`
 would start from), Post-LN and Pre-LN at init, and Post-LN after --warmup_steps of
 training with a linear warm-up to the config's peak learning rate (trained by
-lnjax.train, its checkpoint restored by lnjax.checkpoint.restore_run, then measured);
+lnjax.core.train, its checkpoint restored by lnjax.core.checkpoint.restore_run, then measured);
 (c, d) the last layer's W² gradient for models of --depths total layers (translation:
 half encoder, half decoder). L is the mean per-token NLL over the batches' real target
 tokens (fairseq's normalization: summed loss / target tokens; without label smoothing).
@@ -36,7 +36,7 @@ import time
 
 from absl import app, flags, logging
 
-from lnjax import allocator
+from lnjax.core import allocator
 allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
 from lnjax.analysis import init_gradients  # noqa: E402
 
@@ -76,9 +76,9 @@ def ffn_per_layer(norms: dict, model: str, num_layers: int) -> dict:
 
 
 def warmed_up_params(model: str, root: str, steps: int):
-  """Train Post-LN with a linear warm-up over `steps` steps (lnjax.train, checkpointed),
+  """Train Post-LN with a linear warm-up over `steps` steps (lnjax.core.train, checkpointed),
   restore the checkpoint on one device, return (params, summary)."""
-  from lnjax import build, checkpoint, train
+  from lnjax.core import build, checkpoint, train
 
   config = make_config(model, "post")
   with config.unlocked():

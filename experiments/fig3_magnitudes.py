@@ -52,7 +52,7 @@ import time
 
 from absl import app, flags, logging
 
-from lnjax import allocator
+from lnjax.core import allocator
 allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
 
 from lnjax.analysis import init_gradients  # noqa: E402
@@ -104,7 +104,7 @@ def vocab_config(norm: str, vocab: str, init: str = "lnjax"):
 
 def train_split(config):
   """(MTData, the train split's token ids) of this config's vocabulary."""
-  from lnjax import build
+  from lnjax.core import build
   data = build.build(config, build.one_device_mesh(), whole_data=True).data
   return data, data._split("train", with_text=False)
 

@@ -18,7 +18,7 @@ import sys
 
 from absl import app, flags, logging
 
-from lnjax import allocator
+from lnjax.core import allocator
 allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Root folder of the runs and the report.",
@@ -44,7 +44,7 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)  # orbax logs each save at INFO.
   sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
   from configs import lm
-  from lnjax import metrics, train
+  from lnjax.core import metrics, train
 
   results = []
   back = max(1, _STEPS.value // 12)
@@ -131,7 +131,7 @@ def write_report(root: str, results) -> None:
                  f"{', '.join(str(a['step']) + '→' + str(a['rollback_to_step']) for a in rollbacks) or '—'} |")
   lines += ["", f"Unigram baseline: {results[0][1]['unigram_baseline']:.4f} nats.", "",
             "![update RMS](update_rms.png)", ""]
-  from lnjax import fileio  # Atomic, and a bucket's path works too.
+  from lnjax.core import fileio  # Atomic, and a bucket's path works too.
 
   report = os.path.join(root, "report.md")
   fileio.write_text(report, "\n".join(lines))

@@ -46,7 +46,7 @@ import os
 
 from absl import app, flags, logging
 
-from lnjax import allocator
+from lnjax.core import allocator
 allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
 from lnjax import sweep
 from lnjax.sweep import launcher, report
@@ -175,7 +175,7 @@ def time_steps(config, n: int) -> None:
   import jax
   import numpy as np
 
-  from lnjax import build
+  from lnjax.core import build
 
   b = build.build(config, build.one_device_mesh(), whole_data=True)
   state, batch = b.init_state(), b.global_batch(next(iter(b.data.train_iter())))

@@ -20,7 +20,7 @@ import sys
 
 from absl import app, flags, logging
 
-from lnjax import allocator
+from lnjax.core import allocator
 allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Root folder of the runs and the report.",
@@ -43,7 +43,8 @@ def runs() -> list[tuple[str, str, dict]]:
 def train_one(name: str, preset: str, overrides: dict, root: str) -> None:
   sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
   from configs import multi30k_de_en
-  from lnjax import predict, train
+  from lnjax.core import train
+  from lnjax.inference import predict
 
   config = multi30k_de_en.get_config(preset)
   with config.unlocked():
@@ -74,7 +75,7 @@ def write_report(root: str) -> None:
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  from lnjax import metrics
+  from lnjax.core import metrics
 
   fig, (ax_train, ax_loss, ax_bleu) = plt.subplots(1, 3, figsize=(16, 4))
   rows = []
@@ -121,7 +122,7 @@ def write_report(root: str) -> None:
            f"Test BLEU: the best checkpoint by validation BLEU decoding {TEST_SPLIT} "
            "(beam 4, length penalty 1.0; sacreBLEU 13a, detokenized, cased).", "",
            "![curves](curves.png)", ""]
-  from lnjax import fileio  # Atomic, and a bucket's path works too.
+  from lnjax.core import fileio  # Atomic, and a bucket's path works too.
 
   report = os.path.join(root, "report.md")
   fileio.write_text(report, "\n".join(lines))

@@ -15,7 +15,7 @@ import sys
 
 from absl import app, flags, logging
 
-from lnjax import allocator
+from lnjax.core import allocator
 allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Root folder of the runs and the report.",
@@ -39,7 +39,7 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)  # orbax logs each save at INFO.
   sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
   from configs import default as default_config
-  from lnjax import metrics, train
+  from lnjax.core import metrics, train
 
   results = []
   for name, overrides in runs(_STEPS.value, _LR.value):
@@ -88,7 +88,7 @@ def write_report(root: str, results) -> None:
            else "—")
     lines.append(f"| {name} | {s['status']} | {loss} | {gap} | {s['step']} |")
   lines += ["", f"Unigram baseline: {baseline:.4f} nats.", "", "![loss curves](loss_curves.png)", ""]
-  from lnjax import fileio  # Atomic, and a bucket's path works too.
+  from lnjax.core import fileio  # Atomic, and a bucket's path works too.
 
   report = os.path.join(root, "report.md")
   fileio.write_text(report, "\n".join(lines))

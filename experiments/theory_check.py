@@ -24,7 +24,7 @@ import sys
 
 from absl import app, flags
 
-from lnjax import allocator
+from lnjax.core import allocator
 allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where the report and plots go.", required=True)

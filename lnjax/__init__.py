@@ -4,8 +4,12 @@ The Python API (docs/api.md): lnjax.get_config(name, preset), lnjax.train(config
 lnjax.load(workdir, checkpoint), lnjax.analyze(workdir, ...), lnjax.compare(workdirs, ...).
 
 Importing lnjax changes nothing in the process and loads no JAX: the API's modules load
-on first use. The entry points (lnjax.main, lnjax.analyze, ...) tune glibc's allocator for
-XLA:CPU themselves (lnjax/allocator.py).
+on first use. The commands (lnjax.main, lnjax/cli/) tune glibc's allocator for XLA:CPU
+themselves (lnjax/core/allocator.py).
+
+The folders are the layers: core/ (config sections, run, state, checkpoints, the loop and
+its hooks), models/, tasks/, data/, inference/ (decode, evaluate, translate, export),
+analysis/, hf/ (Hugging Face checkpoints), sweep/, configs/, and cli/ (every command).
 """
 
 import importlib
@@ -15,10 +19,7 @@ __all__ = ["get_config", "train", "load", "analyze", "compare"]
 
 
 def __getattr__(name: str):
-  """get_config and load from lnjax.api; train, analyze and compare are the (callable)
-  modules of those names, loaded on first use."""
-  if name in ("get_config", "load"):
+  """The API's functions, from lnjax.api, loaded on first use."""
+  if name in __all__:
     return getattr(importlib.import_module("lnjax.api"), name)
-  if name in ("train", "analyze", "compare"):
-    return importlib.import_module(f"lnjax.{name}")
   raise AttributeError(f"module 'lnjax' has no attribute {name!r}")

@@ -6,26 +6,24 @@
   logits_TxV = run.logits("To be, or not")
   lnjax.analyze("/tmp/lm_post"); lnjax.compare(["/tmp/lm_post", "/tmp/lm_pre"])
 
-`lnjax.train`, `lnjax.analyze` and `lnjax.compare` are the modules of those names, made
-callable (`callable_module`) so that `from lnjax import train` and `python -m
-lnjax.analyze` keep meaning the modules. This module imports nothing heavy at load time:
-the modules it calls are imported inside the functions.
+This module imports nothing heavy at load time: the modules it calls (lnjax/core/train.py,
+lnjax/analysis/report.py, lnjax/analysis/compare.py, ...) are imported inside the
+functions.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
-import sys
-import types
-from typing import Any, Callable
+from typing import Any
 
 
 def get_config(name: str, preset: str = ""):
   """The config `name` with `preset` ('norm=post,smoke'): a config shipped with lnjax
   (lnjax.configs.names(): default, lm, multi30k_de_en, ...), or a config file's path.
   The config is locked (no new keys) but its values can be changed before training."""
-  from lnjax import configs, errors, sweep
+  from lnjax import configs, sweep
+  from lnjax.core import errors
 
   if name in configs.names():
     module = importlib.import_module(f"lnjax.configs.{name}")
@@ -84,7 +82,7 @@ def load(workdir: str, checkpoint: str = "latest") -> Loaded:
   """The run in `workdir` at `checkpoint`: 'best' (translation's best BLEU), 'latest', a
   step (20 or '20'), or 'avg:N' (the mean of the last N checkpoints' parameters), on the
   first local device."""
-  from lnjax import averaging, build
+  from lnjax.core import averaging, build
 
   mesh = build.one_device_mesh()
   chosen = averaging.restore(workdir, str(checkpoint), mesh, flag="checkpoint")
@@ -93,11 +91,26 @@ def load(workdir: str, checkpoint: str = "latest") -> Loaded:
                 chosen.restored.step, chosen.label)
 
 
-def callable_module(name: str, function: Callable) -> None:
-  """Makes the module `name` callable as `function` while it stays the module, by giving
-  it a subclass of ModuleType with __call__ (the Python reference's "Customizing module
-  attribute access" sets a module's __class__ the same way)."""
-  module = sys.modules[name]
-  module.__class__ = type("CallableModule", (types.ModuleType,), {
-      "__call__": lambda self, *args, **kwargs: function(*args, **kwargs),
-      "__doc__": function.__doc__})
+def train(config, workdir: str) -> dict:
+  """Trains or resumes the run in `workdir` (lnjax/core/train.py); the summary dict.
+  `config`: a ConfigDict, or a config's name with its presets ('default:smoke')."""
+  from lnjax.core import train as train_lib
+
+  return train_lib.train_and_evaluate(config_of(config), workdir)
+
+
+def analyze(workdir: str, step: str = "latest", num_batches: int = 4,
+            lr: float | None = None) -> tuple[dict, str]:
+  """Gradients, norms and norm Jacobians of the run at `step` (lnjax/analysis/report.py):
+  (the result, the folder of its report, JSON and plots)."""
+  from lnjax.analysis import report
+
+  return report.analyze(workdir, step, num_batches, lr)
+
+
+def compare(workdirs: list[str], output: str = "compare", title: str | None = None) -> dict:
+  """Curves and a table of several runs (lnjax/analysis/compare.py): {'png', 'markdown',
+  'table', 'runs', 'figure'}."""
+  from lnjax.analysis import compare as compare_lib
+
+  return compare_lib.compare(workdirs, output, title)

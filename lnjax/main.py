@@ -11,12 +11,13 @@ import os
 import re
 import sys
 
-from lnjax import allocator
+from lnjax.core import allocator
 allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from lnjax import cli, errors, fileio
+from lnjax import cli
+from lnjax.core import errors, fileio
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file[:presets].",
                                           lock_config=True)
@@ -88,7 +89,7 @@ def main(argv):
   if _PRINT_CONFIG.value:
     if _CONFIG.value is None:
       cli.fail("--print_config needs --config=FILE[:presets]")
-    from lnjax import config_doc
+    from lnjax.configs import doc as config_doc
     print(config_doc.describe(_CONFIG.value,
                               config_flags.get_config_filename(flags.FLAGS["config"])))
     return
@@ -100,7 +101,8 @@ def main(argv):
           "--config.decode.max_extra_len=N)")
   if _DISTRIBUTED.value or _COORDINATOR.value:
     _initialize_distributed()
-  from lnjax import predict, preemption, train  # Imported late: JAX starts after flags.
+  from lnjax.core import preemption, train  # Imported late: JAX starts after flags.
+  from lnjax.inference import predict
   try:
     if _MODE.value == "predict":
       result = predict.predict(_WORKDIR.value, _SPLIT.value, _CHECKPOINT.value,

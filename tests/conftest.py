@@ -3,7 +3,7 @@ fixture corpora, JAX's persistent compilation cache, and less XLA optimisation t
 training run gets.
 
 Everything here is an environment variable set before JAX is first imported, so that the
-command-line runs the tests start (lnjax.main, lnjax.sweep, lnjax.finetune) inherit it.
+command-line runs the tests start (lnjax.main, lnjax.sweep, lnjax.tasks.finetune) inherit it.
 
 - Compilation cache: most of a test's time is XLA compiling the same small steps; a
   per-user cache folder keeps them across tests, their subprocesses and sessions

@@ -41,7 +41,8 @@ def test_main_path_norms_follow_lemmas_1_and_2():
 
 
 def _smoke_run(tmp_path_factory, name: str, **model) -> str:
-  from lnjax import config_lib, train
+  from lnjax.configs import common as config_lib
+  from lnjax.core import train
   c = config_lib.lm_config()
   config_lib.apply_smoke(c)
   c.mesh.data = 1
@@ -61,7 +62,7 @@ def smoke_workdir(tmp_path_factory):
 @pytest.mark.parametrize("step", ["init", "latest"])
 def test_analyze_writes_per_layer_measurements(smoke_workdir, step):
   import os
-  from lnjax import analyze
+  from lnjax.analysis import report as analyze
   result, out = analyze.analyze(smoke_workdir, step, num_batches=2, lr=1e-3)
   assert result["step"] == ("init" if step == "init" else "10")
   for name in ("analysis.json", "report.md", "gradients.png"):
@@ -81,7 +82,7 @@ def test_analyze_writes_per_layer_measurements(smoke_workdir, step):
 def test_analyze_cli_refuses_a_non_workdir(tmp_path):
   import subprocess
   import sys
-  r = subprocess.run([sys.executable, "-m", "lnjax.analyze", f"--workdir={tmp_path}",
+  r = subprocess.run([sys.executable, "-m", "lnjax.cli.analyze", f"--workdir={tmp_path}",
                       "--step=init"], capture_output=True, text=True, timeout=120)
   assert r.returncode == 2 and "not an lnjax workdir" in r.stderr
   assert len(r.stderr.strip().splitlines()) == 1
@@ -91,7 +92,8 @@ def test_analyze_cli_refuses_a_non_workdir(tmp_path):
 def test_analyze_reads_a_scanned_checkpoint_per_layer(tmp_path_factory):
   """A run trained with model.scan_layers is analysed layer by layer: its gradients taken
   through the scanned model, unstacked, are what the analysis reports per layer."""
-  from lnjax import analyze, checkpoint, sharding
+  from lnjax.analysis import report as analyze
+  from lnjax.core import checkpoint, sharding
   from lnjax.analysis import probes
   from lnjax.models.transformer import unscan_params
   wd = _smoke_run(tmp_path_factory, "scanned", scan_layers=True)

@@ -1,4 +1,4 @@
-"""The Python API (lnjax/api.py, docs/api.md), the `lnjax` command (lnjax/console.py) and
+"""The Python API (lnjax/api.py, docs/api.md), the `lnjax` command (lnjax/cli/console.py) and
 configs named from any directory; the wheel installed in a fresh virtual environment."""
 
 import os
@@ -11,7 +11,8 @@ import zipfile
 import pytest
 
 import lnjax
-from lnjax import configs, errors
+from lnjax import configs
+from lnjax.core import errors
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -30,12 +31,12 @@ def test_import_lnjax_loads_no_jax_and_names_the_api():
   assert r.stdout.split() == ["[]", "get_config,train,load,analyze,compare"], r.stdout
 
 
-def test_train_analyze_compare_are_callable_modules():
-  from lnjax import analyze, compare, train
-  assert lnjax.train is train and callable(train) and hasattr(train, "train_and_evaluate")
-  assert callable(analyze) and hasattr(analyze, "unrolled")
-  assert callable(compare) and hasattr(compare, "load_run")
-  assert callable(lnjax.get_config) and callable(lnjax.load)
+def test_the_api_is_functions_of_lnjax_api():
+  from lnjax import api
+  for name in lnjax.__all__:
+    assert getattr(lnjax, name) is getattr(api, name) and callable(getattr(api, name)), name
+  with pytest.raises(AttributeError, match="no attribute 'nosuch'"):
+    lnjax.nosuch
 
 
 def test_get_config_by_name_by_path_and_refused():
@@ -62,16 +63,16 @@ def test_config_names_resolve_to_the_package_and_paths_stay():
 
 @pytest.mark.slow
 def test_console_dispatches_and_names_configs_from_another_directory(tmp_path):
-  r = subprocess.run([sys.executable, "-m", "lnjax.console", "train",
+  r = subprocess.run([sys.executable, "-m", "lnjax.cli.console", "train",
                       "--config=lm:norm=post,smoke", "--print_config"], cwd=tmp_path,
                      env=_env(), capture_output=True, text=True, timeout=300)
   assert r.returncode == 0, r.stderr[-2000:]
   assert re.search(r"norm_position = 'post'", r.stdout), r.stdout[:2000]
   assert re.search(r"num_steps = 20\b", r.stdout), r.stdout[:2000]
-  r = subprocess.run([sys.executable, "-m", "lnjax.console", "trian"], cwd=tmp_path,
+  r = subprocess.run([sys.executable, "-m", "lnjax.cli.console", "trian"], cwd=tmp_path,
                      env=_env(), capture_output=True, text=True, timeout=120)
   assert r.returncode == 2 and "unknown command 'trian'" in r.stderr, r.stderr
-  assert "python -m lnjax.averaging" in r.stderr  # The usage lists every subcommand.
+  assert "python -m lnjax.cli.average" in r.stderr  # The usage lists every subcommand.
 
 
 def _doc_example(workdir) -> str:

@@ -1,8 +1,11 @@
-"""The layering: no import cycle, a core that loads no task, data set or evaluator,
-modules small enough to read."""
+"""The layering, by folder: no import cycle; the core (lnjax/core/) imports no task
+plug-in, data set, evaluator, analysis, Hugging Face, sweep or command module and loads no
+heavy library; every command lives in lnjax/cli/ (lnjax.main aside) and no lnjax module
+imports one; no module is named like a folder beside it; modules small enough to read."""
 
 import ast
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -11,9 +14,15 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "lnjax"
 
-# The core: models, optimizer and losses, sharding, state, checkpoints, the loop's parts.
-CORE = ("lnjax.state", "lnjax.checkpoint", "lnjax.optim", "lnjax.losses", "lnjax.sharding",
-        "lnjax.models", "lnjax.task", "lnjax.run")
+# The layers: lnjax/<folder>/; at the top only the package, its API and the training command.
+LAYERS = ("core", "models", "tasks", "data", "inference", "analysis", "hf", "sweep", "configs",
+          "cli")
+TOP = ("lnjax", "lnjax.api", "lnjax.main")
+# What the core may import besides itself: the models, and the task registry (lnjax.tasks,
+# which loads no plug-in until a run names one).
+CORE_MAY_IMPORT = ("lnjax.core", "lnjax.models")
+COMMANDS_OUTSIDE_CLI = {"lnjax.main",  # `python -m lnjax.main`, the training command.
+                        "lnjax.sweep.ray_driver"}  # What a Ray sweep starts on a node.
 HEAVY = ("tensorflow_datasets", "grain", "sentencepiece", "sacrebleu", "datasets")
 
 
@@ -79,7 +88,7 @@ def test_no_import_cycle_among_lnjax_modules():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("module", ["lnjax.state", "lnjax.checkpoint", "lnjax.run", "lnjax.tasks"])
+@pytest.mark.parametrize("module", ["lnjax.core.train", "lnjax.core.checkpoint", "lnjax.tasks"])
 def test_the_core_loads_no_data_set_tokenizer_or_evaluator(module):
   code = (f"import sys, {module}; heavy = {HEAVY!r}; "
           "print(sorted({m.split('.')[0] for m in sys.modules} & set(heavy)))")
@@ -89,16 +98,36 @@ def test_the_core_loads_no_data_set_tokenizer_or_evaluator(module):
   assert r.stdout.strip() == "[]", r.stdout
 
 
-def test_the_core_imports_no_task_data_or_evaluation_module():
-  # The core may name tasks through the registry (lnjax.tasks, which loads no plug-in
-  # until a run asks for one), never a plug-in (lnjax.tasks.lm, ...) or what they use.
+def test_every_module_sits_in_a_layer_folder():
+  loose = [m for m in _modules() if m not in TOP and m.split(".")[1] not in LAYERS]
+  assert not loose, f"modules outside lnjax/{{{','.join(LAYERS)}}}/: {loose}"
+
+
+def test_the_core_imports_only_the_core_the_models_and_the_task_registry():
   mods = _modules()
-  outside = ("lnjax.data", "lnjax.tasks.", "lnjax.evaluate", "lnjax.bleu", "lnjax.predict",
-             "lnjax.train", "lnjax.analyze", "lnjax.main", "lnjax.finetune", "lnjax.sweep")
   for m, p in mods.items():
-    if any(m == c or m.startswith(c + ".") for c in CORE):
-      bad = [t for t in _imports(m, p, mods) if t.startswith(outside)]
+    if m.startswith("lnjax.core"):
+      bad = [t for t in _imports(m, p, mods)
+             if not t.startswith(CORE_MAY_IMPORT) and t != "lnjax.tasks"]
       assert not bad, f"{m} imports {bad}"
+
+
+def test_commands_live_in_cli_and_no_module_imports_one():
+  mods = _modules()
+  commands = {m for m, p in mods.items()
+              if re.search(r'^if __name__ == "__main__":', p.read_text(), re.M)}
+  assert commands - COMMANDS_OUTSIDE_CLI == {m for m in commands if m.startswith("lnjax.cli.")}
+  assert {m for m in mods if m.startswith("lnjax.cli.")} <= commands, "cli/ holds commands only"
+  for m, p in mods.items():
+    bad = [t for t in _imports(m, p, mods) if t.startswith("lnjax.cli.") or t == "lnjax.main"]
+    assert not bad, f"{m} imports the command(s) {bad}"
+
+
+def test_no_module_is_named_like_a_folder_beside_it():
+  for folder in [PACKAGE, *[d for d in PACKAGE.rglob("*") if d.is_dir()]]:
+    subfolders = {d.name for d in folder.iterdir() if d.is_dir() and d.name != "__pycache__"}
+    for f in folder.glob("*.py"):
+      assert not {f.stem, f.stem + "s"} & subfolders, f"{f} beside {folder / f.stem}*/"
 
 
 def test_no_module_over_500_lines():
@@ -107,7 +136,7 @@ def test_no_module_over_500_lines():
 
 
 def test_importing_lnjax_leaves_the_allocator_alone():
-  code = ("import lnjax, lnjax.state, lnjax.train, lnjax.allocator as a; "
+  code = ("import lnjax, lnjax.core.state, lnjax.core.train, lnjax.core.allocator as a; "
           "assert not a._applied, 'import lnjax tuned glibc malloc'; print('ok')")
   r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                      timeout=120, env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})

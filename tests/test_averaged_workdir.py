@@ -1,4 +1,4 @@
-"""An averaged workdir (python -m lnjax.averaging) works with every tool's default
+"""An averaged workdir (python -m lnjax.cli.average) works with every tool's default
 checkpoint: translate, --mode=predict, analyze and export, no --checkpoint needed."""
 
 import os
@@ -6,7 +6,8 @@ import os
 import pytest
 
 from configs import multi30k_de_en
-from lnjax import averaging, predict, train, translate
+from lnjax.core import averaging, train
+from lnjax.inference import predict, translate
 
 
 @pytest.mark.slow

@@ -13,7 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lnjax import checkpoint, config_lib, errors, finetune, metrics, train
+from lnjax.configs import common as config_lib
+from lnjax.core import checkpoint, errors, metrics, train
+from lnjax.tasks import finetune
 from lnjax.data import glue, mlm, paths, tokenizers
 from lnjax.models import ModelConfig
 from lnjax.models.bert import BertClassifier, BertEncoder, BertPretraining
@@ -214,7 +216,7 @@ def glue_smoke_config(pretrained_workdir: str):
 
 @pytest.fixture(scope="module")
 def finetuned(pretrained, tmp_path_factory):
-  """Seeds 0 and 1 of glue_smoke_config, fine-tuned by lnjax.finetune (shared below)."""
+  """Seeds 0 and 1 of glue_smoke_config, fine-tuned by lnjax.tasks.finetune (shared below)."""
   out = str(tmp_path_factory.mktemp("glue") / "mrpc")
   config = glue_smoke_config(pretrained[0])
   return out, config, finetune.finetune(config, out)
@@ -279,7 +281,7 @@ def test_glue_init_copies_the_pretrained_encoder_and_refuses_another_model(pretr
   (0: that run's initialization), the classifier left fresh; a model section other than
   the pre-training run's (dropout aside) is refused."""
   import dataclasses
-  from lnjax import run as run_lib, sharding, state as state_lib
+  from lnjax.core import run as run_lib, sharding, state as state_lib
   from lnjax.tasks import glue as glue_task
 
   config = finetune.seed_config(glue_smoke_config(pretrained[0]), seed=0)
@@ -311,7 +313,7 @@ def test_glue_init_copies_the_pretrained_encoder_and_refuses_another_model(pretr
 
 @pytest.mark.slow
 def test_finetune_resumes_bit_exactly_after_sigterm(finetuned, tmp_path):
-  """python -m lnjax.finetune stopped by SIGTERM mid-seed exits 143 with a checkpoint;
+  """python -m lnjax.cli.finetune stopped by SIGTERM mid-seed exits 143 with a checkpoint;
   the same config run again resumes it, and every step's loss, the dev scores and the
   final parameters equal the uninterrupted run's (finetuned's seed 0) bit for bit."""
   out, config, _ = finetuned
@@ -325,7 +327,7 @@ def test_finetune_resumes_bit_exactly_after_sigterm(finetuned, tmp_path):
           ("finetune.dropout_rate", 0.0), ("opt.learning_rate", 3e-3),
           ("train.log_every_steps", 1), ("train.eval_every_steps", 20),
           ("train.checkpoint_every_steps", 20), ("mesh.data", 1))]
-  stdout, _ = sigterm_when("lnjax.finetune", args, lambda: len(_train_losses(seed_wd)) >= 3,
+  stdout, _ = sigterm_when("lnjax.cli.finetune", args, lambda: len(_train_losses(seed_wd)) >= 3,
                            poll=0.02)
   assert "stopped by SIGTERM during seed 0" in stdout
   stopped = json.load(open(os.path.join(seed_wd, "summary.json")))
@@ -431,9 +433,9 @@ def test_glue_reader_bom_no_quotes_and_missing_file(tmp_path, corpora, monkeypat
 
 @pytest.mark.slow
 def test_analyze_reads_a_bert_checkpoint(pretrained):
-  """lnjax.analyze on a masked-LM run: its loss is the masked-LM NLL (task.loss), and
+  """lnjax.analysis.report on a masked-LM run: its loss is the masked-LM NLL (task.loss), and
   per-layer gradients and norm statistics come from the encoder's layers."""
-  from lnjax import analyze
+  from lnjax.analysis import report as analyze
   wd, summary = pretrained
   result, out = analyze.analyze(wd, "latest", num_batches=1, lr=1e-4)
   assert os.path.exists(os.path.join(out, "gradients.png"))

@@ -1,6 +1,7 @@
-"""One error contract for every command (lnjax/cli.py): a bad flag, an unknown config key or
-preset, and a config file that fails to load end in exit code 2 and one line on stderr, no
-traceback, for every `python -m lnjax.…` entry point. They fail before JAX compiles."""
+"""One error contract for every command (lnjax/cli/__init__.py): a bad flag, an unknown
+config key or preset, and a config file that fails to load end in exit code 2 and one line
+on stderr, no traceback, for every `python -m lnjax.…` entry point. They fail before JAX
+compiles."""
 
 import concurrent.futures
 import os
@@ -17,20 +18,20 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 # reported is that one, not a missing flag). True: it takes --config.
 COMMANDS = {
     "lnjax.main": (True, ["--workdir=W"]),
-    "lnjax.finetune": (True, ["--workdir=W"]),
-    "lnjax.sweep": (True, ["--workdir=W", "--sweep=course"]),
-    "lnjax.stability": (True, ["--workdir=W"]),
-    "lnjax.translate": (False, ["--workdir=W"]),
-    "lnjax.export": (False, ["--workdir=W"]),
-    "lnjax.averaging": (False, ["--workdir=W"]),
-    "lnjax.analyze": (False, ["--workdir=W"]),
-    "lnjax.compare": (False, []),
-    "lnjax.data.prepare": (False, ["iwslt14_de_en"]),
+    "lnjax.cli.finetune": (True, ["--workdir=W"]),
+    "lnjax.cli.sweep": (True, ["--workdir=W", "--sweep=course"]),
+    "lnjax.cli.stability": (True, ["--workdir=W"]),
+    "lnjax.cli.translate": (False, ["--workdir=W"]),
+    "lnjax.cli.export": (False, ["--workdir=W"]),
+    "lnjax.cli.average": (False, ["--workdir=W"]),
+    "lnjax.cli.analyze": (False, ["--workdir=W"]),
+    "lnjax.cli.compare": (False, []),
+    "lnjax.cli.prepare": (False, ["iwslt14_de_en"]),
 }
-CONSOLE = ["lnjax.console", "train"]  # The `lnjax` command hands its flags to lnjax.main.
+CONSOLE = ["lnjax.cli.console", "train"]  # The `lnjax` command hands its flags to lnjax.main.
 INTERNAL = {"lnjax.sweep.ray_driver"}  # The Ray driver a sweep starts (its spec on stdin).
 # Commands that import JAX before parsing their flags (3-4 s of CPU each): the slow tier.
-IMPORT_JAX = {"lnjax.averaging", "lnjax.compare", "lnjax.data.prepare"}
+IMPORT_JAX = {"lnjax.cli.average", "lnjax.cli.compare", "lnjax.cli.prepare"}
 
 
 def _entry_points() -> set[str]:
@@ -96,12 +97,12 @@ def test_an_unknown_config_key_or_preset(tmp_path):
   for m, (takes_config, args) in COMMANDS.items():
     if m in IMPORT_JAX:
       continue
-    config = "configs/glue.py:task=mrpc" if m == "lnjax.finetune" else "configs/lm.py:smoke"
+    config = "configs/glue.py:task=mrpc" if m == "lnjax.cli.finetune" else "configs/lm.py:smoke"
     cases += [([m, *args, f"--config={config}", "--config.nosuch=1"],
                "nosuch" if takes_config else "config"),
               ([m, *args, "--config=configs/glue.py:task=cola"],
                "cola" if takes_config else "config")]
-    if m == "lnjax.finetune":
+    if m == "lnjax.cli.finetune":
       cases.append(([m, *args, f"--config={config}", "--config.finetune.nosuch=1"],
                     "finetune.nosuch"))
     if not takes_config:

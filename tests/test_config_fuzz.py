@@ -7,7 +7,7 @@ in one train step with a finite loss. Any other exception fails the test.
 
 The language model, translation and BERT configs build the model and data and take the
 step (on one device, the embedded corpus or the test fixtures); GLUE's resolve through
-lnjax.finetune (its model comes from a pre-training run, which a draw has none of). A
+lnjax.tasks.finetune (its model comes from a pre-training run, which a draw has none of). A
 draw that resolves to a model too big for a test (a huge width, batch or length: valid,
 but hours or tens of GiB here) is resolved only.
 
@@ -29,7 +29,7 @@ from configs import bert as bert_config
 from configs import glue as glue_config
 from configs import lm as lm_config
 from configs import multi30k_de_en
-from lnjax import errors, run as run_lib
+from lnjax.core import errors, run as run_lib
 
 hypothesis.settings.register_profile("fast", max_examples=3, derandomize=True, deadline=None,
                                      database=None, print_blob=True,
@@ -110,12 +110,12 @@ def check_draw(name: str, draw) -> str:
       return "refused"
   try:
     if name == "glue":
-      from lnjax import finetune
+      from lnjax.tasks import finetune
       config = finetune.seed_config(config, 0)
     run = run_lib.resolve_config(config)
     if not _small(run):
       return "resolved"
-    from lnjax import build
+    from lnjax.core import build
     b = build.build(config, build.one_device_mesh(), whole_data=True)
     state = b.init_state()
     _, metrics = b.train_step(state, b.global_batch(next(b.data.train_iter())))
@@ -156,7 +156,7 @@ def test_each_key_alone_at_each_edge_is_refused_or_resolves(name):
         continue
       try:
         if name == "glue":
-          from lnjax import finetune
+          from lnjax.tasks import finetune
           config = finetune.seed_config(config, 0)
         run_lib.resolve_config(config)
       except errors.LnjaxError:

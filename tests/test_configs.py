@@ -4,7 +4,7 @@ import importlib
 
 import pytest
 
-from lnjax import errors, run
+from lnjax.core import errors, run
 
 CASES = [
     ("default", None), ("default", "smoke"),

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from lnjax import hooks, metrics
+from lnjax.core import hooks, metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

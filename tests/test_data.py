@@ -227,7 +227,7 @@ def test_config_validation(kw, message):
 
 
 def test_config_unknown_key():
-  from lnjax import config_lib
+  from lnjax.configs import common as config_lib
   with pytest.raises(ValueError, match=r"unknown config key data\.seqlen; valid keys: "):
     config_lib.from_config(LMDataConfig, "data", {"seqlen": 3})
   assert config_lib.from_config(LMDataConfig, "data", {"seq_len": 3}).seq_len == 3

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lnjax import decode
+from lnjax.inference import decode
 from lnjax.models import EncoderDecoder, ModelConfig
 
 BOS, EOS = 2, 3
@@ -143,7 +143,8 @@ def test_batched_decoding_returns_each_hypothesis_in_the_input_order():
   of two) and each alone: the i-th hypothesis is the i-th sentence's. One padded length
   (8) for all, and a fixed hypothesis length (max_len), which a batch's padded source
   length would otherwise set."""
-  from lnjax import evaluate, sharding
+  from lnjax.core import sharding
+  from lnjax.inference import evaluate
 
   model, params, _ = _model(vocab=24, seed=1)
   rng = np.random.default_rng(1)

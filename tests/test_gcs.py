@@ -124,7 +124,7 @@ def test_smoke_run_in_a_bucket_killed_and_resumed_equals_a_local_run(gcs, tmp_pa
   assert fs.exists(f"{BUCKET}/run/checkpoints/40/lnjax_manifest.json")
 
   # The bucket run read back: analysis (written into the bucket) and predict's check.
-  r = cli("lnjax.analyze", f"--workdir={workdir}", "--batches=1", env=env)
+  r = cli("lnjax.cli.analyze", f"--workdir={workdir}", "--batches=1", env=env)
   assert r.returncode == 0, r.stderr[-3000:]
   analysis = bucket_json(fs, f"{BUCKET}/run/analysis/40/analysis.json")
   assert analysis["step"] == "40" and analysis["loss"] > 0

@@ -21,7 +21,8 @@ import numpy as np
 import optax
 import pytest
 
-from lnjax import optim, sharding, state as state_lib, tasks, train
+from lnjax import tasks
+from lnjax.core import optim, sharding, state as state_lib, train
 from lnjax.models import EncoderDecoder, ModelConfig
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -1,4 +1,4 @@
-"""The stability instrument (lnjax/health.py): per-layer statistics against numpy, scanned
+"""The stability instrument (lnjax/core/health.py): per-layer statistics against numpy, scanned
 equal to unrolled, the model unchanged when nobody asks for them; the early-warning rule,
 the host-side 6σ rule and the skip-step optax transform."""
 
@@ -9,7 +9,7 @@ import numpy as np
 import optax
 import pytest
 
-from lnjax import health
+from lnjax.core import health
 from lnjax.models import EncoderDecoder, ModelConfig, TransformerLM, transformer
 
 CFG = ModelConfig(vocab_size=40, num_layers=2, d_model=16, num_heads=2, d_ff=32, max_len=8,
@@ -204,7 +204,8 @@ def test_skip_spikes_zeroes_the_update_and_keeps_the_state():
 # ---- Under sharding, and in a run. ---------------------------------------------------------
 
 def _sharded_stats(mesh_shape):
-  from lnjax import optim, sharding, state as state_lib, steps, tasks
+  from lnjax import tasks
+  from lnjax.core import optim, sharding, state as state_lib, steps
   import functools
   cfg = ModelConfig(**{**CFG.__dict__, "num_heads": 4, "d_ff": 64})
   setup = state_lib.make_setup(cfg, optim.OptConfig(name="sgd", learning_rate=0.5), 100,
@@ -233,7 +234,8 @@ def test_statistics_under_sharding_equal_one_device():
 
 
 def _run(tmp_path, name, **overrides):
-  from lnjax import config_lib, metrics, train
+  from lnjax.configs import common as config_lib
+  from lnjax.core import metrics, train
   c = config_lib.lm_config()
   config_lib.apply_smoke(c)
   c.mesh.data = 1
@@ -277,7 +279,7 @@ def test_rollback_recovers_from_a_learning_rate_spike(tmp_path, clean_run):
 
 
 def test_bad_recovery_settings_are_refused_in_one_line():
-  from lnjax import errors, run
+  from lnjax.core import errors, run
   with pytest.raises(errors.ConfigError, match="train.on_instability='sometimes' is not one of"):
     run.TrainConfig(on_instability="sometimes")
   with pytest.raises(errors.ConfigError, match="train.health='loud'"):

@@ -1,5 +1,5 @@
 """Hugging Face GPT-2 and BERT folders imported into lnjax's own models, and lnjax models
-exported as such folders (lnjax/hf.py, lnjax/hf_tokenizer.py, lnjax/hf_analyze.py).
+exported as such folders (lnjax/hf/checkpoint.py, lnjax/hf/tokenizer.py, lnjax/hf/analyze.py).
 
 No network: small models with random weights are built from transformers' own config
 classes, saved with save_pretrained beside a tokenizer trained here (byte-level BPE for
@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 
-from lnjax import hf, hf_tokenizer
+from lnjax.hf import checkpoint as hf, tokenizer as hf_tokenizer
 
 CORPUS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                       "lnjax", "data", "corpora", "tiny_shakespeare", "input.txt.gz")
@@ -141,11 +141,11 @@ def test_token_ids_equal_the_hugging_face_tokenizer(folders, name):
       assert ours.encode(text).tolist() == theirs(text)["input_ids"], text
 
 
-# ---- lnjax -> Hugging Face (lnjax.export --format=hf)
+# ---- lnjax -> Hugging Face (lnjax.inference.export --format=hf)
 
 
 def _trained(workdir, config):
-  from lnjax import train
+  from lnjax.core import train
 
   config.train.num_steps = config.train.eval_every_steps = config.train.checkpoint_every_steps = 2
   train.train_and_evaluate(config, str(workdir))
@@ -194,7 +194,8 @@ def test_exported_folder_gives_the_same_logits_in_transformers(tmp_path, name):
   import torch
   import transformers
 
-  from lnjax import averaging, export
+  from lnjax.core import averaging
+  from lnjax.inference import export
 
   workdir = _trained(tmp_path / "run", EXPORTS[name]())
   out = str(tmp_path / "hf")
@@ -364,7 +365,7 @@ def test_layer_removal_equals_the_model_with_that_block_passing_its_input_on(nor
   from lnjax.analysis import probes, removal
   from lnjax.models import ModelConfig, TransformerLM, init_params
   from lnjax.models.transformer import Block
-  from lnjax.state import Setup
+  from lnjax.core.state import Setup
 
   cfg = ModelConfig(vocab_size=20, num_layers=3, d_model=16, num_heads=2, d_ff=32,
                     norm_position=norm_position, dropout_rate=0.0)
@@ -389,7 +390,7 @@ def test_layer_removal_equals_the_model_with_that_block_passing_its_input_on(nor
 
 
 def test_text_that_cannot_be_scored_is_refused_in_one_line(tmp_path):
-  from lnjax import hf_analyze
+  from lnjax.hf import analyze as hf_analyze
 
   empty, latin1 = tmp_path / "empty.txt", tmp_path / "latin1.txt"
   empty.write_text(" \n")
@@ -402,7 +403,7 @@ def test_text_that_cannot_be_scored_is_refused_in_one_line(tmp_path):
 
 def _analyze_cli(*args):
   env = {**os.environ, "LNJAX_PROGRESS_SECONDS": "100000", "HF_HUB_OFFLINE": "1"}
-  return subprocess.run([sys.executable, "-m", "lnjax.analyze", *args], capture_output=True,
+  return subprocess.run([sys.executable, "-m", "lnjax.cli.analyze", *args], capture_output=True,
                         text=True, env=env, timeout=600)
 
 
@@ -428,7 +429,8 @@ def test_analyze_cli_on_an_imported_gpt2_writes_the_report_and_layer_removal(tmp
 
 @pytest.mark.slow
 def test_analyze_on_an_imported_bert_scores_its_masked_tokens(tmp_path):
-  from lnjax import analyze, hf_analyze
+  from lnjax.analysis import report as analyze
+  from lnjax.hf import analyze as hf_analyze
 
   folder, _, _ = lnjax_folder(tmp_path / "bert", "mlm")
   text = tmp_path / "text.txt"

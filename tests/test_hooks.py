@@ -1,4 +1,4 @@
-"""Each hook of the training loop alone (lnjax/hooks.py), on the real Loop (lnjax/loop.py)
+"""Each hook of the training loop alone (lnjax/core/hooks.py), on the real Loop (lnjax/core/loop.py)
 stepping a one-number state: its step adds the batch's `delta` to w and reports the
 batch's `loss`, so a test scripts the losses and reads the updates off w."""
 
@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lnjax import build, checkpoint, hooks, loop as loop_lib, metrics, preemption, sharding
-from lnjax import state as state_lib
+from lnjax.core import build, checkpoint, hooks, loop as loop_lib, metrics, preemption, sharding
+from lnjax.core import state as state_lib
 
 
 class Batches:

@@ -28,7 +28,8 @@ import jax
 import numpy as np
 import pytest
 
-from lnjax import checkpoint, config_lib, metrics, run as run_lib, train
+from lnjax.configs import common as config_lib
+from lnjax.core import checkpoint, metrics, run as run_lib, train
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 6

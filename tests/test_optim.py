@@ -8,8 +8,8 @@ import numpy as np
 import optax
 import pytest
 
-from lnjax import losses
-from lnjax import errors, optim
+from lnjax.core import losses
+from lnjax.core import errors, optim
 
 
 def lr(schedule, t):

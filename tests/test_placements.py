@@ -11,7 +11,8 @@ import numpy as np
 import optax
 import pytest
 
-from lnjax import errors, optim, state, tasks, train
+from lnjax import tasks
+from lnjax.core import errors, optim, state, train
 from lnjax.analysis import probes
 from test_models import random_norms  # γ ~ 1 + N(0, ½²), β ~ N(0, ½²)
 from test_train import smoke_config, train_losses

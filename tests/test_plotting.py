@@ -1,4 +1,4 @@
-"""Figures people can read: the label helpers, and lnjax.compare's panels per task, its
+"""Figures people can read: the label helpers, and lnjax.analysis.compare's panels per task, its
 unigram baseline and its seed bands (checked on the matplotlib objects, not pixels)."""
 
 import json
@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.collections import PolyCollection  # noqa: E402
 
-from lnjax import compare, plotting  # noqa: E402
+from lnjax.analysis import compare, plotting  # noqa: E402
 
 
 def test_placement_and_override_labels():
@@ -124,7 +124,7 @@ def test_compare_puts_tasks_in_separate_rows_with_baseline_and_seed_band(tmp_pat
 
 
 def test_analyze_figure_has_units_layer_ticks_and_a_setup_line(tmp_path):
-  from lnjax import analyze
+  from lnjax.analysis import report as analyze
 
   result = {"norm_position": "post", "step": "init", "loss": 4.2, "num_batches": 2,
             "num_layers": 1, "d_model": 64,
@@ -167,7 +167,7 @@ def test_stability_figure_names_placements_and_its_setup(tmp_path):
 
 
 def test_layer_removal_figure_has_integer_layer_ticks_and_units(tmp_path):
-  from lnjax import hf_analyze
+  from lnjax.hf import analyze as hf_analyze
 
   result = {"architecture": "gpt2", "norm_position": "pre", "loss": 3.21, "text": "a.txt",
             "layer_removal": {"increase": [0.5, 0.1, 0.02]}}

@@ -122,7 +122,8 @@ def test_stops_during_bleu_decoding_and_the_final_decode_resume_to_the_same_reco
 def test_a_stop_during_a_decode_batch_does_not_wait_for_the_batch():
   """A decode batch (its compilation included) takes seconds that no signal cuts short:
   evaluate runs it in a worker thread and raises Preempted as soon as the stop comes."""
-  from lnjax import evaluate, preemption
+  from lnjax.core import preemption
+  from lnjax.inference import evaluate
   with preemption.Stop() as stop:
     stop.raising(False)  # As in the training loop: the signal only sets the flag.
     threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM)).start()

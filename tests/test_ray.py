@@ -176,7 +176,7 @@ def _config(tmp) -> str:
 
 
 def _sweep(cluster, config, sweep, root, *flags, wait=True, timeout=300):
-  cmd = [sys.executable, "-m", "lnjax.sweep", f"--config={config}", f"--sweep={sweep}",
+  cmd = [sys.executable, "-m", "lnjax.cli.sweep", f"--config={config}", f"--sweep={sweep}",
          f"--workdir={root}", "--backend=ray", f"--ray_address={cluster.address}", *flags]
   proc = subprocess.Popen(cmd, cwd=REPO, env=cluster.local, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -282,7 +282,7 @@ def test_a_run_no_node_fits_is_one_line(cluster, reference):
 def test_unreachable_address_is_one_line_after_a_bounded_wait(tmp_path):
   config, port = _config(str(tmp_path)), _free_port()
   t0 = time.monotonic()
-  r = subprocess.run([sys.executable, "-m", "lnjax.sweep", f"--config={config}", "--sweep=one",
+  r = subprocess.run([sys.executable, "-m", "lnjax.cli.sweep", f"--config={config}", "--sweep=one",
                       f"--workdir={tmp_path / 'x'}", "--backend=ray",
                       f"--ray_address=127.0.0.1:{port}", "--ray_connect_seconds=2"],
                      cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -418,7 +418,8 @@ def test_kuberay_manifests_match_the_pinned_ray_and_ask_for_their_accelerators()
 def test_each_process_asks_ray_for_its_platforms_devices(tmp_path, monkeypatch):
   """--platform/--devices_per_run as Ray resources (auto: TPUs, else GPUs, else CPUs; one
   CPU beside accelerators), and the refusals made before anything starts."""
-  from lnjax import errors, sweep
+  from lnjax import sweep
+  from lnjax.core import errors
   from lnjax.sweep import ray_backend, ray_driver
   shape = ray_driver.per_process_resources
   assert shape("cpu", 4, {"CPU": 64, "GPU": 8}) == {"CPU": 4}

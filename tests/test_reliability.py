@@ -19,7 +19,8 @@ import jax
 import numpy as np
 import pytest
 
-from lnjax import checkpoint, errors, lock, metrics, predict, run as run_lib, train
+from lnjax.core import checkpoint, errors, lock, metrics, run as run_lib, train
+from lnjax.inference import predict
 from test_train import REPO, _one_line_error, run_cli, smoke_config, snapshot
 
 pytestmark = pytest.mark.slow  # Most of them train or launch runs.
@@ -257,7 +258,7 @@ def test_5_missing_config_file(tmp_path):
 
 
 def test_5_analyze_step_that_is_not_a_number(reference):
-  r = subprocess.run([sys.executable, "-m", "lnjax.analyze", f"--workdir={reference}",
+  r = subprocess.run([sys.executable, "-m", "lnjax.cli.analyze", f"--workdir={reference}",
                       "--step=abc"], cwd=REPO, capture_output=True, text=True, timeout=240)
   _one_line_error(r, "--step='abc'")
 

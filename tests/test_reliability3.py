@@ -15,7 +15,9 @@ import time
 
 import pytest
 
-from lnjax import averaging, checkpoint, compare, errors, export, fileio, lock, sharding
+from lnjax.analysis import compare
+from lnjax.core import averaging, checkpoint, errors, fileio, lock, sharding
+from lnjax.inference import export
 from lnjax.data import builders, paths, sources
 from lnjax.sweep import launcher
 from test_train import REPO, _one_line_error, smoke_config
@@ -82,9 +84,9 @@ def test_averaging_and_compare_refuse_an_output_in_a_runs_files(tmp_path):
 def test_translate_and_export_commands_refuse_the_workdir_in_one_line(tmp_path):
   wd = _run_workdir(tmp_path / "run")
   before = _files(wd)
-  _one_line_error(_cli("lnjax.export", f"--workdir={wd}", f"--output={wd}"),
+  _one_line_error(_cli("lnjax.cli.export", f"--workdir={wd}", f"--output={wd}"),
                   f"would write config.json of the run in {wd}")
-  _one_line_error(_cli("lnjax.translate", f"--workdir={wd}",
+  _one_line_error(_cli("lnjax.cli.translate", f"--workdir={wd}",
                        f"--output={os.path.join(wd, 'metrics.jsonl')}"), "metrics.jsonl")
   assert _files(wd) == before
 
@@ -112,10 +114,10 @@ def test_the_workdir_lock_refuses_a_symlink_and_leaves_its_target_alone(tmp_path
     assert "PID" in (wd / lock.LOCK_FILE).read_text()
 
 
-# ---- Item 3: binary and Latin-1 input to lnjax.translate.
+# ---- Item 3: binary and Latin-1 input to lnjax.inference.translate.
 
 def test_translate_reads_undecodable_lines_as_empty_ones(tmp_path):
-  from lnjax import translate
+  from lnjax.inference import translate
 
   path = tmp_path / "in.txt"
   path.write_bytes("Ein Hund.\r\n".encode() + "Café Straße\n".encode("latin-1")
@@ -136,16 +138,16 @@ def test_checkpoint_specs_take_ascii_digits_only(spec):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("module, flag", [("lnjax.translate", "--checkpoint"),
-                                          ("lnjax.export", "--checkpoint"),
-                                          ("lnjax.analyze", "--step")])
+@pytest.mark.parametrize("module, flag", [("lnjax.cli.translate", "--checkpoint"),
+                                          ("lnjax.cli.export", "--checkpoint"),
+                                          ("lnjax.cli.analyze", "--step")])
 def test_a_superscript_checkpoint_is_one_line(tmp_path, module, flag):
   wd = _run_workdir(tmp_path / "run")
   _one_line_error(_cli(module, f"--workdir={wd}", f"{flag}=²"), "must be best, latest")
 
 
 def test_analyze_refuses_zero_batches_and_a_bad_rate(tmp_path):
-  from lnjax import analyze
+  from lnjax.analysis import report as analyze
 
   wd = _run_workdir(tmp_path / "run")
   for kwargs, needle in (({"num_batches": 0}, "--batches=0"), ({"num_batches": -2}, "--batches"),
@@ -156,7 +158,7 @@ def test_analyze_refuses_zero_batches_and_a_bad_rate(tmp_path):
 
 @pytest.mark.slow
 def test_averaging_last_zero_is_one_line():
-  r = _cli("lnjax.averaging", "--workdir=/nonexistent", "--last=0")
+  r = _cli("lnjax.cli.average", "--workdir=/nonexistent", "--last=0")
   _one_line_error(r, "--last=0")
 
 
@@ -199,7 +201,7 @@ def test_a_bucket_without_network_is_a_bounded_line_naming_the_endpoint(monkeypa
 
 @pytest.mark.slow
 def test_a_refused_save_leaves_the_summary_failed_not_running(small_disk):
-  from lnjax import train
+  from lnjax.core import train
 
   wd = os.path.join(small_disk, "run")
   with open(os.path.join(small_disk, "filler"), "wb") as f:  # Room for all but checkpoints.

@@ -15,9 +15,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lnjax import losses
-from lnjax import decode as decode_lib
-from lnjax import errors, optim, sharding, state, tasks
+from lnjax.core import losses
+from lnjax.inference import decode as decode_lib
+from lnjax import tasks
+from lnjax.core import errors, optim, sharding, state
 from lnjax.models import (NORM_POSITIONS, EncoderDecoder, ModelConfig, TransformerLM,
                           init_params, placement)
 from lnjax.models.bert import BertPretraining

@@ -13,7 +13,8 @@ import jax
 import numpy as np
 import pytest
 
-from lnjax import checkpoint, errors, optim, sharding, state as state_lib, tasks, train
+from lnjax import tasks
+from lnjax.core import checkpoint, errors, optim, sharding, state as state_lib, train
 from lnjax.models import NORM_POSITIONS, ModelConfig
 
 B, T, V = 8, 8, 64

@@ -120,7 +120,7 @@ def _sweep(env, config, root):
          "XLA_FLAGS": " ".join(f for f in os.environ.get("XLA_FLAGS", "").split()
                                if not f.startswith("--xla_force_host_platform_device_count"))}
   return subprocess.Popen(
-      [sys.executable, "-m", "lnjax.sweep", "--backend=slurm", f"--config={config}",
+      [sys.executable, "-m", "lnjax.cli.sweep", "--backend=slurm", f"--config={config}",
        "--sweep=all", f"--workdir={root}", "--refresh_seconds=0.5"],
       cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 

@@ -22,7 +22,7 @@ import tensorflow_datasets as tfds
 
 from configs import default as default_config
 from configs import iwslt14_de_en, multi30k_de_en
-from lnjax import metrics, train
+from lnjax.core import metrics, train
 from lnjax.data import download, paths, prepare, sources
 from lnjax.data.paths import DataError
 
@@ -376,7 +376,7 @@ def test_packaged_tfds_builder_prepares_and_reads_as_array_record(tmp_path, monk
 @pytest.mark.slow
 @pytest.mark.skipif(not NO_TENSORFLOW, reason="checks the message given without TensorFlow")
 def test_wmt14_from_tfds_without_tensorflow_names_the_extra(tmp_path):
-  r = subprocess.run([sys.executable, "-m", "lnjax.data.prepare", "wmt14_en_de",
+  r = subprocess.run([sys.executable, "-m", "lnjax.cli.prepare", "wmt14_en_de",
                       f"--tfds_data_dir={tmp_path / 'tfds'}"], cwd=REPO,
                      env=_clean_env(LNJAX_DATA_OFFLINE="1"), capture_output=True, text=True,
                      timeout=300)
@@ -433,7 +433,7 @@ def test_wmt14_prepare_from_manual_dir_writes_the_train_split_wmt14_de_en_reads(
 
   want = _wmt14_archives(tmp_path / "wmt")
   out = tmp_path / "data"
-  r = subprocess.run([sys.executable, "-m", "lnjax.data.prepare", "wmt14_en_de",
+  r = subprocess.run([sys.executable, "-m", "lnjax.cli.prepare", "wmt14_en_de",
                       f"--manual_dir={tmp_path / 'wmt'}", f"--data_dir={out}"], cwd=REPO,
                      env=_clean_env(LNJAX_DATA_OFFLINE="1"), capture_output=True, text=True,
                      timeout=300)
@@ -584,7 +584,7 @@ def test_iwslt14_prepare_matches_fairseq_test_split_and_trains_the_smoke(tmp_pat
   archive = tmp_path / "de-en.tgz"
   _iwslt_archive(archive)
   out = tmp_path / "data"
-  r = subprocess.run([sys.executable, "-m", "lnjax.data.prepare", "iwslt14_de_en",
+  r = subprocess.run([sys.executable, "-m", "lnjax.cli.prepare", "iwslt14_de_en",
                       f"--archive={archive}", f"--data_dir={out}"], cwd=REPO,
                      env=_clean_env(), capture_output=True, text=True, timeout=600)
   assert r.returncode == 0, r.stderr[-3000:]

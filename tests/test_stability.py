@@ -1,4 +1,4 @@
-"""The stability search (python -m lnjax.stability, lnjax/sweep/search.py): the bisection
+"""The stability search (python -m lnjax.cli.stability, lnjax/sweep/search.py): the bisection
 against a pure-Python oracle whose threshold is known, the range test's bracket, the
 definition of a stable run, refusals, and one search on the LM smoke preset killed and
 resumed."""
@@ -128,7 +128,7 @@ def test_the_definition_of_stable():
 
 def _stability(workdir, *flags, **kw):
   return subprocess.run(
-      [sys.executable, "-m", "lnjax.stability", "--config=configs/lm.py:smoke",
+      [sys.executable, "-m", "lnjax.cli.stability", "--config=configs/lm.py:smoke",
        f"--workdir={workdir}", *flags], cwd=REPO, capture_output=True, text=True, **kw)
 
 
@@ -143,7 +143,7 @@ def _stability(workdir, *flags, **kw):
 def test_refusals_are_one_line_and_exit_2(tmp_path, flags, message):
   out = _stability(tmp_path / "s", *flags, timeout=300)
   assert out.returncode == 2, out.stderr
-  assert out.stderr.strip().splitlines() == [f"lnjax.stability: error: {message}"] or (
+  assert out.stderr.strip().splitlines() == [f"lnjax.sweep.stability: error: {message}"] or (
       len(out.stderr.strip().splitlines()) == 1 and message in out.stderr), out.stderr
   assert not (tmp_path / "s").exists()
 
@@ -162,7 +162,7 @@ def test_smoke_search_writes_its_results_and_a_killed_search_resumes(tmp_path):
   flags = ["--placements=pre", "--seeds=1", "--probe_steps=20", "--tolerance=1000",
            "--margin_nats=-1"]
   proc = subprocess.Popen(
-      [sys.executable, "-m", "lnjax.stability", "--config=configs/lm.py:smoke",
+      [sys.executable, "-m", "lnjax.cli.stability", "--config=configs/lm.py:smoke",
        f"--workdir={workdir}", *flags], cwd=REPO, stdout=subprocess.PIPE,
       stderr=subprocess.STDOUT, text=True)
   state_path = workdir / "search.json"

@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from lnjax import errors, sweep
+from lnjax import sweep
+from lnjax.core import errors
 from lnjax.sweep import launcher, report
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -125,7 +126,8 @@ def test_fig2_at_the_papers_size():
       import json, sys
       sys.path.insert(0, {os.path.join(REPO, "experiments")!r})
       import multi30k_figs
-      from lnjax import run as run_lib, sweep
+      from lnjax import sweep
+      from lnjax.core import run as run_lib
       keys = ("model.norm_position", "opt.learning_rate", "opt.warmup_steps",
               "model.num_layers", "model.d_model", "model.d_ff", "model.num_heads",
               "opt.name", "opt.b2", "opt.schedule", "train.label_smoothing",
@@ -198,7 +200,7 @@ def test_dry_run_prints_each_runs_command_and_launches_nothing(tmp_path):
   config = _config_file(tmp_path, "sweep.product(sweep.axis('model.norm_position', ['post', "
                         "'pre']), sweep.axis('opt.learning_rate', [1e-3, 1e-2]))")
   root = tmp_path / "dry"
-  r = subprocess.run([sys.executable, "-m", "lnjax.sweep", f"--config={config}", "--sweep=all",
+  r = subprocess.run([sys.executable, "-m", "lnjax.cli.sweep", f"--config={config}", "--sweep=all",
                       f"--workdir={root}", "--dry_run", "--config.train.num_steps=7"],
                      cwd=REPO, capture_output=True, text=True, timeout=120)
   assert r.returncode == 0, r.stderr[-2000:]
@@ -335,7 +337,7 @@ def _launch(config, root, *extra):
              f for f in os.environ.get("XLA_FLAGS", "").split()
              if not f.startswith("--xla_force_host_platform_device_count"))}
   return subprocess.Popen(
-      [sys.executable, "-m", "lnjax.sweep", f"--config={config}", "--sweep=all",
+      [sys.executable, "-m", "lnjax.cli.sweep", f"--config={config}", "--sweep=all",
        f"--workdir={root}", *extra, *([] if any(a.startswith("--parallel") for a in extra)
                                        else [f"--parallel={min(2, len(os.sched_getaffinity(0)))}"])],
       cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -411,7 +413,7 @@ def test_killed_sweep_finishes_on_relaunch_without_redoing_finished_runs(tmp_pat
   assert re.search(r"seed=1,steps=1500 +completed +1500/1500", table), table
 
   # --report on what the real runs wrote: states, results and plots.
-  r = subprocess.run([sys.executable, "-m", "lnjax.sweep", f"--config={config}", "--sweep=all",
+  r = subprocess.run([sys.executable, "-m", "lnjax.cli.sweep", f"--config={config}", "--sweep=all",
                       f"--workdir={root}", "--report"], cwd=REPO, capture_output=True,
                      text=True, timeout=300)
   assert r.returncode == 0, r.stderr[-2000:]

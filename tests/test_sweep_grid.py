@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from lnjax import errors, sweep
+from lnjax import sweep
+from lnjax.core import errors
 from lnjax.sweep import grid
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -42,7 +43,7 @@ def test_grid_refuses_bad_items(text, message):
 
 
 def _sweep(tmp_path, *args):
-  return subprocess.run([sys.executable, "-m", "lnjax.sweep", "--config=lm:smoke",
+  return subprocess.run([sys.executable, "-m", "lnjax.cli.sweep", "--config=lm:smoke",
                          f"--workdir={tmp_path / 'grid'}", *args], cwd=tmp_path,
                         capture_output=True, text=True, timeout=300,
                         env={**os.environ, "PYTHONPATH": REPO})

@@ -13,7 +13,8 @@ import jax
 import numpy as np
 import pytest
 
-from lnjax import checkpoint, config_lib, errors, metrics, sharding, train
+from lnjax.configs import common as config_lib
+from lnjax.core import checkpoint, errors, metrics, sharding, train
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -107,7 +108,8 @@ def test_dropout_draws_new_masks_at_every_step():
   changed (the same mask at every step) would pass them. Here: from one state and batch,
   the step's loss is the same when repeated and changes with the step number (dropout
   0.1), and does not change with it without dropout."""
-  from lnjax import optim, state as state_lib, tasks
+  from lnjax import tasks
+  from lnjax.core import optim, state as state_lib
   from lnjax.models import ModelConfig
 
   batch = {"inputs": np.arange(32, dtype=np.int32).reshape(2, 16) % 13 + 1,
@@ -395,7 +397,7 @@ def test_cli_compilation_cache_and_profile(tmp_path):
 
 
 def test_profile_steps_are_checked():
-  from lnjax import run as run_lib
+  from lnjax.core import run as run_lib
   for bad in ("5", "4,2", "0,3", "a,b"):
     with pytest.raises(errors.ConfigError, match="train.profile_steps"):
       run_lib.resolve_config(smoke_config(**{"train.profile_steps": bad}))

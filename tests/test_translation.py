@@ -11,7 +11,8 @@ import pytest
 import sacrebleu
 
 from configs import multi30k_de_en
-from lnjax import checkpoint, evaluate, metrics, train
+from lnjax.core import checkpoint, metrics, train
+from lnjax.inference import evaluate
 from lnjax.data import mt_builders
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -25,7 +26,7 @@ def test_bleu_of_references_against_themselves_is_100():
 
 
 def test_bleu_refuses_a_count_mismatch():
-  from lnjax import errors
+  from lnjax.core import errors
   with pytest.raises(errors.LnjaxError, match="2 hypotheses for 1 references"):
     evaluate.bleu(["a", "b"], ["a"])
 

@@ -26,7 +26,7 @@ from lnjax.data import mt_builders
 from lnjax.data.batching import bucket_len, ladder_len, plan_batches
 from lnjax.data.mt_tokenizer import BOS_ID, EOS_ID, PAD_ID, MTTokenizer
 from lnjax.data.translation import MTDataConfig, make_mt_data
-from lnjax.errors import ConfigError
+from lnjax.core.errors import ConfigError
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 VOCAB = 500
@@ -552,7 +552,7 @@ def test_config_validation(kw, message):
 
 
 def test_config_lists_and_unknown_key():
-  from lnjax import config_lib
+  from lnjax.configs import common as config_lib
 
   cfg = MTDataConfig(eval_splits=["validation", "test_2017_mscoco"])
   assert cfg.eval_splits == ("validation", "test_2017_mscoco")

@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lnjax import losses
-from lnjax import errors
+from lnjax.core import losses
+from lnjax.core import errors
 from lnjax.models import kernels
 from lnjax.models import ModelConfig, TransformerLM
 

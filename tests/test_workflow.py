@@ -21,8 +21,10 @@ import sacrebleu
 from configs import glue as glue_config
 from configs import lm as lm_config
 from configs import multi30k_de_en
-from lnjax import (averaging, checkpoint, compare, config_doc, export, metrics, progress,
-                   train)
+from lnjax.analysis import compare
+from lnjax.configs import doc as config_doc
+from lnjax.core import averaging, checkpoint, metrics, progress, train
+from lnjax.inference import export
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPLIT = "test_2017_mscoco"  # 100 sentences in the fixture corpora (461 in Multi30k).
@@ -55,7 +57,7 @@ def mt_run(tmp_path_factory):
 
 
 def _sources_and_refs(wd):
-  from lnjax import predict
+  from lnjax.inference import predict
   t = predict.load(wd, "latest")
   return t.data.sources(SPLIT), t.data.references(SPLIT)
 
@@ -74,9 +76,9 @@ def test_translate_on_stdin_and_on_a_file_reproduces_predict(mt_run, tmp_path):
   src_file.write_text("\n".join(sources) + "\n")
   ref_file.write_text("\n".join(refs) + "\n")
 
-  piped = cli("lnjax.translate", f"--workdir={mt_run}", stdin=src_file.read_text())
+  piped = cli("lnjax.cli.translate", f"--workdir={mt_run}", stdin=src_file.read_text())
   assert piped.stdout.splitlines() == predicted
-  from_file = cli("lnjax.translate", f"--workdir={mt_run}", f"--input={src_file}",
+  from_file = cli("lnjax.cli.translate", f"--workdir={mt_run}", f"--input={src_file}",
                   f"--reference={ref_file}")
   assert from_file.stdout.splitlines() == predicted
   # The score on stderr, with sacreBLEU's signature, is predict's.
@@ -86,15 +88,15 @@ def test_translate_on_stdin_and_on_a_file_reproduces_predict(mt_run, tmp_path):
   score = sacrebleu.corpus_bleu(from_file.stdout.splitlines(), [refs]).score
   assert score == pytest.approx(result["bleu"], abs=1e-6)
   # An empty line in, an empty line out, the others untouched.
-  gaps = cli("lnjax.translate", f"--workdir={mt_run}",
+  gaps = cli("lnjax.cli.translate", f"--workdir={mt_run}",
              stdin=f"{sources[0]}\n\n{sources[1]}\n").stdout.splitlines()
   assert len(gaps) == 3 and gaps[1] == ""
 
 
 @pytest.mark.slow
 def test_a_beam_size_override_is_used_or_refused(mt_run):
-  beam2 = cli("lnjax.translate", f"--workdir={mt_run}", f"--split={SPLIT}")
-  beam1 = cli("lnjax.translate", f"--workdir={mt_run}", f"--split={SPLIT}", "--beam_size=1")
+  beam2 = cli("lnjax.cli.translate", f"--workdir={mt_run}", f"--split={SPLIT}")
+  beam1 = cli("lnjax.cli.translate", f"--workdir={mt_run}", f"--split={SPLIT}", "--beam_size=1")
   assert "beam 2" in beam2.stderr and "beam 1" in beam1.stderr
   changed = sum(a != b for a, b in zip(beam1.stdout.splitlines(), beam2.stdout.splitlines()))
   assert changed > 0
@@ -107,13 +109,13 @@ def test_a_beam_size_override_is_used_or_refused(mt_run):
   assert json.load(open(hyp[:-4] + ".json"))["beam_size"] == 1
   # ... and refuses what it would otherwise ignore, in one line.
   for args, message in (
-      (["lnjax.translate", "--beam_size=0"], "decode.beam_size=0 must be an integer >= 1"),
-      (["lnjax.translate", "--max_len=100000"], "--max_len=100000 must be in 1..256"),
+      (["lnjax.cli.translate", "--beam_size=0"], "decode.beam_size=0 must be an integer >= 1"),
+      (["lnjax.cli.translate", "--max_len=100000"], "--max_len=100000 must be in 1..256"),
       (["lnjax.main", "--mode=predict", "--config.decode.beam_size=0"], "beam_size=0"),
       (["lnjax.main", "--mode=predict", "--config.decode.bleu_split=x"], "training only"),
       (["lnjax.main", "--mode=predict", "--config=configs/multi30k_de_en.py:smoke",
         "--config.decode.beam_size=1"], "drop --config"),
-      (["lnjax.translate", "--checkpoint=avg:9"], "keeps 2 checkpoint(s) (10, 20)"),
+      (["lnjax.cli.translate", "--checkpoint=avg:9"], "keeps 2 checkpoint(s) (10, 20)"),
   ):
     r = cli(args[0], f"--workdir={mt_run}", *args[1:], stdin="", code=2)
     assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
@@ -132,7 +134,7 @@ def test_averaging_two_checkpoints_is_the_mean_of_their_parameters(mt_run, tmp_p
   assert any(not np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
   # Written as a new run that every tool reads.
   out = str(tmp_path / "avg")
-  r = cli("lnjax.averaging", f"--workdir={mt_run}", "--last=2", f"--output={out}")
+  r = cli("lnjax.cli.average", f"--workdir={mt_run}", "--last=2", f"--output={out}")
   assert "averaged steps 10, 20" in r.stdout
   saved = checkpoint.restore_run(out)
   assert saved.step == 20
@@ -156,14 +158,14 @@ def test_safetensors_export_round_trips_the_logits_exactly(mt_run, tmp_path):
   chosen = averaging.restore(mt_run, "best")
   expected = _logits(chosen.restored.setup.model, chosen.params)
   out = str(tmp_path / "f32")
-  r = cli("lnjax.export", f"--workdir={mt_run}", "--format=safetensors", f"--output={out}")
+  r = cli("lnjax.cli.export", f"--workdir={mt_run}", "--format=safetensors", f"--output={out}")
   [best] = chosen.steps  # The step with the best held-out score (10 or 20).
   assert f"45,696 parameters (float32, checkpoint best, steps {best})" in r.stdout
   assert sorted(os.listdir(out)) == ["config.json", "model.safetensors", "tokenizer.model"]
   flat = load_file(os.path.join(out, "model.safetensors"))
   assert "decoder.layer_0.ffn.wi.kernel" in flat
   assert all(v.dtype == np.float32 for v in flat.values())
-  # Each tensor is the checkpoint's parameter of that name, read without lnjax.export (a
+  # Each tensor is the checkpoint's parameter of that name, read without lnjax.inference.export (a
   # round trip through export.load alone would not see two names swapped both ways).
   by_name = {".".join(p.key for p in path): np.asarray(v) for path, v in
              jax.tree_util.tree_flatten_with_path(chosen.params)[0]}
@@ -213,7 +215,7 @@ def test_compare_writes_a_png_with_every_run_in_it(tmp_path):
           _fake_run(str(tmp_path / "a"), "pre", "pre", [7.0, 5.0, 4.0, 3.5], bleu=2.0),
           _fake_run(str(tmp_path / "b"), "pre", "pre", [7.0, 6.5, 6.4, 6.3])]
   out = str(tmp_path / "report" / "cmp")
-  r = cli("lnjax.compare", *runs, f"--output={out}")
+  r = cli("lnjax.cli.compare", *runs, f"--output={out}")
   # Distinct names for two runs called 'pre'; one table row per run.
   for name in ("| a/post | post | completed | 4 |", "| a/pre | pre |", "| b/pre | pre |"):
     assert name in r.stdout
@@ -230,7 +232,7 @@ def test_compare_writes_a_png_with_every_run_in_it(tmp_path):
 
 
 def test_compare_refuses_a_folder_that_is_not_a_run(tmp_path):
-  r = cli("lnjax.compare", str(tmp_path), code=2)
+  r = cli("lnjax.cli.compare", str(tmp_path), code=2)
   assert "not a run" in r.stderr
 
 
@@ -347,7 +349,7 @@ def test_print_config_lists_every_key_with_its_value_and_comment():
 
 
 def test_print_config_comments_a_config_only_finetune_resolves():
-  """configs/glue.py has a finetune section that lnjax.finetune resolves, not run.py: its
+  """configs/glue.py has a finetune section that lnjax.tasks.finetune resolves, not run.py: its
   keys' comments come from the dataclasses its sections were built from."""
   lines = [l for l in config_doc.describe(glue_config.get_config(), "configs/glue.py")
            .splitlines() if " = " in l]
@@ -363,7 +365,7 @@ def test_two_section_classes_with_the_same_field_names_are_refused():
   second dataclass with the same field names would be mistaken for the first."""
   import dataclasses
 
-  from lnjax import sections
+  from lnjax.core import sections
 
   @dataclasses.dataclass
   class First:

@@ -14,7 +14,7 @@ import importlib
 import ml_collections
 import numpy as np
 
-from lnjax import build as build_lib
+from lnjax.core import build as build_lib
 
 
 def make_config(model: str, norm: str, total_layers: int | None = None, *,

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from lnjax import metrics, optim
+from lnjax.core import metrics, optim
 from lnjax.analysis.jacobian import spectral_norm
 from lnjax.models import norms
 

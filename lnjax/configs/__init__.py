@@ -12,9 +12,12 @@ import os
 FOLDER = os.path.dirname(os.path.abspath(__file__))
 
 
+HELPERS = ("__init__.py", "common.py", "doc.py")  # What the configs share; --print_config.
+
+
 def names() -> list[str]:
   """The shipped configs: ['bert', 'default', 'glue', ...]."""
-  return sorted(f[:-3] for f in os.listdir(FOLDER) if f.endswith(".py") and f != "__init__.py")
+  return sorted(f[:-3] for f in os.listdir(FOLDER) if f.endswith(".py") and f not in HELPERS)
 
 
 def resolve(arg: str) -> str:

@@ -16,7 +16,7 @@ arXiv 2002.04745):
   smoke         a few steps of a tiny character-level model (tests use it).
 """
 
-from lnjax import config_lib
+from lnjax.configs import common as config_lib
 
 BERT_STEPS, BERT_WARMUP_STEPS = 1_000_000, 10_000  # Devlin et al. 2019.
 

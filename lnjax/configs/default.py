@@ -8,7 +8,7 @@ four minutes on 2 CPU cores; ends with the held-out loss beside the unigram base
 Presets: `smoke` (a few steps of a tiny model).
 """
 
-from lnjax import config_lib
+from lnjax.configs import common as config_lib
 
 
 def get_config(arg=None):

@@ -1,13 +1,13 @@
 r"""Fine-tuning a BERT pre-training checkpoint on GLUE MRPC or RTE, several seeds.
 
-  python -m lnjax.finetune --config=configs/glue.py:task=mrpc \
+  python -m lnjax.cli.finetune --config=configs/glue.py:task=mrpc \
       --config.data.init_workdir=/tmp/bert_pre --config.data.init_step=1000 \
       --workdir=/tmp/mrpc_pre
 
 BERT's recipe (Devlin et al. 2019): AdamW, linear warm-up over the first 10% of the
 steps then linear decay, batch 32, 3 epochs, dropout 0.1; lr 1e-4 (the upper end of
 BERT's range, as small models want). Each seed is one run of task `glue` on the usual
-training loop (lnjax/tasks/glue.py); lnjax.finetune fills in the pre-training run's
+training loop (lnjax/tasks/glue.py); lnjax.tasks.finetune fills in the pre-training run's
 model section and the run's length (finetune.*), then reports dev accuracy (and F1 for
 MRPC) per seed, and the mean with its 95% t-interval over the seeds.
 
@@ -19,11 +19,12 @@ Presets (comma-separated after the colon):
 
 import ml_collections
 
-from lnjax import config_lib, sections
-from lnjax.finetune import FinetuneConfig
-from lnjax.optim import OptConfig
-from lnjax.run import TrainConfig
-from lnjax.sharding import MeshConfig
+from lnjax.configs import common as config_lib
+from lnjax.core import sections
+from lnjax.tasks.finetune import FinetuneConfig
+from lnjax.core.optim import OptConfig
+from lnjax.core.run import TrainConfig
+from lnjax.core.sharding import MeshConfig
 from lnjax.tasks.glue import GlueDataConfig
 
 
@@ -31,7 +32,7 @@ def get_config(arg=None):
   presets = config_lib.parse_arg(arg, task=("mrpc", "rte"), smoke=None)
   c = ml_collections.ConfigDict()
   c.task = "glue"  # lnjax/tasks/glue.py; the seed comes from finetune.seeds.
-  # Resolved by lnjax.finetune into each seed's run config (and not part of it).
+  # Resolved by lnjax.tasks.finetune into each seed's run config (and not part of it).
   c.finetune = sections.section(FinetuneConfig)
   # The GLUE task, the pre-training run to start from (init_workdir, init_step), batches.
   c.data = sections.section(GlueDataConfig, name=presets.get("task", "mrpc"))

@@ -8,7 +8,7 @@ The paper's model (fairseq's transformer_iwslt_de_en): 6+6 layers, d_model 512, 
 lowercased) with a joint BPE vocabulary of 10,000 (SentencePiece) trained on the train
 split. Prepare it once with
 
-  python -m lnjax.data.prepare iwslt14_de_en
+  python -m lnjax.cli.prepare iwslt14_de_en
 
 (downloads the TED archive, cleans, tokenizes and splits it as fairseq does). BLEU is tokenized BLEU on that text
 (sacreBLEU tokenize='none'), as fairseq's `--scoring bleu` and the paper report, beam 5.
@@ -20,7 +20,7 @@ Presets (comma-separated after the colon):
   smoke        a few steps of a tiny model (on the prepared data, as the full run)
 """
 
-from lnjax import config_lib
+from lnjax.configs import common as config_lib
 
 
 def get_config(arg=None):

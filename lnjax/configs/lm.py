@@ -14,10 +14,12 @@ Presets (comma-separated after the colon):
   data=tiny_shakespeare|wikitext2_raw
   smoke                a few steps of a tiny model (tests use it).
 
-Sweeps of it (python -m lnjax.sweep, see get_sweep): course, stability, seeds, optimizers, zoo.
+Sweeps of it (python -m lnjax.cli.sweep, see get_sweep): course, stability, seeds, optimizers, zoo.
 """
 
-from lnjax import config_lib, errors, models, sweep
+from lnjax import models, sweep
+from lnjax.configs import common as config_lib
+from lnjax.core import errors
 
 SIZES = {
     # num_layers, d_model, num_heads, d_ff, tokenizer
@@ -51,7 +53,7 @@ def get_config(arg=None):
 
 
 def get_sweep(arg=None):
-  """Sweeps of this config (python -m lnjax.sweep --config=configs/lm.py:... --sweep=ARG):
+  """Sweeps of this config (python -m lnjax.cli.sweep --config=configs/lm.py:... --sweep=ARG):
 
     course      the course workshop's runs with size=course (or course_reg): Pre-LN and Post-LN at peak lr 1e-3 and 6e-3
                 with the preset's 30-step warm-up, and Post-LN at 1e-3 with 1000 steps.

@@ -15,11 +15,13 @@ Presets (comma-separated after the colon):
   dir=de-en|en-de   translation direction
   smoke        a few steps of a tiny model (tests use it)
 
-Sweeps of it (python -m lnjax.sweep, see get_sweep): fig2, fig2_paper, fig4, fig2_cpu,
+Sweeps of it (python -m lnjax.cli.sweep, see get_sweep): fig2, fig2_paper, fig4, fig2_cpu,
 fig4_cpu, zoo.
 """
 
-from lnjax import config_lib, errors, models, sweep
+from lnjax import models, sweep
+from lnjax.configs import common as config_lib
+from lnjax.core import errors
 
 
 def get_config(arg=None):
@@ -48,7 +50,7 @@ def get_config(arg=None):
 
 
 def get_sweep(arg=None):
-  """Sweeps of this config (python -m lnjax.sweep --config=configs/multi30k_de_en.py:norm=post
+  """Sweeps of this config (python -m lnjax.cli.sweep --config=configs/multi30k_de_en.py:norm=post
   --sweep=ARG), after Xiong et al. 2020:
 
     fig2   Fig. 2, Post-LN with the norm=post schedule (linear warm-up, then inverse square

@@ -11,7 +11,7 @@ Data: the TFDS catalog's `wmt14_translate/de-en` (Europarl v7, Common Crawl, New
 Commentary v9: 4.5M pairs; validation newstest2013, test newstest2014), read as
 array_record from the TFDS data dir. Prepare it once where the WMT sites are reachable:
 
-  python -m lnjax.data.prepare wmt14_en_de [--tfds_data_dir=gs://bucket/tfds]
+  python -m lnjax.cli.prepare wmt14_en_de [--tfds_data_dir=gs://bucket/tfds]
 
 then point data.tfds_data_dir (or TFDS_DATA_DIR) at that dir. BLEU is sacreBLEU on
 detokenized, cased output.
@@ -24,7 +24,7 @@ Presets (comma-separated after the colon):
   smoke        a few steps of a tiny model (on the prepared data, as the full run)
 """
 
-from lnjax import config_lib
+from lnjax.configs import common as config_lib
 
 
 def get_config(arg=None):

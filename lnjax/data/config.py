@@ -1,7 +1,7 @@
 """The ``config.data`` sections, one dataclass per kind of data, each field checked on
-construction with `lnjax.errors`' checks (a refused value is one line naming
+construction with `lnjax.core.errors`' checks (a refused value is one line naming
 ``data.<field>``). A ConfigDict section maps onto its dataclass with
-`lnjax.config_lib.from_config`.
+`lnjax.configs.common.from_config`.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from lnjax import errors
+from lnjax.core import errors
 from lnjax.data import batching
 from lnjax.data import builders
 from lnjax.data import mt_builders

@@ -34,7 +34,7 @@ import shutil
 import sys
 import tempfile
 
-from lnjax import errors
+from lnjax.core import errors
 
 _log = logging.getLogger(__name__)
 

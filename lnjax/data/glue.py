@@ -24,7 +24,7 @@ import json
 import grain
 import numpy as np
 
-from lnjax import errors
+from lnjax.core import errors
 from lnjax.data import mlm, paths, pipeline
 
 HOW_TO_GET = (
@@ -92,7 +92,7 @@ def encode_pairs(vocab: mlm.BertVocab, a: list[str], b: list[str], seq_len: int)
 
 
 class GlueData:
-  """The train and dev splits of one task, encoded, as a task's DataSource (lnjax.task):
+  """The train and dev splits of one task, encoded, as a task's DataSource (lnjax.core.task):
   endless, resumable train batches and the fixed dev batches, this process's rows of each."""
 
   def __init__(self, task: str, vocab: mlm.BertVocab, seq_len: int, batch_size: int,

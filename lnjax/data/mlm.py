@@ -43,7 +43,7 @@ from typing import Sequence
 import grain
 import numpy as np
 
-from lnjax import errors
+from lnjax.core import errors
 from lnjax.data import builders, paths, pipeline, tokenizers
 from lnjax.data.config import MLMDataConfig
 

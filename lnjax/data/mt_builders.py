@@ -29,7 +29,7 @@ Corpora (under the data dir, see `lnjax.data.paths`):
   ``wmt14_newstest2014_de-en/newstest2014.{de,en}.gz``; train (optional) from
   ``wmt14_de-en/train.{de,en}[.gz]``, plain text, one sentence per line.
 
-  Getting WMT14 training text: ``python -m lnjax.data.prepare wmt14_en_de
+  Getting WMT14 training text: ``python -m lnjax.cli.prepare wmt14_en_de
   --manual_dir=DIR`` writes it from the three WMT14 training archives
   (Europarl v7, Common Crawl, News Commentary v9) downloaded into DIR. The
   TFDS catalog has the same text as
@@ -82,7 +82,7 @@ IWSLT_HOW_TO_GET = (
     " LNJAX_DATA_DIR at a folder holding them"
 )
 IWSLT_TRAIN_HOW_TO_GET = (
-    "run `python -m lnjax.data.prepare iwslt14_de_en` (fairseq's prepare-iwslt14.sh in"
+    "run `python -m lnjax.cli.prepare iwslt14_de_en` (fairseq's prepare-iwslt14.sh in"
     " Python: downloads the TED archive, writes {train,valid,test}.{de,en}.gz), or copy"
     " fairseq's iwslt14.tokenized.de-en/tmp/train.{de,en} (160,239 lines each; plain or"
     " gzipped) into {data_dir}/iwslt14_de-en/fairseq_tok/"
@@ -98,7 +98,7 @@ WMT_TRAIN_HOW_TO_GET = (
     "write the WMT14 de-en training text, one sentence per line (line i of"
     " train.de translating line i of train.en), to"
     " {data_dir}/wmt14_de-en/train.{de,en} (plain or gzipped): from the WMT14"
-    " training archives in a folder, `python -m lnjax.data.prepare wmt14_en_de"
+    " training archives in a folder, `python -m lnjax.cli.prepare wmt14_en_de"
     " --manual_dir=FOLDER --data_dir={data_dir}` writes them"
 )
 

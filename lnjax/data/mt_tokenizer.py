@@ -9,7 +9,7 @@ from typing import Sequence
 
 import numpy as np
 
-from lnjax import errors
+from lnjax.core import errors
 from lnjax.data import tokenizers
 
 _log = logging.getLogger(__name__)

@@ -32,7 +32,7 @@ import pathlib
 import shutil
 from typing import Iterator, Sequence
 
-from lnjax import errors, fileio
+from lnjax.core import errors, fileio
 from lnjax.data import download
 
 DATA_DIR_ENV = "LNJAX_DATA_DIR"

@@ -26,7 +26,7 @@ from typing import Any, Mapping
 import grain
 import numpy as np
 
-from lnjax import errors
+from lnjax.core import errors
 from lnjax.data import builders
 from lnjax.data.config import LMDataConfig
 from lnjax.data import paths

@@ -239,7 +239,7 @@ def open_external(name: str, tfds_data_dir: str | None = None) -> _External:
 def check_name(name: str, field: str, builtin: Sequence[str]) -> None:
   """`ConfigError` unless ``name`` is a built-in corpus or a well-formed
   ``tfds:``/``hf:`` name."""
-  from lnjax import errors
+  from lnjax.core import errors
 
   if is_external(name) and name.partition(":")[2]:
     return

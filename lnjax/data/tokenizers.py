@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-from lnjax import errors
+from lnjax.core import errors
 from lnjax.data import paths
 
 PAD_ID = 0

@@ -42,7 +42,7 @@ from typing import Any
 import grain
 import numpy as np
 
-from lnjax import errors
+from lnjax.core import errors
 from lnjax.data import batching
 from lnjax.data import mt_builders
 from lnjax.data import mt_tokenizer

@@ -2,7 +2,7 @@
 
 import dataclasses
 
-from lnjax import errors
+from lnjax.core import errors
 from lnjax.models import kernels, layers, norms, placement
 
 NORM_KINDS = norms.NORM_KINDS

@@ -3,7 +3,7 @@
 Activations stay [B, T, D] at module boundaries; every dense layer runs as one plain
 [B·T, D_in] × [D_in, D_out] matmul, and only attention reshapes to heads, head-major
 ([B, H, T, d_h]), so XLA sees large 2-D matmuls rather than batched small ones.
-Logical axis names (mapped to mesh axes in lnjax/sharding.py):
+Logical axis names (mapped to mesh axes in lnjax/core/sharding.py):
   'vocab' V, 'embed' D, 'heads' H·d_h, 'mlp' F, 'norm' a norm's D.
 """
 
@@ -124,7 +124,7 @@ class Attention(nn.Module):
       k_BxHxSxK, v_BxHxSxK, bias_BxHxTxS = self._cached(k_BxHxSxK, v_BxHxSxK, bias_BxHxTxS)
     q_BxHxTxK = q_BxHxTxK * (d // h) ** (0.5 if self.unit_qk is not None else -0.5)
     if self.is_mutable_collection("intermediates") and not decode:
-      # lnjax.health: the largest attention logit, masked entries excluded (Wortsman et
+      # lnjax.core.health: the largest attention logit, masked entries excluded (Wortsman et
       # al. 2023, arXiv 2309.14322: its growth precedes attention-logit divergence). Only
       # when the train step asks for intermediates; the kernels keep their own logits.
       logits_BxHxTxS = jnp.einsum("bhtk,bhsk->bhts", q_BxHxTxK, k_BxHxSxK).astype(jnp.float32)

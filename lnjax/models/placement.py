@@ -41,7 +41,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from lnjax import errors
+from lnjax.core import errors
 from lnjax.models import layers, norms
 
 NORM_POSITIONS = ("post", "pre", "sandwich", "peri", "deepnorm", "normformer", "resi_dual",

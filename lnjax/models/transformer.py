@@ -45,7 +45,7 @@ class Block(nn.Module):
     sublayers.append(("ffn", lambda h: layers.Mlp(
         cfg.d_ff, cfg.activation, cfg.use_bias, cfg.dtype, name="ffn",
         weight_grad=cfg.weight_grad, **mlp_options)(h)))
-    if self.is_mutable_collection("intermediates"):  # lnjax.health's, when asked for.
+    if self.is_mutable_collection("intermediates"):  # lnjax.core.health's, when asked for.
       x = stream[0] if isinstance(stream, tuple) else stream  # (ResiDual: the Post-LN one)
       self.sow("intermediates", "residual_rms", _rms(x))
     return placement.layer(cfg, self.index, stream, sublayers, drop)
@@ -184,7 +184,7 @@ def _rms(x):
 
 
 def sow_output_stats(module: nn.Module, logits_BxTxV):
-  """lnjax.health's output statistics (computed only when the caller asks for the
+  """lnjax.core.health's output statistics (computed only when the caller asks for the
   'intermediates' collection): the largest logit and the mean log-partition
   z = log Σ_v exp(logit_v) over every position (PaLM's z-loss term, arXiv 2204.02311 §5;
   its drift is the output-logit divergence of Wortsman et al., arXiv 2309.14322)."""

@@ -1,7 +1,8 @@
 r"""Sweeps: grids of runs, described in Python beside the config they vary.
 
-  python -m lnjax.sweep --config=configs/lm.py:size=course --sweep=course --workdir=/tmp/course
-  python -m lnjax.sweep --config=configs/lm.py:size=course --sweep=course --workdir=/tmp/course --report
+  python -m lnjax.cli.sweep --config=configs/lm.py:size=course --sweep=course --workdir=/tmp/course
+  python -m lnjax.cli.sweep --config=configs/lm.py:size=course --sweep=course \
+      --workdir=/tmp/course --report
 
 A config file offers sweeps through `get_sweep(arg)`, which returns a list of override
 dicts, one per run ({"model.norm_position": "post", "opt.learning_rate": 1e-3}), built
@@ -27,7 +28,7 @@ from typing import Any, Iterable, Sequence
 
 import ml_collections
 
-from lnjax import errors
+from lnjax.core import errors
 
 Overrides = dict[str, Any]
 

@@ -1,7 +1,7 @@
 r"""A sweep written on the command line: every combination of a few keys' values, on the
 base config, with no get_sweep in a file.
 
-  python -m lnjax.sweep --config=configs/lm.py:smoke --workdir=/tmp/grid \
+  python -m lnjax.cli.sweep --config=configs/lm.py:smoke --workdir=/tmp/grid \
       --grid='model.norm_position=pre,post opt.learning_rate=1e-3,3e-3'
 
 Items are separated by spaces, values by commas; each value is read as the type the base
@@ -11,7 +11,7 @@ run is never refused for a value's spelling after the sweep has started.
 
 import copy
 
-from lnjax import errors
+from lnjax.core import errors
 from lnjax import sweep as sweep_lib
 
 _BOOLS = {"true": True, "false": False, "1": True, "0": False}

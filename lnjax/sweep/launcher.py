@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 
-from lnjax import errors, lock
+from lnjax.core import errors, lock
 from lnjax.sweep import Run, flag_value
 
 # Run states, in the manifest and the progress view.
@@ -148,7 +148,7 @@ def read_json(path: str) -> dict | None:
 
 
 def read_metrics(workdir: str) -> list[dict]:
-  """metrics.jsonl's records (lnjax.metrics.read_metrics without JAX); a line being written
+  """metrics.jsonl's records (lnjax.core.metrics.read_metrics without JAX); a line being written
   is skipped."""
   records = []
   try:

@@ -1,7 +1,8 @@
 r"""The Ray back end of the sweep launcher: each run of a sweep a Ray task on a node of a
 Ray cluster, in the local launcher's run folders, manifest and progress table.
 
-  python -m lnjax.sweep --backend=ray --ray_address=HEAD:6379 --config=configs/lm.py:size=course \
+  python -m lnjax.cli.sweep --backend=ray --ray_address=HEAD:6379 \
+      --config=configs/lm.py:size=course \
       --sweep=course --workdir=/shared/sweeps/course [--platform=auto|cpu|gpu|tpu] \
       [--devices_per_run=N] [--nodes_per_run=2] [--parallel=K]
 
@@ -45,7 +46,7 @@ import sys
 import threading
 import time
 
-from lnjax import errors
+from lnjax.core import errors
 from lnjax.sweep import Run, launcher
 
 QUEUED = "queued"  # Submitted to Ray; waiting for a node with the run's resources.

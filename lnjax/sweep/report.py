@@ -19,7 +19,7 @@ import math
 import os
 import textwrap
 
-from lnjax import plotting
+from lnjax.analysis import plotting
 from lnjax.sweep import Run, run_name
 from lnjax.sweep.launcher import (COMPLETED, DIVERGED, FAILED, INTERRUPTED, MANIFEST, PENDING,
                                   RUNNING, read_json, read_metrics)

@@ -1,4 +1,4 @@
-r"""The search for the highest stable learning rate (python -m lnjax.stability), as pure
+r"""The search for the highest stable learning rate (python -m lnjax.cli.stability), as pure
 functions of what the runs reported: what "stable" means, the bracket a learning-rate
 range test gives, and the bisection in log-space. No JAX, no processes.
 
@@ -23,10 +23,10 @@ runs a probe whose result is recorded.
 import dataclasses
 import math
 
-from lnjax import plotting
+from lnjax.analysis import plotting
 
 FOUND, BELOW, ABOVE = "found", "below", "above"  # How a cell's search ended.
-# Legend labels of the placements (models.NORM_POSITIONS): lnjax.plotting's, one table.
+# Legend labels of the placements (models.NORM_POSITIONS): lnjax.analysis.plotting's, one table.
 LABELS = plotting.PLACEMENT_LABELS
 SIGNIFICANT_DIGITS = 3  # Probe rates are rounded to these: stable run names and state keys.
 

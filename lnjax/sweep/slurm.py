@@ -1,7 +1,7 @@
 r"""The SLURM back end of the sweep launcher: a sweep's unfinished runs as one job array,
 one run per array task, in the local launcher's run folders, manifest and progress table.
 
-  python -m lnjax.sweep --backend=slurm --config=configs/lm.py:size=course --sweep=course \
+  python -m lnjax.cli.sweep --backend=slurm --config=configs/lm.py:size=course --sweep=course \
       --workdir=/shared/sweeps/course [--nodes_per_run=2] [--parallel=8] \
       [--sbatch_args="--partition=gpu --gpus-per-node=8 --time=04:00:00"] [--nowait]
 
@@ -37,7 +37,7 @@ import signal
 import subprocess
 import time
 
-from lnjax import errors
+from lnjax.core import errors
 from lnjax.sweep import launcher
 
 QUEUED = "queued"  # Submitted; waiting for an allocation.

@@ -1,15 +1,15 @@
-"""The stability search's results (python -m lnjax.stability): a table per cell in Markdown
+"""The stability search's results (python -m lnjax.cli.stability): a table per cell in Markdown
 and JSON, and the figure of the highest stable rate with its bracket as error bars."""
 
 import json
 import os
 
-from lnjax import plotting
+from lnjax.analysis import plotting
 from lnjax.sweep import search
 
 
 def rows(s) -> list[dict]:
-  """One row per cell of the search `s` (lnjax.stability.Search): its answer, its bracket,
+  """One row per cell of the search `s` (lnjax.sweep.stability.Search): its answer, its bracket,
   its probes and the training steps they took."""
   out = []
   for cell in s.cells():

@@ -6,15 +6,15 @@
   mlm_nsp      BERT masked LM + next sentence           lnjax/tasks/mlm.py
   glue         BERT fine-tuning on GLUE MRPC or RTE     lnjax/tasks/glue.py
 
-A plug-in module defines `TASKS`, a tuple of `lnjax.task.Task`. Adding a task is one new
+A plug-in module defines `TASKS`, a tuple of `lnjax.core.task.Task`. Adding a task is one new
 module here and one line in `PLUGINS`; nothing in the core changes. Importing this
 package loads no plug-in, so the core can name tasks without loading data pipelines.
 """
 
 import importlib
 
-from lnjax import errors
-from lnjax.task import Task
+from lnjax.core import errors
+from lnjax.core.task import Task
 
 # Task name -> the module defining it.
 PLUGINS = {

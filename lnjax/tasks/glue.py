@@ -4,8 +4,8 @@ MRPC) at every evaluation, the best checkpoint kept by dev accuracy.
 
 A run starts from the pre-training run in `data.init_workdir` (its checkpoint at
 `data.init_step`) through `Task.init_params`; its vocabulary is that run's. Its `model`
-section must be that run's (dropout aside): `python -m lnjax.finetune` copies it, sizes
-the run in epochs and runs several seeds (lnjax/finetune.py).
+section must be that run's (dropout aside): `python -m lnjax.cli.finetune` copies it, sizes
+the run in epochs and runs several seeds (lnjax/tasks/finetune.py).
 """
 
 import dataclasses
@@ -14,11 +14,11 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from lnjax import errors, losses, sharding
+from lnjax.core import errors, losses, sharding
 from lnjax.data import glue as glue_data
 from lnjax.data import mlm as mlm_data
 from lnjax.models.bert import BertClassifier
-from lnjax.task import EvalContext, Task
+from lnjax.core.task import EvalContext, Task
 
 NUM_CLASSES = 2  # MRPC: paraphrase or not; RTE: entailment or not.
 # Model fields that change how the model computes, not what it computes or its
@@ -55,7 +55,7 @@ class GlueDataConfig:
 
 def pretraining_run(cfg: GlueDataConfig):
   """The pre-training run's RunConfig, from its config.json."""
-  from lnjax import checkpoint, run as run_lib
+  from lnjax.core import checkpoint, run as run_lib
 
   config = checkpoint.load_config(cfg.init_workdir)
   if config is None:
@@ -89,7 +89,7 @@ def classification_loss(logits_BxC, batch: dict, label_smoothing: float):
 def init_params(setup, params, run):
   """The fresh parameters with `bert/...` and `pooler` replaced by the pre-training run's
   at data.init_step (0: its initialization); the classifier stays fresh."""
-  from lnjax import checkpoint, state as state_lib
+  from lnjax.core import checkpoint, state as state_lib
 
   cfg = run.data
   pre = pretraining_run(cfg)
@@ -99,7 +99,7 @@ def init_params(setup, params, run):
     raise errors.ConfigError(
         f"model.{differing[0]}={getattr(run.model, differing[0])!r} differs from the "
         f"pre-training run's {getattr(pre.model, differing[0])!r} ({cfg.init_workdir}); "
-        "python -m lnjax.finetune copies that run's model section")
+        "python -m lnjax.cli.finetune copies that run's model section")
   if cfg.init_step == 0:
     mesh = sharding.make_mesh(sharding.MeshConfig(data=1), jax.local_devices()[:1])
     setup = state_lib.make_setup(pre.model, pre.opt, pre.train.num_steps, task=pre.task)

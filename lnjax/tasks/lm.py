@@ -5,7 +5,7 @@ import jax.numpy as jnp
 
 from lnjax import data as data_lib
 from lnjax.models import TransformerLM
-from lnjax.task import Task
+from lnjax.core.task import Task
 
 
 def make_data(cfg: data_lib.LMDataConfig, seed: int, process_index: int, process_count: int,

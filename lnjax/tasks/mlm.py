@@ -4,10 +4,10 @@ import functools
 
 import jax.numpy as jnp
 
-from lnjax import losses
+from lnjax.core import losses
 from lnjax.data import mlm as mlm_data
 from lnjax.models.bert import BertPretraining
-from lnjax.task import Task
+from lnjax.core.task import Task
 
 
 def bert_loss(outputs: dict, batch: dict, label_smoothing: float):

@@ -4,10 +4,10 @@ each evaluation (config section `decode`), the best checkpoint kept by BLEU."""
 import jax
 import jax.numpy as jnp
 
-from lnjax import evaluate
+from lnjax.inference import evaluate
 from lnjax.data import translation as mt_data
 from lnjax.models import EncoderDecoder
-from lnjax.task import EvalContext, Task
+from lnjax.core.task import EvalContext, Task
 
 
 def bleu(ctx: EvalContext) -> dict:

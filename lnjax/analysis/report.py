@@ -1,0 +1,185 @@
+r"""Measure a run at initialization or from a checkpoint (Xiong et al. 2020, §3).
+
+  python -m lnjax.cli.analyze --workdir=DIR [--step=N|init|latest] [--batches=4] [--lr=5e-4]
+
+Restores the run in DIR (its config, parameters and optimizer state) on whatever devices
+are present, or initializes it from its config (`--step=init`, the run's seed), feeds
+the first `--batches` held-out batches (real data, fixed), and writes into
+DIR/analysis/<step>/: analysis.json, report.md and PNG plots of
+  - ‖∂L/∂W‖_F per layer for the FFN weights W¹, W² and the attention projections
+    (encoder and decoder separately), L the mean per-token NLL;
+  - ‖x‖²/d of every norm's input and output (the main path before and after each norm);
+  - each norm's Jacobian spectral norm at its actual inputs (power iteration with
+    jvp/vjp) beside √d/‖x − μ‖;
+  - ‖Δw‖/‖w‖ of one step of the run's optimizer at learning rate `--lr`.
+"""
+
+import json
+import os
+import re
+
+from lnjax.core import fileio
+
+
+def load(workdir: str, step: str):
+  """(the run built on one device (lnjax/core/build.py), its parameters, the step label)."""
+  from lnjax.core import averaging, build, checkpoint, errors
+
+  mesh = build.one_device_mesh()
+  if step == "init":
+    config = checkpoint.load_config(workdir)
+    if config is None:
+      raise errors.CheckpointError(f"{workdir} holds no config.json: not an lnjax workdir")
+    b = build.build(config, mesh, whole_data=True)
+    return b, b.init_state().params, "init"
+  chosen = averaging.restore(workdir, step, mesh, flag="--step")
+  r = chosen.restored
+  return (build.build(r.config, mesh, whole_data=True), chosen.params,
+          chosen.label if step.startswith("avg:") else str(r.step))
+
+
+def unrolled(run, setup, params):
+  """A run trained with `model.scan_layers`: the unrolled model's (run, setup) and its
+  parameters unstacked into layer_0, layer_1, ..., so every probe names every layer.
+  Other runs as they are."""
+  if not run.model.scan_layers:
+    return run, setup, params
+  import dataclasses
+
+  from lnjax.core import state as state_lib
+  from lnjax.models.transformer import unscan_params
+
+  model = dataclasses.replace(run.model, scan_layers=False)
+  plain = state_lib.make_setup(model, run.opt, run.train.num_steps, task=run.task)
+  return dataclasses.replace(run, model=model), plain, unscan_params(params, run.model)
+
+
+def analyze(workdir: str, step: str = "latest", num_batches: int = 4, lr: float | None = None):
+  import jax
+
+  from lnjax.core import errors
+  from lnjax.analysis import probes
+
+  errors.check_int("--batches", num_batches, 1)
+  if lr is not None:
+    errors.check_range("--lr", lr, low=0.0, low_open=True, high=float("inf"), high_open=True)
+  built, params, label = load(workdir, step)
+  run, setup, params = unrolled(built.run, built.setup, params)
+  batches = built.eval_batches(num_batches)
+  grads = probes.gradients(setup, params, batches)
+  lr = lr or run.opt.learning_rate
+  records = probes.norm_inputs(setup, params, batches[0])
+  result = {
+      "workdir": fileio.abspath(workdir), "step": label, "norm_position": run.model.norm_position,
+      "num_batches": len(batches), "loss": float(jax.jit(lambda p: probes.mean_loss(p, setup, batches))(params)),
+      "loss_normalization": "mean per-token NLL (nats) over the batches' real target tokens",
+      "gradient_norms": probes.gradient_norms(grads),
+      "norms": {p: {"in_sq": r["in_sq"], "out_sq": r["out_sq"]} for p, r in records.items()},
+      "norm_jacobians": probes.ln_jacobians(records),
+      "update_ratios": probes.update_ratios(grads, params, run.opt, lr), "update_lr": lr,
+      "num_layers": run.model.num_layers, "d_model": run.model.d_model,
+  }
+  out = os.path.join(workdir, "analysis", label)
+  fileio.refuse_run_files("--step", step, [out])
+  fileio.makedirs(out)
+  fileio.write_text(os.path.join(out, "analysis.json"), json.dumps(result, indent=1))
+  _plots(result, out)
+  _report(result, out)
+  return result, out
+
+
+# 'layer_3/...' (LM), 'encoder/layer_3/...', 'decoder/...', 'bert/stack/layer_3/...' (BERT).
+_LAYER = re.compile(r"^(?:(.+?)/)?layer_(\d+)/(.+)$")
+
+
+def per_layer(values: dict, suffix: str) -> dict:
+  """{stack: [(layer, value)]} for the entries ending in `suffix` ('ffn/wi/kernel', ...)."""
+  out = {}
+  for path, v in values.items():
+    m = _LAYER.match(path)
+    if m and m.group(3) == suffix:
+      out.setdefault(m.group(1) or "lm", []).append((int(m.group(2)), v))
+  return {k: sorted(v) for k, v in out.items()}
+
+
+_STACKS = {"lm": "language model", "encoder": "encoder", "decoder": "decoder"}
+
+
+def _plots(result: dict, out: str):
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  from lnjax.analysis import plotting
+
+  panels = [("ffn/wi/kernel", "FFN input weight W¹", "‖∂L/∂W¹‖_F"),
+            ("ffn/wo/kernel", "FFN output weight W²", "‖∂L/∂W²‖_F"),
+            ("self_attn/value/kernel", "self-attention value W_V", "‖∂L/∂W_V‖_F")]
+  fig, axes = plt.subplots(1, 4, figsize=(17, 4.0))
+  for ax, (suffix, title, ylabel) in zip(axes, panels):
+    for stack, pts in per_layer(result["gradient_norms"], suffix).items():
+      ax.plot([p[0] + 1 for p in pts], [p[1] for p in pts], "o-",
+              label=_STACKS.get(stack, stack.replace("/stack", "")))
+    ax.set_title(f"gradient of the {title}")
+    ax.set_xlabel("layer (1 = next to the input)")
+    ax.set_ylabel(f"{ylabel} (Frobenius; L in nats/token)")
+    plotting.integer_ticks(ax)
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+      ax.legend(fontsize=8)
+  ax = axes[3]
+  jac = result["norm_jacobians"]
+  ax.loglog([v["sqrt_d_over_norm"] for v in jac.values()],
+            [v["spectral_norm"] for v in jac.values()], "o", label="a norm layer")
+  lim = [min(v["sqrt_d_over_norm"] for v in jac.values()) * 0.8,
+         max(v["sqrt_d_over_norm"] for v in jac.values()) * 1.25]
+  ax.loglog(lim, lim, "k--", label="y = x")
+  ax.set_xlabel("√d / ‖x − μ‖ at the norm's input (dimensionless)")
+  ax.set_ylabel("‖J_norm(x)‖₂ (spectral norm)")
+  ax.set_title("norm Jacobians at their inputs")
+  plotting.plain_log_ticks(ax)
+  ax.grid(alpha=0.3, which="both")
+  ax.legend(fontsize=8)
+  fig.suptitle(f"{_placement(result)}, step {result['step']}")
+  fig.tight_layout()
+  size = (f"{plotting.layers(result['num_layers'])}, d_model {result['d_model']}; "
+          if result.get("num_layers") else "")
+  plotting.add_caption(fig, f"{_placement(result)}, {size}step {result['step']}; gradients of "
+                            f"the mean loss ({result['loss']:.4f} nats/token) over "
+                            f"{result['num_batches']} held-out batches; 1 seed")
+  return plotting.save(fig, os.path.join(out, "gradients.png"))
+
+
+def _placement(result: dict) -> str:
+  """'Post-LN' / 'Pre-LN' for the paper's two, the placement's own name for the zoo's."""
+  from lnjax.analysis import plotting
+
+  return plotting.placement_label(result["norm_position"])
+
+
+def _report(result: dict, out: str) -> None:
+  lines = [f"# Analysis of {result['workdir']} at step {result['step']}", "",
+           f"{_placement(result)}; loss {result['loss']:.4f} ({result['loss_normalization']},"
+           f" {result['num_batches']} held-out batches).", "",
+           "| layer | ‖∂L/∂W¹‖ | ‖∂L/∂W²‖ | ‖Δw‖/‖w‖ of W² at lr "
+           f"{result['update_lr']:g} |", "|---|---|---|---|"]
+  by_layer = lambda values, suffix: {f"{stack}/{layer}": v for stack, pts in
+                                     per_layer(values, suffix).items() for layer, v in pts}
+  w1 = by_layer(result["gradient_norms"], "ffn/wi/kernel")
+  w2 = by_layer(result["gradient_norms"], "ffn/wo/kernel")
+  ur = by_layer(result["update_ratios"], "ffn/wo/kernel")
+  for key in w1:
+    lines.append(f"| {key} | {w1[key]:.4g} | {w2.get(key, float('nan')):.4g} | "
+                 f"{ur.get(key, float('nan')):.3g} |")
+  lines += ["", "| norm | ‖x‖²/d in | ‖y‖²/d out | ‖J‖₂ | √d/‖x − μ‖ |", "|---|---|---|---|---|"]
+  for path, r in result["norms"].items():
+    j = result["norm_jacobians"][path]
+    lines.append(f"| {path} | {r['in_sq']:.3f} | {r['out_sq']:.3f} | {j['spectral_norm']:.4f} | "
+                 f"{j['sqrt_d_over_norm']:.4f} |")
+  lines += ["", "![gradients](gradients.png)", ""]
+  fileio.write_text(os.path.join(out, "report.md"), "\n".join(lines))
+
+
+def figures(result: dict, out: str) -> None:
+  _plots(result, out)
+  _report(result, out)

@@ -1,0 +1,85 @@
+"""What every command shares on the command line, one error contract: a bad flag, an
+unknown config key or preset, a config file that fails to load, and any refusal while the
+command runs are one line on stderr and exit code 2 (absl's own report is a usage hint and
+exit 1, config_flags' a traceback).
+
+  app.run(main, flags_parser=cli.parse_flags)   # every `python -m lnjax.…` command
+"""
+
+import os
+import sys
+
+from absl import flags
+from ml_collections.config_flags import config_flags  # is_config_flag is not re-exported.
+
+from lnjax import configs
+from lnjax.core import errors
+
+
+def fail(message: str, code: int = 2, prog: str = "lnjax"):
+  """One line on stderr, then exit `code` at once: no interpreter teardown, where
+  background writers a failed save left behind (orbax, tensorstore) would print their own
+  tracebacks. Every run file is complete by then (atomic writes), the workdir lock released."""
+  print(f"{prog}: error: {message}", file=sys.stderr, flush=True)
+  sys.stdout.flush()
+  os._exit(code)
+
+
+def parse_flags(argv: list[str], prog: str = "lnjax") -> list[str]:
+  argv = [configs.resolve_flag(a) for a in argv]  # --config=lm:norm=post
+  """absl's parsing with any error of a flag or a config file as one line."""
+  try:
+    remaining = flags.FLAGS(argv)
+  except Exception as e:  # Flag, config-file and config-value errors all land here.
+    fail(_parsing_error(e, argv), prog=prog)
+  for name in _config_flags():
+    try:  # A file that failed to load is a placeholder that raises on first use.
+      flags.FLAGS[name].value.keys()
+    except OSError as e:
+      lines = [l.strip() for l in str(e.__cause__ or e).splitlines() if l.strip()]
+      fail(f"--{name}: {lines[-1] if lines else e}", prog=prog)
+    except errors.LnjaxError as e:
+      fail(str(e), prog=prog)
+  return remaining
+
+
+def _config_flags() -> list[str]:
+  """The names of the command's config-file flags that were given a file."""
+  return [name for name in flags.FLAGS if config_flags.is_config_flag(flags.FLAGS[name])
+          and flags.FLAGS[name].value is not None]
+
+
+def _parsing_error(e: Exception, argv: list[str]) -> str:
+  cause = e
+  while cause is not None and not isinstance(cause, errors.LnjaxError):
+    cause = cause.__cause__ or cause.__context__
+  if cause is not None:  # A refusal raised by get_config (an unknown preset).
+    return _last_error_line(str(cause))
+  override = _unknown_override(argv)
+  return f"unknown config key {override}" if override else _last_error_line(str(e))
+
+
+def _last_error_line(message: str) -> str:
+  """config_flags reports an error raised in get_config as a formatted traceback inside
+  its own message; its last line is the error itself ('pkg.Error: text')."""
+  lines = [l.strip() for l in message.splitlines() if l.strip()]
+  if len(lines) > 1 and any(l.startswith("Traceback") for l in lines):
+    kind, _, text = lines[-1].partition(": ")
+    return text if kind.startswith("lnjax.") and text else lines[-1]
+  return lines[0] if lines else "invalid flags"
+
+
+def _unknown_override(argv: list[str]) -> str | None:
+  """The first --NAME.a.b=v whose key NAME's loaded config lacks (for the error line)."""
+  for arg in argv[1:]:
+    if not (arg.startswith("--") and "." in arg.split("=", 1)[0]):
+      continue
+    name, path = arg[2:].split("=", 1)[0].split(".", 1)
+    if name not in flags.FLAGS or not config_flags.is_config_flag(flags.FLAGS[name]):
+      continue
+    node = flags.FLAGS[name].value if flags.FLAGS[name].present else None
+    for part in path.split("."):
+      if node is None or not hasattr(node, "keys") or part not in node.keys():
+        return path
+      node = node[part]
+  return None

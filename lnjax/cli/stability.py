@@ -1,0 +1,127 @@
+r"""`python -m lnjax.cli.stability` (`lnjax stability`): the highest stable learning rate
+of each (placement, depth, warm-up) cell, searched (lnjax/sweep/stability.py).
+
+  python -m lnjax.cli.stability --config=configs/lm.py --workdir=/tmp/stab \
+      --placements=post,pre --depths=4,8 --warmups=0,500 --seeds=3 --probe_steps=600 \
+      [--parallel=2] [--backend=local|slurm|ray] [--config.data.batch_size=16]
+
+Exit codes: 0 the search ended (a cell without a stable rate is a result too, with one
+line on stderr); 1 a run failed (its error line; the same command retries it); 2 a
+refused input; 128 + signal when stopped (the runs saved).
+"""
+
+import sys
+
+from lnjax.core import allocator
+allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
+from absl import app, flags
+from ml_collections import config_flags
+
+from lnjax import cli
+from lnjax import sweep as sweep_lib
+from lnjax.core import errors
+from lnjax.sweep import launcher as launcher_lib, search, stability
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file[:presets] of the "
+                                          "runs (an LM: configs/lm.py).", lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Folder of the search: search.json, runs/, "
+                               "the results.")
+_PLACEMENTS = flags.DEFINE_list("placements", ["post", "pre"], "model.norm_position values.")
+_DEPTHS = flags.DEFINE_list("depths", None, "model.num_layers values (default: the config's).")
+_WARMUPS = flags.DEFINE_list("warmups", ["0"], "Linear warm-up lengths in steps.")
+_SEEDS = flags.DEFINE_integer("seeds", 3, "Runs per probe (seeds 0..N-1); stable in all.")
+_PROBE_STEPS = flags.DEFINE_integer("probe_steps", None, "Steps of each probe (default: the "
+                                    "config's train.num_steps).")
+_RANGE_STEPS = flags.DEFINE_integer("range_steps", None, "Steps of the range test (default: "
+                                    "--probe_steps).")
+_LR_MIN = flags.DEFINE_float("lr_min", 1e-5, "The range test's first rate.")
+_LR_MAX = flags.DEFINE_float("lr_max", 1.0, "The range test's last rate.")
+_TOLERANCE = flags.DEFINE_float("tolerance", 1.4, "Bisect until the bracket's ends are "
+                                "within this factor.")
+_WIDEN = flags.DEFINE_float("widen", 10.0, "A bracket end that fails is moved once by this "
+                            "factor.")
+_MARGIN = flags.DEFINE_float("margin_nats", 0.1, "Stable runs end at least this far below "
+                             "the unigram baseline (nats).")
+_DIVERGENCE = flags.DEFINE_float("divergence_factor", 2.0, "train.divergence_factor of every "
+                                 "run: a loss above this × ln V ends it as diverged.")
+_BACKEND = flags.DEFINE_enum("backend", "local", ["local", "slurm", "ray"], "As lnjax.sweep's.")
+_PARALLEL = flags.DEFINE_integer("parallel", 1, "Runs at once (local: each on its own devices).")
+_DEVICES_PER_RUN = flags.DEFINE_integer("devices_per_run", None, "local, ray: devices per run.")
+_RAY_ADDRESS = flags.DEFINE_string("ray_address", None, "ray: the cluster's HEAD:PORT.")
+_SBATCH_ARGS = flags.DEFINE_string("sbatch_args", "", "slurm: sbatch options.")
+flags.mark_flags_as_required(["config", "workdir"])
+PROG = "lnjax.cli.stability"
+
+
+def launch(s: stability.Search, runs: list[sweep_lib.Run]) -> int:
+  """The runs through the chosen sweep back end; its exit code (0: all finished)."""
+  view = {"table_every_seconds": 600.0}
+  if _BACKEND.value == "slurm":
+    from lnjax.sweep import slurm
+    return slurm.SlurmLauncher(s.config_arg, "stability", runs, s.root, s.fixed,
+                               sbatch_args=_SBATCH_ARGS.value, parallel=_PARALLEL.value,
+                               **view).run()
+  if _BACKEND.value == "ray":
+    from lnjax.sweep import ray_backend
+    return ray_backend.RayLauncher(s.config_arg, "stability", runs, s.root, s.fixed,
+                                   address=_RAY_ADDRESS.value, parallel=_PARALLEL.value,
+                                   devices_per_run=_DEVICES_PER_RUN.value, **view).run()
+  slots = launcher_lib.make_slots("auto", _PARALLEL.value, _DEVICES_PER_RUN.value)
+  return launcher_lib.Launcher(s.config_arg, "stability", runs, s.root, slots, s.fixed,
+                               **view).run()
+
+
+def _ints(name: str, values) -> list[int]:
+  try:
+    return [int(v) for v in values]
+  except ValueError:
+    raise errors.ConfigError(f"--{name}={','.join(values)}: integers expected") from None
+
+
+def main(argv):
+  if len(argv) > 1:
+    cli.fail(f"unexpected arguments: {' '.join(argv[1:])}", prog=PROG)
+  config_arg = flags.FLAGS["config"].config_filename
+  fixed = config_flags.get_override_values(flags.FLAGS["config"])
+  config = _CONFIG.value
+  try:
+    placements = [p for p in _PLACEMENTS.value if p]
+    depths = _ints("depths", _DEPTHS.value or [config.model.num_layers])
+    warmups = _ints("warmups", _WARMUPS.value)
+    probe_steps = _PROBE_STEPS.value or config.train.num_steps
+    range_steps = _RANGE_STEPS.value or probe_steps
+    for name, value, low in (("seeds", _SEEDS.value, 1), ("probe_steps", probe_steps, 1),
+                             ("range_steps", range_steps, 2)):
+      errors.check_int(f"--{name}", value, low)
+    if not 0 < _LR_MIN.value < _LR_MAX.value:
+      raise errors.ConfigError(f"--lr_min={_LR_MIN.value:g} and --lr_max={_LR_MAX.value:g} "
+                               "must satisfy 0 < lr_min < lr_max")
+    for name, value in (("tolerance", _TOLERANCE.value), ("widen", _WIDEN.value)):
+      if not value > 1:
+        raise errors.ConfigError(f"--{name}={value:g} must be > 1")
+    stability.check_inputs(config_arg, fixed, placements, depths, warmups, probe_steps)
+    stable = search.Stable(probe_steps, _DIVERGENCE.value, _MARGIN.value)
+    s = stability.Search(config_arg, fixed, _WORKDIR.value, placements=placements,
+                         depths=depths, warmups=warmups, seeds=_SEEDS.value,
+                         range_steps=range_steps, lr_min=_LR_MIN.value, lr_max=_LR_MAX.value,
+                         tolerance=_TOLERANCE.value,
+                         widen=_WIDEN.value, stable=stable)
+    s.save()
+    print(stable.describe(s.seeds), flush=True)
+    stability.run_search(s, launch)
+  except errors.LnjaxError as e:
+    cli.fail(str(e), e.exit_code, prog=PROG)
+  from lnjax.sweep import stability_report  # matplotlib only at the end.
+  result = stability_report.write(s, command=" ".join(["python -m lnjax.cli.stability",
+                                                        *sys.argv[1:]]))
+  print("\n".join(result["markdown"]))
+  print(f"\nResults: {', '.join(result['paths'].values())}", flush=True)
+  for cell, row in result["below"]:
+    print(f"{PROG}: {stability.cell_name(cell)}: the bracket's low end "
+          f"{row['lowest_unstable_lr']:g} "
+          "is unstable after widening once; no stable rate found, this cell's search "
+          "stopped", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+  app.run(main, flags_parser=lambda argv: cli.parse_flags(argv, prog=PROG))

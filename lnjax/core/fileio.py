@@ -1,0 +1,249 @@
+"""The one path layer: every file lnjax reads or writes in a workdir goes through here, so
+a workdir (or cache, or data dir) may be a local path or a bucket URL (`gs://bucket/...`).
+
+Bucket paths go through etils.epath with gcsfs, configured by the standard client
+settings alone (credentials from the environment; `STORAGE_EMULATOR_HOST` for an
+emulator). Orbax reaches gs:// checkpoints through tensorstore by itself.
+
+What differs on a bucket, and how this layer hides it:
+  - small run files (config.json, summary.json, reports) are written atomically: locally
+    to a temporary file then renamed over the target; on a bucket one upload is atomic;
+  - GCS has no append: `append_text` rewrites the object whole (metrics.jsonl: one short
+    line per log interval, so the cost stays small);
+  - folders do not exist on a bucket: `makedirs` is a no-op there and `walk_files` lists
+    objects under a prefix; `move` copies then deletes.
+Built-in `open()` never works on gs://: use `read_bytes`/`write_bytes` here.
+"""
+
+import hashlib
+import os
+import shutil
+import socket
+import threading
+import urllib.parse
+import uuid
+
+
+def is_remote(path: str) -> bool:
+  """True for a bucket URL (gs://...), False for a local path."""
+  return "://" in str(path)
+
+
+def _remote(path: str):
+  from etils import epath  # (gcsfs is imported on the first bucket path only)
+  if str(path).startswith("gs://"):
+    _require_reachable(storage_endpoint(), path)
+  return epath.Path(path)
+
+
+PROBE_SECONDS = 10.0  # How long the first bucket access waits for the storage endpoint.
+_reachable: set[str] = set()
+
+
+def storage_endpoint() -> str:
+  """The URL gs:// paths go to: STORAGE_EMULATOR_HOST (an emulator) or Google's."""
+  host = os.environ.get("STORAGE_EMULATOR_HOST", "").strip()
+  if not host:
+    return "https://storage.googleapis.com"
+  return host if "://" in host else f"http://{host}"
+
+
+def _require_reachable(endpoint: str, path: str) -> None:
+  """One connection to `endpoint` (within PROBE_SECONDS, name lookup included) before a
+  process's first bucket access: with no network, gcsfs's own retries take about a
+  minute and end in an error that names neither the bucket nor the endpoint."""
+  if endpoint in _reachable:
+    return
+  url = urllib.parse.urlsplit(endpoint)
+  address = (url.hostname, url.port or (443 if url.scheme == "https" else 80))
+  outcome = []
+
+  def connect():
+    try:
+      socket.create_connection(address, timeout=PROBE_SECONDS).close()
+      outcome.append("")
+    except OSError as e:
+      outcome.append(e.strerror or str(e) or type(e).__name__)
+
+  probe = threading.Thread(target=connect, daemon=True)  # (A name lookup has no timeout.)
+  probe.start()
+  probe.join(PROBE_SECONDS)
+  why = outcome[0] if outcome else f"no answer in {PROBE_SECONDS:.0f} s"
+  if why:
+    from lnjax.core import errors
+    raise errors.LnjaxError(f"{path}: the storage endpoint {endpoint} is not reachable "
+                            f"({why}); check the network (or STORAGE_EMULATOR_HOST)")
+  _reachable.add(endpoint)
+
+
+def abspath(path: str) -> str:
+  return str(path) if is_remote(path) else os.path.abspath(path)
+
+
+def join(*parts: str) -> str:
+  return os.path.join(*parts)
+
+
+def exists(path: str) -> bool:
+  return _remote(path).exists() if is_remote(path) else os.path.exists(path)
+
+
+def isdir(path: str) -> bool:
+  return _remote(path).is_dir() if is_remote(path) else os.path.isdir(path)
+
+
+def makedirs(path: str) -> None:
+  if not is_remote(path):
+    os.makedirs(path, exist_ok=True)
+
+
+def read_bytes(path: str) -> bytes | None:
+  """The file's bytes, or None if there is no such file."""
+  try:
+    if is_remote(path):
+      return _remote(path).read_bytes()
+    with open(path, "rb") as f:
+      return f.read()
+  except FileNotFoundError:
+    return None
+
+
+def read_text(path: str) -> str | None:
+  """The file's text, or None if there is no such file."""
+  data = read_bytes(path)
+  return None if data is None else data.decode("utf-8")
+
+
+def write_bytes(path: str, data: bytes) -> None:
+  """Replaces `path` by `data` atomically (temporary file + rename; one upload)."""
+  if is_remote(path):
+    _remote(path).write_bytes(data)
+    return
+  folder = os.path.dirname(os.path.abspath(path))
+  os.makedirs(folder, exist_ok=True)
+  tmp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+  fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # (The umask applies.)
+  try:
+    with os.fdopen(fd, "wb") as f:
+      f.write(data)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except BaseException:
+    try:
+      os.remove(tmp)
+    except OSError:
+      pass
+    raise
+
+
+def write_text(path: str, text: str) -> None:
+  write_bytes(path, text.encode("utf-8"))
+
+
+def append_text(path: str, text: str) -> None:
+  if is_remote(path):  # No append on GCS: the object is rewritten whole.
+    write_text(path, (read_text(path) or "") + text)
+    return
+  with open(path, "a", encoding="utf-8") as f:
+    f.write(text)
+
+
+def sha256(path: str) -> str:
+  """SHA-256 of a file's bytes, read in chunks."""
+  digest = hashlib.sha256()
+  with (_remote(path).open("rb") if is_remote(path) else open(path, "rb")) as f:
+    for chunk in iter(lambda: f.read(1 << 20), b""):
+      digest.update(chunk)
+  return digest.hexdigest()
+
+
+def remove(path: str) -> None:
+  if is_remote(path):
+    _remote(path).unlink()
+  else:
+    os.remove(path)
+
+
+def walk_files(root: str) -> list[str]:
+  """Paths of every file under `root`, relative to it, sorted."""
+  if not is_remote(root):
+    return sorted(os.path.relpath(os.path.join(folder, f), root)
+                  for folder, _, files in os.walk(root) for f in files)
+  out, stack = [], [(_remote(root), "")]
+  while stack:  # (etils refuses ** globs on buckets: walk level by level.)
+    folder, prefix = stack.pop()
+    for child in folder.iterdir():
+      rel = prefix + child.name
+      if child.is_dir():
+        stack.append((child, rel + "/"))
+      else:
+        out.append(rel)
+  return sorted(out)
+
+
+def rmtree(path: str) -> None:
+  if is_remote(path):
+    _remote(path).rmtree()
+  else:
+    shutil.rmtree(path)
+
+
+def copy_tree(src: str, dst: str) -> None:
+  """Copies every file under `src` (local or bucket) to `dst` (local or bucket)."""
+  for rel in walk_files(src):
+    write_bytes(join(dst, rel), read_bytes(join(src, rel)))
+
+
+def move(src: str, dst: str) -> None:
+  """Moves a file or folder (across buckets and disks too)."""
+  if not is_remote(src) and not is_remote(dst):
+    os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
+    shutil.move(src, dst)
+    return
+  copy_tree(src, dst)
+  rmtree(src)
+
+
+# A run's own files and folders in its workdir (what training writes and resumes from;
+# averaged_from.json: an averaged run; finetune_config.json, seeds/: a fine-tuning driver's,
+# sweep.json, log.txt, .lock: a sweep's and its runs').
+RUN_FILES = ("config.json", "summary.json", "metrics.jsonl", "checkpoints", "best_checkpoint",
+             "corrupt_checkpoints", "tensorboard", "profile", "wandb", ".lnjax.lock",
+             "averaged_from.json", "finetune_config.json", "seeds", "sweep.json", "log.txt",
+             ".lock")
+# What marks a folder as a run's workdir (an export's config.json holds "lnjax_config").
+_RUN_MARKS = ("summary.json", "metrics.jsonl", "checkpoints", "sweep.json", "finetune_config.json")
+
+
+def is_run_workdir(path: str) -> bool:
+  """Whether `path` holds a run (a training run, an average, a fine-tuning or a sweep)."""
+  if any(exists(join(path, mark)) for mark in _RUN_MARKS):
+    return True
+  text = read_text(join(path, "config.json")) if isdir(path) else None
+  return text is not None and '"lnjax_config"' not in text
+
+
+def refuse_run_files(flag: str, value: str, targets: list[str]) -> None:
+  """The one guard of every command's output: `targets` (the files or folders the command
+  given `flag`=`value` would write) must not be, or be inside, a run's own files
+  (RUN_FILES of any workdir above them), nor a workdir itself. A refusal is one line
+  (errors.WorkdirError, exit 2) before anything is written."""
+  from lnjax.core import errors
+
+  for target in targets:
+    target = abspath(target).rstrip("/")
+    folder = target
+    while True:
+      if is_run_workdir(folder):
+        rel = os.path.relpath(target, folder) if not is_remote(folder) else target[len(folder):].lstrip("/")
+        if rel == "." or rel.split("/")[0] in RUN_FILES:
+          what = "is the workdir of" if rel == "." else f"would write {rel} of"
+          raise errors.WorkdirError(
+              f"{flag}={value} {what} the run in {folder}: a run's own files are never "
+              "overwritten; choose an output outside them (a new folder)")
+      parent = os.path.dirname(folder)
+      if parent == folder or parent.endswith(":/") or parent.endswith(":"):
+        break
+      folder = parent
+

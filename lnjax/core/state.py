@@ -1,0 +1,67 @@
+"""The training state and how it is built and placed: used by training, restore and analysis."""
+
+import dataclasses
+from typing import Any
+
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import Mesh
+
+from lnjax.core import optim, sharding
+from lnjax.models import ModelConfig, init_params, placement
+from lnjax.core.task import Task
+
+
+@flax.struct.dataclass
+class TrainState:
+  step: jax.Array  # Optimizer updates done; also the schedule's and dropout's clock.
+  params: Any
+  opt_state: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+  """Everything static a run's steps need: the task, model, optimizer and schedule."""
+
+  task: Task
+  model: nn.Module
+  tx: optax.GradientTransformation
+  schedule: optax.Schedule
+
+
+def make_setup(model_cfg: ModelConfig, opt_cfg: optim.OptConfig, num_steps: int,
+               steps_per_epoch: int | None = None, *, task: Task) -> Setup:
+  schedule = optim.make_schedule(opt_cfg, num_steps, steps_per_epoch)
+  tx = optim.make_optimizer(opt_cfg, schedule, placement.unit_sphere_axis(model_cfg))
+  return Setup(task, task.make_model(model_cfg), tx, schedule)
+
+
+def _init_boxed(setup: Setup, seed: int) -> TrainState:
+  """Parameters still boxed with their logical axis names (nn.Partitioned)."""
+  params = init_params(setup.model, jax.random.key(seed), *setup.task.example_inputs(),
+                       random_inputs=setup.task.random_inputs)
+  return TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                    opt_state=setup.tx.init(params))
+
+
+def state_shardings(setup: Setup, mesh: Mesh):
+  """NamedShardings of every TrainState leaf, from the parameters' logical axis names."""
+  abstract = jax.eval_shape(lambda: _init_boxed(setup, 0))
+  return sharding.logical_shardings(nn.get_partition_spec(abstract), nn.unbox(abstract), mesh)
+
+
+def init_state(setup: Setup, mesh: Mesh, seed: int) -> TrainState:
+  """A fresh state, created directly in its sharded layout."""
+  shardings = state_shardings(setup, mesh)
+  init = jax.jit(lambda: nn.unbox(_init_boxed(setup, seed)), out_shardings=shardings)
+  return init()
+
+
+def abstract_state(setup: Setup, mesh: Mesh) -> TrainState:
+  """ShapeDtypeStructs with shardings: the target a checkpoint is restored onto."""
+  shapes = jax.eval_shape(lambda: nn.unbox(_init_boxed(setup, 0)))
+  return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+                      shapes, state_shardings(setup, mesh))

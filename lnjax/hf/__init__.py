@@ -1,0 +1,2 @@
+"""Hugging Face GPT-2 and BERT checkpoints: reading, converting, tokenizers, export, analysis.
+"""

@@ -1,0 +1,2 @@
+"""Using a trained run: beam search, BLEU evaluation, predictions, translation, export.
+"""

@@ -1,0 +1,228 @@
+r"""The highest stable learning rate of each (placement, depth, warm-up) cell, searched
+(the command: lnjax/cli/stability.py).
+
+  python -m lnjax.cli.stability --config=configs/lm.py --workdir=/tmp/stab \
+      --placements=post,pre --depths=4,8 --warmups=0,500 --seeds=3 --probe_steps=600 \
+      [--parallel=2] [--backend=local|slurm|ray] [--config.data.batch_size=16]
+
+Per (placement, depth) one learning-rate range test (a run whose rate grows geometrically
+from --lr_min to --lr_max) brackets the answer; per cell a bisection in log-space with
+short probes (--seeds runs at one peak rate, constant after the cell's linear warm-up)
+narrows the bracket to a factor --tolerance (lnjax/sweep/search.py has the rules). Every
+run is an ordinary lnjax.main run in WORKDIR/runs/<name>, its name spelled from its
+settings, launched through the sweep back ends; WORKDIR/search.json holds the brackets and
+the probes' results, so the same command again continues a killed search and never runs
+a finished probe again. Results: WORKDIR/stability.md, stability.json, stability.png.
+
+Exit codes: 0 the search ended (a cell without a stable rate is a result too, with one
+line on stderr); 1 a run failed (its error line; the same command retries it); 2 a
+refused input; 128 + signal when stopped (the runs saved).
+"""
+
+import json
+import os
+from typing import Callable
+
+from lnjax.core import errors, sections
+from lnjax import sweep as sweep_lib
+from lnjax.sweep import launcher as launcher_lib
+from lnjax.sweep import search
+
+STATE = "search.json"
+
+
+class Search:
+  """The cells of one search, their runs and its state file (WORKDIR/search.json)."""
+
+  def __init__(self, config_arg: str, fixed: dict, workdir: str, *, placements, depths,
+               warmups, seeds: int, range_steps: int, lr_min: float, lr_max: float,
+               tolerance: float, widen: float, stable: search.Stable):
+    self.config_arg, self.fixed, self.workdir = config_arg, dict(fixed), workdir
+    self.placements, self.depths, self.warmups = placements, depths, warmups
+    self.seeds, self.range_steps, self.stable = seeds, range_steps, stable
+    self.lr_min, self.lr_max, self.tolerance, self.widen = lr_min, lr_max, tolerance, widen
+    self.settings = {"config": config_arg, "fixed": {k: _plain(v) for k, v in fixed.items()},
+                     "seeds": seeds, "probe_steps": stable.steps, "range_steps": range_steps,
+                     "lr_min": lr_min, "lr_max": lr_max, "tolerance": tolerance,
+                     "widen": widen, "margin_nats": stable.margin_nats,
+                     "divergence_factor": stable.divergence_factor}
+    self.root = os.path.join(workdir, "runs")
+    self.state = self._load()
+
+  # ---- Cells and runs.
+
+  def cells(self) -> list[tuple[str, int, int]]:
+    return [(p, d, w) for p in self.placements for d in self.depths for w in self.warmups]
+
+  def range_run(self, placement: str, depth: int) -> sweep_lib.Run:
+    gamma = search.range_test_growth(self.lr_min, self.lr_max, self.range_steps)
+    return self._run(f"range_test,norm={placement},layers={depth}", {
+        "model.norm_position": placement, "model.num_layers": depth,
+        "opt.schedule": "exponential", "opt.learning_rate": self.lr_min,
+        "opt.decay_factor": gamma, "opt.warmup_steps": 0, "seed": 0,
+        "train.num_steps": self.range_steps, "train.log_every_steps": 1,
+        "train.eval_every_steps": self.range_steps,
+        "train.checkpoint_every_steps": self.range_steps})
+
+  def probe_runs(self, cell, lr: float) -> list[sweep_lib.Run]:
+    placement, depth, warmup = cell
+    steps = self.stable.steps
+    return [self._run(f"norm={placement},layers={depth},warmup={warmup},lr={lr:g},seed={s}", {
+        "model.norm_position": placement, "model.num_layers": depth,
+        "opt.learning_rate": lr, "opt.warmup_steps": warmup, "seed": s,
+        "train.num_steps": steps, "train.eval_every_steps": steps,
+        "train.checkpoint_every_steps": steps}) for s in range(self.seeds)]
+
+  def _run(self, name: str, overrides: dict) -> sweep_lib.Run:
+    overrides = {**overrides, "train.divergence_factor": self.stable.divergence_factor}
+    config = sweep_lib.base_config(self.config_arg, {**self.fixed, **overrides})
+    return sweep_lib.Run(name, overrides, config)
+
+  def summary(self, run: sweep_lib.Run) -> dict:
+    return launcher_lib.read_json(os.path.join(self.root, run.name, "summary.json")) or {}
+
+  # ---- The state.
+
+  def _load(self) -> dict:
+    state = launcher_lib.read_json(os.path.join(self.workdir, STATE))
+    if state is None:
+      return {"settings": self.settings, "range_tests": {}, "probes": {}}
+    changed = [f"--{k}={state['settings'].get(k)}" for k in self.settings
+               if state["settings"].get(k) != self.settings[k]]
+    if changed:
+      raise errors.WorkdirError(f"{self.workdir} holds a search with {', '.join(changed)}: "
+                                "run it with those settings, or use another --workdir")
+    return state
+
+  def save(self) -> None:
+    os.makedirs(self.workdir, exist_ok=True)
+    tmp = os.path.join(self.workdir, f".{STATE}.tmp")
+    with open(tmp, "w") as f:
+      json.dump(self.state, f, indent=2)
+      f.write("\n")
+    os.replace(tmp, os.path.join(self.workdir, STATE))
+
+  def bracket(self, placement: str, depth: int) -> search.Bracket | None:
+    entry = self.state["range_tests"].get(_key(placement, depth))
+    return entry and search.Bracket(entry["lo"], entry["hi"], entry["note"])
+
+  def results(self, cell) -> dict[float, bool]:
+    return {float(lr): r["stable"] for lr, r in self.state["probes"].get(_key(*cell), {}).items()}
+
+  def outcome(self, cell) -> search.Outcome | None:
+    start = self.bracket(*cell[:2])
+    return start and search.replay(start, self.results(cell), self.tolerance, self.widen)
+
+  # ---- One round: the runs the search needs next, then their results.
+
+  def next_runs(self) -> list[sweep_lib.Run]:
+    runs = [self.range_run(p, d) for p in self.placements for d in self.depths
+            if self.bracket(p, d) is None]
+    for cell in self.cells():
+      outcome = self.outcome(cell)
+      if outcome is not None and outcome.next_lr is not None:
+        runs += self.probe_runs(cell, outcome.next_lr)
+    return runs
+
+  def record(self) -> None:
+    """Records every finished range test and probe that search.json lacks."""
+    for p in self.placements:
+      for d in self.depths:
+        run = self.range_run(p, d)
+        if self.bracket(p, d) is None and launcher_lib.finished_state(
+            run, os.path.join(self.root, run.name)):
+          summary = self.summary(run)
+          records = launcher_lib.read_metrics(os.path.join(self.root, run.name))
+          found = search.bracket(records, self.lr_max, summary.get("status") == "diverged")
+          self.state["range_tests"][_key(p, d)] = {
+              "lo": found.lo, "hi": found.hi, "note": found.note, "run": run.name,
+              "steps": summary.get("step")}
+    for cell in self.cells():
+      outcome = self.outcome(cell)
+      if outcome is None or outcome.next_lr is None:
+        continue
+      runs = self.probe_runs(cell, outcome.next_lr)
+      judged = [self.stable.judge(self.summary(r)) for r in runs]
+      stable = search.probe_result([j for j, _ in judged])
+      if stable is not None:
+        self.state["probes"].setdefault(_key(*cell), {})[f"{outcome.next_lr:g}"] = {
+            "stable": stable, "runs": [r.name for r in runs],
+            "seeds": [why for _, why in judged],
+            "steps": sum(self.summary(r).get("step") or 0 for r in runs)}
+    self.save()
+
+
+def _key(*parts) -> str:
+  return "/".join(str(p) for p in parts)
+
+
+def _plain(v):
+  return list(v) if isinstance(v, tuple) else v
+
+
+class RunsFailed(errors.LnjaxError):
+  """A round's run failed; the same command retries it."""
+
+  exit_code = 1
+
+
+def run_search(s: Search, launch: Callable[[Search, list], int]) -> None:
+  """Rounds of runs until every cell's search has ended, each round's runs through
+  `launch(s, runs)` (a sweep back end; its exit code): raises RunsFailed on a failed run,
+  SystemExit(128 + signal) on a stopped one (the runs saved)."""
+  said = set()
+  while True:
+    s.record()
+    for cell in s.cells():
+      outcome = s.outcome(cell)
+      for event in (outcome.events if outcome else ()):
+        if (cell, event) not in said:
+          said.add((cell, event))
+          print(f"{cell_name(cell)}: {event}", flush=True)
+    runs = s.next_runs()
+    if not runs:
+      return
+    print(f"-- round: {len(runs)} runs in {s.root}", flush=True)
+    code = launch(s, runs)
+    if code >= 128:
+      raise SystemExit(code)
+    if code:
+      s.record()
+      manifest = (launcher_lib.read_json(os.path.join(s.root, launcher_lib.MANIFEST))
+                  or {}).get("runs", {})
+      failed = [(r.name, manifest.get(r.name, {}).get("error")) for r in runs
+                if manifest.get(r.name, {}).get("state") == launcher_lib.FAILED]
+      name, error = failed[0] if failed else (runs[0].name, "unfinished")
+      raise RunsFailed(f"{len(failed) or 'some'} run(s) failed, first {name}: {error} "
+                       "(the same command retries them)")
+
+
+def cell_name(cell) -> str:
+  placement, depth, warmup = cell
+  return f"{search.LABELS.get(placement, placement)}, {depth} layers, warm-up {warmup}"
+
+
+def check_inputs(config_arg: str, fixed: dict, placements, depths, warmups,
+                 probe_steps: int) -> None:
+  """Refuses, before any run starts, what cannot be searched (one line, exit 2)."""
+  from lnjax import models  # The model's own checks: a depth it cannot build.
+  if not placements:
+    raise errors.ConfigError("--placements is empty: name at least one, e.g. post,pre")
+  for p in placements:
+    errors.check_choice("--placements", p, models.NORM_POSITIONS)
+  if not depths or not warmups:
+    raise errors.ConfigError("--depths and --warmups need at least one value each")
+  for w in warmups:
+    if w < 0 or w >= probe_steps:
+      raise errors.ConfigError(f"--warmups={w}: a warm-up must be >= 0 and shorter than "
+                               f"--probe_steps={probe_steps}, or the probes never reach "
+                               "their rate")
+  for p in placements:
+    for d in depths:
+      config = sweep_lib.base_config(config_arg, {
+          **fixed, "model.norm_position": p, "model.num_layers": d})
+      try:
+        sections.from_config(models.ModelConfig, "model", config.model)
+      except errors.ConfigError as e:
+        raise errors.ConfigError(f"--depths={d}: the model cannot be built with "
+                                 f"{search.LABELS.get(p, p)}: {e}") from None
