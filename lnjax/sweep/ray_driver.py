@@ -101,7 +101,7 @@ def free_port() -> str:
 
 
 # ---------------------------------------------------------------------------------------
-# The driver: the only process that talks to Ray (`python -m lnjax.sweep.ray_backend`, a
+# The driver: the only process that talks to Ray (`python -m lnjax.sweep.ray_driver`, a
 # pickled spec on stdin, one JSON event per line on stdout).
 
 
