@@ -98,25 +98,45 @@ def test_sigusr1_during_training_saves_and_exits_143(tmp_path):
 
 @pytest.mark.slow
 def test_stops_during_bleu_decoding_and_the_final_decode_resume_to_the_same_records(tmp_path):
-  """Evaluating (loss, then BLEU) every 10 steps of the smoke preset's 20. A SIGTERM during the
-  decode at step 10 saves step 10; the resumed run evaluates step 10 again, and a SIGUSR1
-  during the final decode saves step 20; the third launch evaluates step 20 and ends. The
-  records equal an uninterrupted run's."""
-  mt = MT + ["--config.train.eval_every_steps=10"]
+  """Evaluating (loss, then BLEU) every 2 steps of 4 (the smoke model and data; fewer steps
+  than the preset's 20 compile fewer batch shapes), a checkpoint and a metrics record at
+  every evaluation and step. A SIGTERM during the decode at step 2 saves step 2; the
+  resumed run evaluates step 2 again, and a SIGUSR1 during the final decode saves step 4;
+  the third launch evaluates step 4 and ends. The records equal an uninterrupted run's
+  (launched alongside, as a separate process)."""
+  mt = MT + ["--config.train.num_steps=4", "--config.train.eval_every_steps=2",
+             "--config.train.checkpoint_every_steps=2", "--config.train.log_every_steps=1"]
   whole = str(tmp_path / "whole")
-  run(mt + [f"--workdir={whole}"])
   wd = str(tmp_path / "stopped")
   args = mt + [f"--workdir={wd}"]
-  # The second launch evaluates step 10 again first: its stop comes after that line.
-  for sig, step, after in ((signal.SIGTERM, 10, ""), (signal.SIGUSR1, 20, "eval  step     10")):
-    code, err, seconds = stop_when(args, "decoding ", sig, after)
-    assert code == 143 and seconds < STOP_SECONDS, (code, seconds, err[-2000:])
-    summary = json.load(open(os.path.join(wd, "summary.json")))
-    assert summary["status"] == "preempted" and summary["step"] == step, summary
-    assert str(step) in os.listdir(os.path.join(wd, "checkpoints"))
-    assert not [r for r in records(wd) if r["step"] == step and "eval_loss" in r]
-  run(args)
-  assert records(wd) == records(whole)
+  reference = None
+  try:
+    # The second launch evaluates step 2 again first: its stop comes after that line.
+    for sig, step, after in ((signal.SIGTERM, 2, ""), (signal.SIGUSR1, 4, "eval  step      2")):
+      code, err, seconds = stop_when(args, "decoding ", sig, after)
+      assert code == 143 and seconds < STOP_SECONDS, (code, seconds, err[-2000:])
+      summary = json.load(open(os.path.join(wd, "summary.json")))
+      assert summary["status"] == "preempted" and summary["step"] == step, summary
+      assert str(step) in os.listdir(os.path.join(wd, "checkpoints"))
+      assert not [r for r in records(wd) if r["step"] == step and "eval_loss" in r]
+      if reference is None:
+        # The uninterrupted run, alongside the next two launches; started once the first
+        # has prepared the data set (two first preparations at once are not the point).
+        with open(tmp_path / "whole.log", "w") as log:
+          reference = subprocess.Popen(
+              [sys.executable, "-m", "lnjax.main", *mt, f"--workdir={whole}"], cwd=REPO,
+              stdout=log, stderr=subprocess.STDOUT)
+    run(args)
+    reference.wait(timeout=900)
+  finally:
+    if reference is not None:
+      reference.kill()
+      reference.wait()
+  assert reference.returncode == 0, (tmp_path / "whole.log").read_text()[-3000:]
+  stopped = records(wd)
+  assert [r["step"] for r in stopped if "eval_loss" in r] == [2, 4]
+  assert [r["step"] for r in stopped if "train_loss" in r] == [1, 2, 3, 4]
+  assert stopped == records(whole)
 
 
 def test_a_stop_during_a_decode_batch_does_not_wait_for_the_batch():
