@@ -5,6 +5,7 @@ One smoke Multi30k run (module fixture) serves the decoding, averaging and expor
 the command lines run as subprocesses on one CPU device, as a user runs them.
 """
 
+import concurrent.futures
 import glob
 import json
 import os
@@ -95,20 +96,8 @@ def test_translate_on_stdin_and_on_a_file_reproduces_predict(mt_run, tmp_path):
 
 @pytest.mark.slow
 def test_a_beam_size_override_is_used_or_refused(mt_run):
-  beam2 = cli("lnjax.cli.translate", f"--workdir={mt_run}", f"--split={SPLIT}")
-  beam1 = cli("lnjax.cli.translate", f"--workdir={mt_run}", f"--split={SPLIT}", "--beam_size=1")
-  assert "beam 2" in beam2.stderr and "beam 1" in beam1.stderr
-  changed = sum(a != b for a, b in zip(beam1.stdout.splitlines(), beam2.stdout.splitlines()))
-  assert changed > 0
-  # --mode=predict uses --config.decode.beam_size (given without --config) ...
-  r = cli("lnjax.main", "--mode=predict", f"--workdir={mt_run}", f"--split={SPLIT}",
-          "--config.decode.beam_size=1")
-  assert "beam 1" in r.stdout
-  hyp = r.stdout.rsplit("hypotheses in ", 1)[1].strip()
-  assert open(hyp).read().splitlines() == beam1.stdout.splitlines()
-  assert json.load(open(hyp[:-4] + ".json"))["beam_size"] == 1
-  # ... and refuses what it would otherwise ignore, in one line.
-  for args, message in (
+  # Nine command lines, independent of each other: run side by side.
+  refusals = (
       (["lnjax.cli.translate", "--beam_size=0"], "decode.beam_size=0 must be an integer >= 1"),
       (["lnjax.cli.translate", "--max_len=100000"], "--max_len=100000 must be in 1..256"),
       (["lnjax.main", "--mode=predict", "--config.decode.beam_size=0"], "beam_size=0"),
@@ -116,8 +105,27 @@ def test_a_beam_size_override_is_used_or_refused(mt_run):
       (["lnjax.main", "--mode=predict", "--config=configs/multi30k_de_en.py:smoke",
         "--config.decode.beam_size=1"], "drop --config"),
       (["lnjax.cli.translate", "--checkpoint=avg:9"], "keeps 2 checkpoint(s) (10, 20)"),
-  ):
-    r = cli(args[0], f"--workdir={mt_run}", *args[1:], stdin="", code=2)
+  )
+  with concurrent.futures.ThreadPoolExecutor(4) as pool:
+    used = [pool.submit(cli, *args) for args in (
+        ("lnjax.cli.translate", f"--workdir={mt_run}", f"--split={SPLIT}"),
+        ("lnjax.cli.translate", f"--workdir={mt_run}", f"--split={SPLIT}", "--beam_size=1"),
+        # --mode=predict uses --config.decode.beam_size (given without --config) ...
+        ("lnjax.main", "--mode=predict", f"--workdir={mt_run}", f"--split={SPLIT}",
+         "--config.decode.beam_size=1"))]
+    refused = [pool.submit(cli, args[0], f"--workdir={mt_run}", *args[1:], stdin="", code=2)
+               for args, _ in refusals]
+  beam2, beam1, r = (f.result() for f in used)
+  assert "beam 2" in beam2.stderr and "beam 1" in beam1.stderr
+  changed = sum(a != b for a, b in zip(beam1.stdout.splitlines(), beam2.stdout.splitlines()))
+  assert changed > 0
+  assert "beam 1" in r.stdout
+  hyp = r.stdout.rsplit("hypotheses in ", 1)[1].strip()
+  assert open(hyp).read().splitlines() == beam1.stdout.splitlines()
+  assert json.load(open(hyp[:-4] + ".json"))["beam_size"] == 1
+  # ... and refuses what it would otherwise ignore, in one line.
+  for (_, message), future in zip(refusals, refused):
+    r = future.result()
     assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
