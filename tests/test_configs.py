@@ -11,7 +11,8 @@ CASES = [
     ("lm", None), ("lm", "norm=post,size=course"), ("lm", "norm=pre,size=course_reg"),
     ("lm", "smoke"),
     ("multi30k_de_en", "norm=pre"), ("multi30k_de_en", "norm=post,dir=en-de"),
-    ("multi30k_de_en", "smoke"),
+    ("multi30k_de_en", "smoke"), ("multi30k_de_en", "quick"),
+    ("multi30k_de_en", "norm=post,quick"),
     ("iwslt14_de_en", "norm=pre"), ("iwslt14_de_en", "norm=post"), ("iwslt14_de_en", "smoke"),
     ("wmt14_en_de", "norm=pre"), ("wmt14_en_de", "norm=post"), ("wmt14_en_de", "smoke"),
 ]
@@ -59,6 +60,18 @@ def test_course_reg_is_the_course_model_with_dropout():
   assert [r.name for r in runs] == [r.name for r in sweep.expand(
       f"{lm.__file__}:size=course", "course", {"train.num_steps": 3000})]
   assert len(runs) == 5
+
+
+def test_multi30k_quick_is_the_full_model_for_400_steps_evaluated_once():
+  from configs import multi30k_de_en
+  full = run.resolve_config(multi30k_de_en.get_config("norm=pre"))
+  quick = run.resolve_config(multi30k_de_en.get_config("quick"))
+  assert quick.model == full.model and quick.data == full.data
+  assert (quick.train.num_steps, quick.train.eval_every_steps,
+          quick.train.checkpoint_every_steps) == (400, 400, 400)
+  assert (quick.opt.learning_rate, quick.opt.warmup_steps) == (1e-3, 0)
+  post = run.resolve_config(multi30k_de_en.get_config("norm=post,quick")).opt
+  assert (post.schedule, post.warmup_steps) == ("inverse_sqrt", 100)
 
 
 def test_unknown_preset_is_refused():

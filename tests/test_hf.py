@@ -436,7 +436,7 @@ def test_analyze_on_an_imported_bert_scores_its_masked_tokens(tmp_path):
   text = tmp_path / "text.txt"
   text.write_text("\n".join(corpus_lines(100)), encoding="utf-8")
   result, out = hf_analyze.analyze(folder, str(text), str(tmp_path / "report"), num_batches=1,
-                                   seq_len=40, report=analyze._figures)
+                                   seq_len=40, report=analyze.figures)
   assert "## Layer removal" in (tmp_path / "report" / "report.md").read_text()
   assert result["norm_position"] == "post" and result["tokens_per_window"] == 40
   assert "bert/embed_norm" in result["norms"]

@@ -273,7 +273,7 @@ def test_a_run_no_node_fits_is_one_line(cluster, reference):
   root = os.path.join(reference["tmp"], "too_big")
   code, out = _sweep(cluster, reference["config"], "one", root, "--platform=cpu",
                      "--devices_per_run=64", timeout=120)
-  lines = [l for l in out.splitlines() if l.startswith("lnjax.sweep: error")]
+  lines = [l for l in out.splitlines() if l.startswith("lnjax.cli.sweep: error")]
   assert code == 2 and len(lines) == 1, out[-3000:]
   assert "a run asks for 1 node(s) with CPU 64, 0 node(s) have it" in lines[0]
 
@@ -288,7 +288,7 @@ def test_unreachable_address_is_one_line_after_a_bounded_wait(tmp_path):
                      cwd=REPO, capture_output=True, text=True, timeout=120)
   assert r.returncode == 2 and time.monotonic() - t0 < 60, r.stderr[-3000:]
   assert r.stderr.strip().splitlines() == [
-      f"lnjax.sweep: error: no Ray cluster answers at 127.0.0.1:{port} (Connection refused "
+      f"lnjax.cli.sweep: error: no Ray cluster answers at 127.0.0.1:{port} (Connection refused "
       "for 2 s): start one (ray start --head) or fix --ray_address / RAY_ADDRESS"]
 
 
@@ -373,9 +373,9 @@ def test_the_cluster_stopping_mid_sweep_is_one_line_and_the_relaunch_resumes(
   finally:
     if proc.poll() is None:
       os.killpg(proc.pid, signal.SIGKILL)
-  errors = [l for l in out.splitlines() if l.startswith("lnjax.sweep: error")]
+  errors = [l for l in out.splitlines() if l.startswith("lnjax.cli.sweep: error")]
   assert proc.returncode == 1 and errors == [
-      f"lnjax.sweep: error: the Ray cluster at {cluster.address} went away during the sweep "
+      f"lnjax.cli.sweep: error: the Ray cluster at {cluster.address} went away during the sweep "
       "(1 run(s) stopped: norm=pre; each saved a checkpoint on SIGTERM or resumes from its "
       "last one); the same command resumes the sweep on a running cluster"], out[-3000:]
   # The run got SIGTERM from its dead worker (PR_SET_PDEATHSIG) and saved a checkpoint.

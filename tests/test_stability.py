@@ -143,7 +143,7 @@ def _stability(workdir, *flags, **kw):
 def test_refusals_are_one_line_and_exit_2(tmp_path, flags, message):
   out = _stability(tmp_path / "s", *flags, timeout=300)
   assert out.returncode == 2, out.stderr
-  assert out.stderr.strip().splitlines() == [f"lnjax.sweep.stability: error: {message}"] or (
+  assert out.stderr.strip().splitlines() == [f"lnjax.cli.stability: error: {message}"] or (
       len(out.stderr.strip().splitlines()) == 1 and message in out.stderr), out.stderr
   assert not (tmp_path / "s").exists()
 

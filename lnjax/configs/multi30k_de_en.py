@@ -13,6 +13,9 @@ Presets (comma-separated after the colon):
                its decay moved from epoch 8 to 10 for a run of 12 epochs)
   norm=post    Post-LN, 1000 warm-up steps then inverse square root, lr 1e-3
   dir=de-en|en-de   translation direction
+  quick        400 steps (≈3 epochs) and one evaluation at the end: a meaningful BLEU in
+               about 10 minutes on 2 CPU cores (REPRODUCTION.md); norm=post warms up for
+               100 steps instead of 1000
   smoke        a few steps of a tiny model (tests use it)
 
 Sweeps of it (python -m lnjax.cli.sweep, see get_sweep): fig2, fig2_paper, fig4, fig2_cpu,
@@ -25,7 +28,8 @@ from lnjax.core import errors
 
 
 def get_config(arg=None):
-  presets = config_lib.parse_arg(arg, norm=("post", "pre"), dir=("de-en", "en-de"), smoke=None)
+  presets = config_lib.parse_arg(arg, norm=("post", "pre"), dir=("de-en", "en-de"), quick=None,
+                                smoke=None)
   c = config_lib.translation_config()
   c.data.name = "multi30k_de_en"
   c.data.source_lang, _, c.data.target_lang = presets.get("dir", "de-en").partition("-")
@@ -44,6 +48,9 @@ def get_config(arg=None):
   config_lib.apply_paper_translation_schedule(c, presets.get("norm", "pre"), post_warmup=1000)
   if c.model.norm_position == "pre":
     c.opt.decay_epochs = (10,)
+  if "quick" in presets:
+    c.train.num_steps = c.train.eval_every_steps = c.train.checkpoint_every_steps = 400
+    c.opt.warmup_steps = min(c.opt.warmup_steps, 100)
   if "smoke" in presets:
     config_lib.apply_translation_smoke(c)
   return c.lock()
