@@ -81,8 +81,7 @@ def _quiet_closed_loop(unraisable, _default=sys.unraisablehook):
 
 def main(argv):
   sys.unraisablehook = _quiet_closed_loop
-  if len(argv) > 1:
-    cli.fail(f"unexpected arguments: {' '.join(argv[1:])}")
+  cli.refuse_arguments(argv)
   # No absl log lines: orbax logs a failed background save (a full disk) with its
   # traceback; the error then reaches the loop, which reports it in one line.
   logging.set_verbosity(logging.FATAL)

@@ -43,6 +43,19 @@ def parse_flags(argv: list[str], prog: str = "lnjax") -> list[str]:
   return remaining
 
 
+def refuse_arguments(argv: list[str], prog: str = "lnjax") -> None:
+  """For a command that takes flags only: any positional argument is one line, exit 2."""
+  if len(argv) > 1:
+    fail(f"unexpected arguments: {' '.join(argv[1:])}", prog=prog)
+
+
+def config_and_overrides(name: str = "config") -> tuple[str, dict]:
+  """The --config flag's FILE[:presets] and its --config.KEY=VALUE overrides ({key: value}),
+  which a sweep gives each of its runs."""
+  return (flags.FLAGS[name].config_filename,
+          config_flags.get_override_values(flags.FLAGS[name]))
+
+
 def _config_flags() -> list[str]:
   """The names of the command's config-file flags that were given a file."""
   return [name for name in flags.FLAGS if config_flags.is_config_flag(flags.FLAGS[name])

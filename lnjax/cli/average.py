@@ -19,8 +19,7 @@ _OUTPUT = flags.DEFINE_string("output", None, "The new workdir (default: WORKDIR
 
 
 def main(argv):
-  if len(argv) > 1:
-    cli.fail(f"unexpected arguments: {' '.join(argv[1:])}")
+  cli.refuse_arguments(argv)
   logging.set_verbosity(logging.FATAL)
   output = _OUTPUT.value or f"{_WORKDIR.value.rstrip('/')}_avg{_LAST.value}"
   try:

@@ -25,8 +25,7 @@ _OUTPUT = flags.DEFINE_string("output", None, "The export folder (default WORKDI
 
 
 def main(argv):
-  if len(argv) > 1:
-    cli.fail(f"unexpected arguments: {' '.join(argv[1:])}")
+  cli.refuse_arguments(argv)
   logging.set_verbosity(logging.FATAL)
   output = _OUTPUT.value or os.path.join(_WORKDIR.value, "export")
   try:

@@ -24,8 +24,7 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Where the results go.", require
 
 
 def main(argv):
-  if len(argv) > 1:
-    cli.fail(f"unexpected arguments: {' '.join(argv[1:])}", prog=PROG)
+  cli.refuse_arguments(argv, prog=PROG)
   logging.set_verbosity(logging.WARNING)
   from lnjax.core import preemption  # Imported late: JAX starts after flags.
   try:

@@ -79,10 +79,8 @@ def _ints(name: str, values) -> list[int]:
 
 
 def main(argv):
-  if len(argv) > 1:
-    cli.fail(f"unexpected arguments: {' '.join(argv[1:])}", prog=PROG)
-  config_arg = flags.FLAGS["config"].config_filename
-  fixed = config_flags.get_override_values(flags.FLAGS["config"])
+  cli.refuse_arguments(argv, prog=PROG)
+  config_arg, fixed = cli.config_and_overrides()
   config = _CONFIG.value
   try:
     placements = [p for p in _PLACEMENTS.value if p]

@@ -72,10 +72,8 @@ PROG = "lnjax.cli.sweep"  # The errors' prefix.
 
 
 def main(argv):
-  if len(argv) > 1:
-    cli.fail(f"unexpected arguments: {' '.join(argv[1:])}", prog=PROG)
-  config_arg = flags.FLAGS["config"].config_filename
-  fixed = config_flags.get_override_values(flags.FLAGS["config"])
+  cli.refuse_arguments(argv, prog=PROG)
+  config_arg, fixed = cli.config_and_overrides()
   root = _WORKDIR.value
   try:
     runs = _runs(config_arg, fixed)

@@ -35,8 +35,7 @@ _MAX_LEN = flags.DEFINE_integer("max_len", None, "Longest hypothesis in tokens (
 
 
 def main(argv):
-  if len(argv) > 1:
-    cli.fail(f"unexpected arguments: {' '.join(argv[1:])}")
+  cli.refuse_arguments(argv)
   logging.set_verbosity(logging.FATAL)
   if not _WORKDIR.value:
     cli.fail("--workdir is required")
