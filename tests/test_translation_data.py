@@ -583,3 +583,19 @@ def test_no_tensorflow_import(cache_dir, m30k_data):
   assert out.returncode == 0, out.stderr
   assert out.stdout.strip() == "ok"
   assert "tensorflow" not in sys.modules
+
+
+@pytest.mark.slow
+def test_two_processes_preparing_a_corpus_at_once_both_read_it(tmp_path, corpora):
+  """The first use of a corpus by two processes at once (two hosts of a run, two test
+  workers): the one that waited on the lock reopens the prepared data set with its splits."""
+  shutil.copytree(corpora, tmp_path / "downloads")
+  code = ("import sys; from lnjax.data import mt_builders as m; "
+          f"b = m.prepare('multi30k_de_en', None, {str(tmp_path)!r}); "
+          "print(len(m.load_split_pairs(b, 'train')[0]))")
+  procs = [subprocess.Popen([sys.executable, "-c", code], cwd=REPO_ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+  outs = [p.communicate(timeout=300) for p in procs]
+  assert [p.returncode for p in procs] == [0, 0], [err[-1500:] for _, err in outs]
+  train_lines = _lines(corpora, "multi30k/train.de")
+  assert [int(out.split()[-1]) for out, _ in outs] == [train_lines] * 2

@@ -29,7 +29,7 @@ import logging
 import os
 import pathlib
 import re
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import tensorflow_datasets as tfds
@@ -297,13 +297,19 @@ def prepare(
   """Builds (first call) or reopens (later calls) dataset ``name``."""
   if name not in BUILDERS:
     raise ValueError(f"unknown dataset {name!r}; valid: {', '.join(BUILDERS)}")
-  builder = BUILDERS[name](source_dir=data_dir, cache_dir=cache_dir, mirror=mirror)
+  return prepared(lambda: BUILDERS[name](source_dir=data_dir, cache_dir=cache_dir,
+                                         mirror=mirror))
+
+
+def prepared(make: Callable[[], tfds.core.DatasetBuilder]) -> tfds.core.DatasetBuilder:
+  """The builder `make()` returns, its data set built once under the data dir's lock (a
+  killed preparation's folder removed first). Made again under the lock: a builder made
+  while another process (a host of a multi-process run, an xdist worker) was still
+  preparing the data set knows none of its splits."""
   tfds.disable_progress_bar()  # no tqdm bars in training logs
-  with paths.file_lock(pathlib.Path(builder.data_dir).parent.parent / ".lock"):
-    # Reopened under the lock: a builder made while another process (a host of a
-    # multi-process run) was still preparing the data set knows none of its splits.
-    builder = BUILDERS[name](source_dir=data_dir, cache_dir=cache_dir, mirror=mirror)
-    paths.remove_incomplete(builder.data_dir)  # (A killed preparation's folder.)
+  with paths.file_lock(pathlib.Path(make().data_dir).parent.parent / ".lock"):
+    builder = make()
+    paths.remove_incomplete(builder.data_dir)
     builder.download_and_prepare()
   return builder
 

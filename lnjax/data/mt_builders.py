@@ -356,12 +356,8 @@ def prepare(
   URL)."""
   if name not in MT_BUILDERS:
     raise ValueError(f"unknown dataset {name!r}; valid: {', '.join(MT_BUILDERS)}")
-  builder = MT_BUILDERS[name](source_dir=data_dir, cache_dir=cache_dir, mirror=mirror)
-  tfds.disable_progress_bar()  # no tqdm bars in training logs
-  with paths.file_lock(pathlib.Path(builder.data_dir).parent.parent / ".lock"):
-    paths.remove_incomplete(builder.data_dir)  # (A killed preparation's folder.)
-    builder.download_and_prepare()
-  return builder
+  return builders.prepared(lambda: MT_BUILDERS[name](source_dir=data_dir, cache_dir=cache_dir,
+                                                     mirror=mirror))
 
 
 def load_split_pairs(builder: _ParallelBuilder, split: str) -> tuple[list[str], list[str]]:
