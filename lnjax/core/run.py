@@ -35,10 +35,9 @@ class TrainConfig:
   # <workdir>/profile (TensorBoard's profile plugin). "" = off.
   wandb_project: str = ""  # Weights & Biases project receiving the same scalars and the
   # config (WANDB_MODE=offline: files under <workdir>/wandb/ for `wandb sync`). "" = off.
-  # off | log: per-layer health/ statistics at log steps (lnjax/core/health.py) | warn: also
-  # the early warning, a line and a metrics record when a layer's update RMS (per unit of
-  # learning rate) jumps 3× above its 100-step median.
-  health: str = "warn"
+  health: str = "warn"  # off | log: per-layer health/ statistics at log steps
+  # (lnjax/core/health.py) | warn: also the early warning, a line and a metrics record when
+  # a layer's update RMS (per unit of learning rate) jumps 3× above its 100-step median.
   on_instability: str = "none"  # none | skip: no update when the loss or grad norm is 6σ
   # above its trailing 128 steps | rollback: on a warning or such a spike, back to the
   # newest checkpoint >= rollback_steps old, then past rollback_skip_batches batches.
