@@ -26,8 +26,8 @@ def fail(message: str, code: int = 2, prog: str = "lnjax"):
 
 
 def parse_flags(argv: list[str], prog: str = "lnjax") -> list[str]:
-  argv = [configs.resolve_flag(a) for a in argv]  # --config=lm:norm=post
   """absl's parsing with any error of a flag or a config file as one line."""
+  argv = [configs.resolve_flag(a) for a in argv]  # --config=lm:norm=post
   try:
     remaining = flags.FLAGS(argv)
   except Exception as e:  # Flag, config-file and config-value errors all land here.
