@@ -8,7 +8,7 @@ The model of the foundation issue: decoder-only LM, 8 layers, d_model 128, 4 hea
 vocab 4096 (untied output projection), learned positions, sequence 128, batch 32:
 2,651,392 parameters (Pre-LN; Post-LN has no final norm: 2,651,136). One step = forward +
 cross-entropy + backward + Adam, parameters and optimizer state donated (lnjax's own
-`train.train_step`, jitted as lnjax's trainer jits it). Dropout 0, so both frameworks do
+`steps.train_step`, jitted as lnjax's trainer jits it). Dropout 0, so both frameworks do
 the same work; the PyTorch peer (benchmarks/torch_peer.py) starts from lnjax's initial
 parameters, and the two initial losses are checked to agree.
 
@@ -44,7 +44,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from lnjax import tasks  # noqa: E402
-from lnjax.core import allocator, optim, sharding, state as state_lib, train
+from lnjax.core import allocator, optim, sharding, state as state_lib, steps
 from lnjax.models import ModelConfig, count_params  # noqa: E402
 
 BATCH, SEQ = 32, 128
@@ -154,7 +154,7 @@ class TrainStep:
     self.host_batch = host_batch
     self.batch = sharding.global_batch(host_batch, batch_shard)
     self._jit = lambda **step_options: jax.jit(
-        functools.partial(train.train_step, setup=setup, label_smoothing=0.0, seed=0,
+        functools.partial(steps.train_step, setup=setup, label_smoothing=0.0, seed=0,
                           **step_options),
         in_shardings=(shard, batch_shard), out_shardings=(shard, sharding.replicated(mesh)),
         donate_argnums=0)
@@ -169,7 +169,7 @@ class TrainStep:
     self.xla_temp_mib = getattr(mem, "temp_size_in_bytes", 0) / 2**20 if mem else None
     self.xla_args_mib = getattr(mem, "argument_size_in_bytes", 0) / 2**20 if mem else None
     # The initial held-out-style loss (no update), for the cross-framework check.
-    eval_fn = jax.jit(functools.partial(train.eval_step, setup=setup))
+    eval_fn = jax.jit(functools.partial(steps.eval_step, setup=setup))
     nll, count = eval_fn(self.state.params, self.batch)
     self.initial_loss = float(nll) / float(count)
     self.initial_params = (flatten(jax.device_get(self.state.params)) if keep_initial_params

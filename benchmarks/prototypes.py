@@ -36,7 +36,7 @@ import lm_step  # noqa: E402
 
 from lnjax.core import losses  # noqa: E402
 from lnjax import tasks  # noqa: E402
-from lnjax.core import optim, sharding, state as state_lib, train
+from lnjax.core import optim, sharding, state as state_lib, steps
 from lnjax.models import ModelConfig, TransformerLM, layers, norms  # noqa: E402
 
 ORIG = {"dense": layers.Dense, "ln": norms.LayerNorm}
@@ -146,7 +146,7 @@ def build_step(variant: str, norm: str = "pre"):
     mesh = sharding.make_mesh(sharding.MeshConfig(data=1), jax.devices()[:1])
     state = state_lib.init_state(setup, mesh, seed=0)
     shard = state_lib.state_shardings(setup, mesh)
-    step = jax.jit(functools.partial(train.train_step, setup=setup, label_smoothing=0.0, seed=0),
+    step = jax.jit(functools.partial(steps.train_step, setup=setup, label_smoothing=0.0, seed=0),
                    in_shardings=(shard, sharding.batch_sharding(mesh)),
                    out_shardings=(shard, sharding.replicated(mesh)), donate_argnums=0)
     tokens = np.random.default_rng(0).integers(0, 4096, (32, 129), dtype=np.int32)

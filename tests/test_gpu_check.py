@@ -22,7 +22,7 @@ import optax
 import pytest
 
 from lnjax import tasks
-from lnjax.core import optim, sharding, state as state_lib, train
+from lnjax.core import optim, sharding, state as state_lib, steps
 from lnjax.models import EncoderDecoder, ModelConfig
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -37,7 +37,7 @@ def _lm_losses(cfg: ModelConfig, mesh) -> np.ndarray:
                                task=tasks.get("lm"))
   shardings = state_lib.state_shardings(setup, mesh)
   batch_sharding = sharding.batch_sharding(mesh)
-  step = jax.jit(lambda s, b: train.train_step(s, b, setup=setup, label_smoothing=0.0, seed=0),
+  step = jax.jit(lambda s, b: steps.train_step(s, b, setup=setup, label_smoothing=0.0, seed=0),
                  in_shardings=(shardings, batch_sharding),
                  out_shardings=(shardings, sharding.replicated(mesh)))
   state = state_lib.init_state(setup, mesh, 0)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from lnjax import tasks
-from lnjax.core import checkpoint, errors, optim, sharding, state as state_lib, train
+from lnjax.core import checkpoint, errors, optim, sharding, state as state_lib, steps as steps_lib
 from lnjax.models import NORM_POSITIONS, ModelConfig
 
 B, T, V = 8, 8, 64
@@ -78,7 +78,7 @@ def _run(setups, mesh, initials, batches):
   batch_sharding = sharding.batch_sharding(mesh)
 
   def steps(states, batch_per_case):
-    out = [train.train_step(state, batch, setup=setup, label_smoothing=0.1, seed=0)
+    out = [steps_lib.train_step(state, batch, setup=setup, label_smoothing=0.1, seed=0)
            for state, batch, setup in zip(states, batch_per_case, setups)]
     return [state for state, _ in out], [m["train_loss"] for _, m in out]
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from lnjax.configs import common as config_lib
-from lnjax.core import checkpoint, errors, metrics, sharding, train
+from lnjax.core import checkpoint, errors, metrics, sharding, steps, train
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -122,7 +122,7 @@ def test_dropout_draws_new_masks_at_every_step():
                       max_len=16, dropout_rate=rate)
     setup = state_lib.make_setup(cfg, optim.OptConfig(), 10, task=tasks.get("lm"))
     state = state_lib.init_state(setup, mesh, 0)
-    step = jax.jit(lambda s, b: train.train_step(s, b, setup=setup, label_smoothing=0.0,
+    step = jax.jit(lambda s, b: steps.train_step(s, b, setup=setup, label_smoothing=0.0,
                                                  seed=0)[1]["train_loss"])
     losses[rate] = [float(step(state.replace(step=t), batch)) for t in (0, 0, 1)]
   assert losses[0.1][0] == losses[0.1][1] != losses[0.1][2], losses

@@ -16,7 +16,6 @@ from lnjax.core import health_hooks, hooks as hooks_lib, lock as lock_lib, loop 
 from lnjax.core import metrics as metrics_lib, preemption, run as run_lib, task as task_lib
 from lnjax import tasks
 from lnjax.models import count_params
-from lnjax.core.steps import eval_step, train_step  # noqa: F401  (train.train_step: its old home)
 
 # Exit statuses of a run (lnjax.main turns them into exit codes).
 COMPLETED, DIVERGED, PREEMPTED = hooks_lib.COMPLETED, hooks_lib.DIVERGED, hooks_lib.PREEMPTED
