@@ -8,7 +8,10 @@ the run in one process on 8; the second node killed (kill -9, every process of i
 session: raylet, workers, the run) while a run trains there: Ray reschedules the run on
 the head, it resumes from its checkpoint and ends with the uninterrupted run's metrics;
 the whole cluster stopped mid-sweep: the launcher exits with one line and the relaunch on
-a new cluster resumes. Bad input: an address nobody answers, a run no node fits.
+a new cluster resumes. A sweep into a bucket (tests/test_gcs.py's GCS emulator) on a
+cluster of its own, whose nodes have the emulator's client settings: its files and report
+in the bucket, a relaunch starts none of its runs. Bad input: an address nobody answers, a
+run no node fits.
 
 Loopback: Ray's CLI takes 127.0.0.1 for "this machine" and replaces it with the
 machine's routable address; RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 keeps the head (and the
@@ -20,6 +23,7 @@ exactly that).
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -30,6 +34,9 @@ import time
 
 import pytest
 
+import test_gcs
+
+gcs = test_gcs.gcs  # The GCS emulator on 127.0.0.1 (a module fixture).
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RAY = shutil.which("ray")
 # The runs' config: configs/lm.py:smoke, longer, with a checkpoint every 20 steps. The
@@ -239,6 +246,67 @@ def test_two_runs_spread_over_both_nodes_and_a_relaunch_starts_none(cluster, ref
   assert all(r["attempts"] == 1 for r in _manifest(root)["runs"].values())
 
 
+@pytest.fixture(scope="module")
+def bucket_cluster(gcs):
+  """A second cluster, started with the emulator's client settings in its environment, as a
+  real cluster's nodes have their bucket credentials."""
+  if RAY is None:
+    pytest.skip("ray is not installed (pip install -r requirements.txt)")
+  c = Cluster()
+  try:
+    c.start_head()
+    c.start_node()
+    yield c
+  finally:
+    c.stop()
+
+
+@pytest.mark.slow
+def test_a_sweep_in_a_bucket_reports_there_and_a_relaunch_starts_none(
+    bucket_cluster, gcs, tmp_path):
+  """--workdir=gs://...: every file of the sweep and its runs in the bucket (each run's
+  log copied there from its node), the report written there, and the same command again
+  starts no run."""
+  _, fs = gcs
+  config, prefix = _config(str(tmp_path)), f"{test_gcs.BUCKET}/ray_sweep"
+  fixed = {"train.num_steps": 20, "train.eval_every_steps": 20}
+  short = [f"--config.{k}={v}" for k, v in fixed.items()]
+  code, out = _sweep(bucket_cluster, config, "two", f"gs://{prefix}", *short)
+  assert code == 0, out[-3000:]
+  manifest = json.loads(fs.cat(f"{prefix}/sweep.json"))
+  runs = manifest["runs"]
+  assert sorted(runs) == ["norm=post", "norm=pre"]
+  assert all(r["state"] == "completed" and r["attempts"] == 1 for r in runs.values()), runs
+  assert {_node_names(manifest)[r["node"]] for r in runs.values()} == {"head", "node_b"}
+  assert out.count("start     norm=") == 2 and "20/20" in out
+  assert not re.findall(r"^I\d{4} ", out, re.M), out[-3000:]  # No INFO lines (gcsfs's).
+  for name in runs:
+    assert json.loads(fs.cat(f"{prefix}/{name}/summary.json"))["step"] == 20
+    assert "ray task on node" in fs.cat(f"{prefix}/{name}/log.txt").decode()
+  assert not os.path.exists(os.path.join(REPO, "gs:"))  # Nothing local named after the URL.
+
+  from lnjax import sweep
+  from lnjax.sweep import report  # What `--report` writes.
+  report.write(f"gs://{prefix}", sweep.expand(config, "two", fixed), title="bucket")
+  rows = json.loads(fs.cat(f"{prefix}/results.json"))
+  assert [row["state"] for row in rows] == ["completed", "completed"]
+  assert all(fs.exists(f"{prefix}/{f}") for f in ("report.md", "results.csv",
+                                                  "loss_curves.png", "stability_map.png"))
+
+  # The same command again: every run finished, none starts.
+  task_files = {n: fs.cat(f"{prefix}/{n}/.ray_task.json") for n in runs}
+  code, again = _sweep(bucket_cluster, config, "two", f"gs://{prefix}", *short)
+  assert code == 0 and "2 already finished, 0 to run" in again and "start " not in again
+  assert task_files == {n: fs.cat(f"{prefix}/{n}/.ray_task.json") for n in runs}
+  assert all(r["attempts"] == 1 for r in json.loads(fs.cat(f"{prefix}/sweep.json"))[
+      "runs"].values())
+  # The local back end's locks need a local file system: a bucket is one line.
+  from lnjax.core import errors
+  from lnjax.sweep import launcher
+  with pytest.raises(errors.ConfigError, match="the local back end locks its runs on a local"):
+    launcher.Launcher(config, "two", [], f"gs://{prefix}", []).run()
+
+
 @pytest.mark.slow
 def test_a_run_on_two_nodes_equals_the_run_in_one_process(cluster, reference):
   """--nodes_per_run=2: one process per node (a STRICT_SPREAD placement group), joined by
@@ -434,8 +502,6 @@ def test_each_process_asks_ray_for_its_platforms_devices(tmp_path, monkeypatch):
   monkeypatch.delenv("RAY_ADDRESS", raising=False)
   with pytest.raises(errors.ConfigError, match="needs the cluster's address"):
     ray_backend.RayLauncher("c.py", "one", runs, str(tmp_path / "a"))
-  with pytest.raises(errors.ConfigError, match="a bucket: not yet"):
-    ray_backend.RayLauncher("c.py", "one", runs, "gs://b/sweep", address="h:1")
   with pytest.raises(errors.ConfigError, match="--nodes_per_run=0 must be >= 1"):
     ray_backend.RayLauncher("c.py", "one", runs, str(tmp_path / "b"), address="h:1",
                             nodes_per_run=0)

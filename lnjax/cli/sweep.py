@@ -26,7 +26,7 @@ import sys
 
 from lnjax.core import allocator
 allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
-from absl import app, flags
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 from lnjax import cli
@@ -73,6 +73,8 @@ PROG = "lnjax.cli.sweep"  # The errors' prefix.
 
 def main(argv):
   cli.refuse_arguments(argv, prog=PROG)
+  # No INFO lines between the progress lines (gcsfs logs each read of a gs:// workdir).
+  logging.set_verbosity(logging.WARNING)
   config_arg, fixed = cli.config_and_overrides()
   root = _WORKDIR.value
   try:

@@ -12,6 +12,7 @@ The state of a sweep is the state of its run folders, so the same command finish
     going from an earlier, killed launcher is waited for, never started twice.
 
 The launcher never imports JAX: on a TPU host that would take the chips from the runs.
+Its reads and writes go through lnjax.core.fileio: the Ray back end's root may be gs://.
 """
 
 import dataclasses
@@ -25,7 +26,7 @@ import subprocess
 import sys
 import time
 
-from lnjax.core import errors, lock
+from lnjax.core import errors, fileio, lock
 from lnjax.sweep import Run, flag_value
 
 # Run states, in the manifest and the progress view.
@@ -141,8 +142,7 @@ def run_to_the_end(config: str, sweep_arg: str, runs: list[Run], root: str, fixe
 
 def read_json(path: str) -> dict | None:
   try:
-    with open(path) as f:
-      return json.load(f)
+    return json.loads(fileio.read_text(path) or "null")
   except (OSError, ValueError):
     return None
 
@@ -152,14 +152,14 @@ def read_metrics(workdir: str) -> list[dict]:
   is skipped."""
   records = []
   try:
-    with open(os.path.join(workdir, "metrics.jsonl")) as f:
-      for line in f:
-        try:
-          records.append(json.loads(line))
-        except ValueError:
-          pass
+    text = fileio.read_text(fileio.join(workdir, "metrics.jsonl")) or ""
   except OSError:
-    pass
+    return records
+  for line in text.splitlines():
+    try:
+      records.append(json.loads(line))
+    except ValueError:
+      pass
   return records
 
 
@@ -194,11 +194,10 @@ def ended_state(run: Run, workdir: str, code: int | None,
 def last_error_line(log_path: str, since: int = 0) -> str:
   """The run's own error line ('lnjax: error: ...'), else the last line it printed."""
   try:
-    with open(log_path, errors="replace") as f:
-      f.seek(since)
-      lines = [l.strip() for l in f.read().splitlines() if l.strip()]
+    data = fileio.read_bytes(log_path) or b""
   except OSError:
     return ""
+  lines = [l.strip() for l in data[since:].decode(errors="replace").splitlines() if l.strip()]
   for line in reversed(lines):
     if line.startswith("lnjax: error: "):
       return line[len("lnjax: error: "):]
@@ -255,7 +254,7 @@ class Launcher:
   def command(self, run: Run) -> list[str]:
     """`python -m lnjax.main --config=... --workdir=... --config.k=v ...` of one run."""
     return [sys.executable, "-m", "lnjax.main", f"--config={self.config_arg}",
-            f"--workdir={os.path.abspath(self.workdir(run))}",
+            f"--workdir={fileio.abspath(self.workdir(run))}",
             *[f"--config.{k}={flag_value(v)}"
               for k, v in {**self.fixed, **run.overrides}.items()]]
 
@@ -277,16 +276,16 @@ class Launcher:
     self.states[run.name] = state
     entry = self.manifest["runs"][run.name]
     entry.update(state=state, **fields)
-    tmp = os.path.join(self.root, f".{MANIFEST}.tmp")
-    with open(tmp, "w") as f:
-      json.dump(self.manifest, f, indent=2)
-      f.write("\n")
-    os.replace(tmp, os.path.join(self.root, MANIFEST))
+    text = json.dumps(self.manifest, indent=2) + "\n"
+    fileio.write_text(fileio.join(self.root, MANIFEST), text)
 
   # ---- The loop.
 
   def run(self) -> int:
     """Launches what is left of the sweep; returns the exit code (0: every run finished)."""
+    if fileio.is_remote(self.root):
+      raise errors.ConfigError(f"--workdir={self.root}: the local back end locks its runs on a "
+                               "local file system; use a local --workdir, or --backend=ray")
     os.makedirs(self.root, exist_ok=True)
     todo, elsewhere = [], []
     for run in self.runs:

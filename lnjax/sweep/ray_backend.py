@@ -3,7 +3,7 @@ Ray cluster, in the local launcher's run folders, manifest and progress table.
 
   python -m lnjax.cli.sweep --backend=ray --ray_address=HEAD:6379 \
       --config=configs/lm.py:size=course \
-      --sweep=course --workdir=/shared/sweeps/course [--platform=auto|cpu|gpu|tpu] \
+      --sweep=course --workdir=gs://bucket/sweeps/course [--platform=auto|cpu|gpu|tpu] \
       [--devices_per_run=N] [--nodes_per_run=2] [--parallel=K]
 
 A run asks Ray for `--devices_per_run` devices of the platform (cpu: CPUs; gpu: GPUs,
@@ -11,7 +11,12 @@ Ray sets CUDA_VISIBLE_DEVICES; tpu: Ray's `TPU` resource, chips of one host, Ray
 TPU_VISIBLE_CHIPS) and one CPU beside accelerators; auto takes TPUs if a node has them,
 else GPUs, else CPUs. Its task runs `python -m lnjax.main` on the node it lands on, in the
 launcher's folder (or the job's working_dir under `ray job submit`), and writes to
-ROOT/<name>: the run folders must be on storage every node sees (a shared file system).
+ROOT/<name>: the run folders must be on storage every node sees, a shared file system or a
+bucket (gs://; every node needs the bucket's credentials, as training does). Every read
+and write of ROOT goes through lnjax.core.fileio. On a bucket, a run's log.txt is written
+on its node's local disk and copied over the bucket's log.txt every LOG_UPLOAD_SECONDS and
+when the process ends (the earlier attempts' lines kept above it), and the Ray driver's
+own log stays on the launcher's machine (its path is in the messages that name it).
 With `--nodes_per_run=N > 1` a run is N tasks, one per node (a STRICT_SPREAD placement
 group), joined by `--distributed` with process 0's node as coordinator.
 
@@ -19,7 +24,9 @@ What survives what:
   - a finished run is never started again: the launcher skips it, and a task that finds
     its run finished (a retry after the run completed) returns at once;
   - a run holds ROOT/<name>/.lock (flock) while lnjax.main trains it, so two tasks never
-    train one run: a task waits for the lock of an earlier attempt still saving;
+    train one run: a task waits for the lock of an earlier attempt still saving; on a
+    bucket (no flock) the task waits for lnjax.main's own lock, ROOT/<name>/.lnjax.lock,
+    until its holder ended (or, on a lost node, until it is stale: lnjax/core/lock.py);
   - a lost node (a dead raylet, a preempted VM): Ray retries the task elsewhere
     (`max_retries`), and lnjax.main resumes from the run's last checkpoint; a run on
     several nodes is restarted whole (a new placement group);
@@ -35,6 +42,7 @@ the launcher (`poll()`, `wait()`, `stop()`, `states`), `run_to_the_end(...)` as 
 launcher's.
 """
 
+import hashlib
 import json
 import os
 import pickle
@@ -43,15 +51,17 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
-from lnjax.core import errors
+from lnjax.core import errors, fileio
 from lnjax.sweep import Run, launcher
 
 QUEUED = "queued"  # Submitted to Ray; waiting for a node with the run's resources.
 TASK_FILE = ".ray_task.json"  # In a run folder: where the run's current attempt trains.
 DRIVER_LOG = "ray_driver.log"  # In the sweep folder: the Ray driver's own output.
+LOG_UPLOAD_SECONDS = 10.0  # On a bucket: how often a task copies its run's log there.
 
 
 class ClusterLost(errors.LnjaxError):
@@ -82,9 +92,6 @@ class RayLauncher(launcher.Launcher):
     if not self.address:
       raise errors.ConfigError("--backend=ray needs the cluster's address: --ray_address="
                                "HEAD:6379 (or RAY_ADDRESS)")
-    if "://" in root:
-      raise errors.ConfigError(f"--workdir={root}: the Ray back end keeps its run folders on "
-                               "a file system every node mounts (a bucket: not yet)")
     if platform not in ("auto", "cpu", "gpu", "tpu"):
       raise errors.ConfigError(f"--platform={platform} is not one of auto, cpu, gpu, tpu")
     for name, value, low in (("devices_per_run", devices_per_run or 1, 1),
@@ -100,6 +107,13 @@ class RayLauncher(launcher.Launcher):
     self._events: queue.Queue = queue.Queue()
     self._submitted: list[str] = []
     self._connected_by = None  # Deadline for the driver's connection; 0 once connected.
+    # The task files read at most this often (on a bucket each read is a request).
+    self._check_every = 2.0 if fileio.is_remote(root) else 0.0
+    self._next_check = 0.0
+    self.driver_log = os.path.join(root, DRIVER_LOG)
+    if fileio.is_remote(root):  # (No append on a bucket: the driver's log stays here.)
+      tag = hashlib.sha1(root.encode()).hexdigest()[:10]
+      self.driver_log = os.path.join(tempfile.gettempdir(), f"lnjax_ray_driver_{tag}.log")
     self._done = False
     self._stopping = False  # Asked the driver to stop the runs (a signal came).
 
@@ -108,10 +122,10 @@ class RayLauncher(launcher.Launcher):
   def start(self) -> None:
     """Records finished runs, checks the cluster answers, and starts the Ray driver on the
     others; returns at once."""
-    os.makedirs(self.root, exist_ok=True)
+    fileio.makedirs(self.root)
     todo = []
     for run in self.runs:
-      os.makedirs(self.workdir(run), exist_ok=True)
+      fileio.makedirs(self.workdir(run))
       done = launcher.finished_state(run, self.workdir(run))
       if done:
         self._record(run, done)
@@ -135,8 +149,8 @@ class RayLauncher(launcher.Launcher):
             "devices_per_run": self.devices_per_run, "nodes_per_run": self.nodes_per_run,
             "parallel": self.parallel, "reschedules": self.reschedules, "cwd": os.getcwd(),
             "grace_seconds": self.grace_seconds, "submitted": submitted,
-            "runs": [(run, self.command(run), os.path.abspath(self.workdir(run))) for run in todo]}
-    log = open(os.path.join(self.root, DRIVER_LOG), "a")
+            "runs": [(run, self.command(run), fileio.abspath(self.workdir(run))) for run in todo]}
+    log = open(self.driver_log, "a")
     self._driver = subprocess.Popen(
         [sys.executable, "-m", "lnjax.sweep.ray_driver"], stdin=subprocess.PIPE,
         stdout=subprocess.PIPE, stderr=log, start_new_session=True)
@@ -152,7 +166,9 @@ class RayLauncher(launcher.Launcher):
     and ClusterLost when the cluster went away."""
     if self._done:
       return dict(self.states)
-    self._check_tasks()
+    if time.monotonic() >= self._next_check:
+      self._check_tasks()
+      self._next_check = time.monotonic() + self._check_every
     while True:
       try:
         event = self._events.get_nowait()
@@ -171,8 +187,7 @@ class RayLauncher(launcher.Launcher):
         and self._driver.poll() is None):
       self._kill_driver()
       raise errors.ConfigError(f"{self.address} answers but no Ray cluster connected within "
-                               f"{self.connect_seconds + 120:.0f} s (see "
-                               f"{os.path.join(self.root, DRIVER_LOG)})")
+                               f"{self.connect_seconds + 120:.0f} s (see {self.driver_log})")
     return dict(self.states)
 
   def wait(self, timeout: float | None = None) -> dict[str, str]:
@@ -258,7 +273,7 @@ class RayLauncher(launcher.Launcher):
       if self.states[name] not in (QUEUED, launcher.RUNNING):
         continue
       run = self._run(name)
-      task = launcher.read_json(os.path.join(self.workdir(run), TASK_FILE))
+      task = launcher.read_json(fileio.join(self.workdir(run), TASK_FILE))
       if not task or task == self._tasks.get(name) or task.get("submitted") != self.manifest[
           "runs"][name].get("started"):
         continue
@@ -271,7 +286,7 @@ class RayLauncher(launcher.Launcher):
         fields["reschedules"] = entry.get("reschedules", 0) + 1
       self._record(run, launcher.RUNNING, **fields)
       self.active[name] = launcher._Active(run, launcher.Slot(self.where[name], {}), None, 0)
-      log = os.path.join(self.workdir(run), launcher.LOG)
+      log = fileio.join(self.workdir(run), launcher.LOG)
       self.view.event(f"{'resumed' if again else 'start':<9} {name} on {self.where[name]}"
                       + (" after its node was lost" if again else f" (log: {log})"))
 
@@ -279,7 +294,7 @@ class RayLauncher(launcher.Launcher):
     workdir = self.workdir(run)
     state, reason = launcher.ended_state(run, workdir, code, error or "stopped before it ended")
     if state == launcher.FAILED:
-      reason = error or launcher.last_error_line(os.path.join(workdir, launcher.LOG))
+      reason = error or launcher.last_error_line(fileio.join(workdir, launcher.LOG))
     error = reason
     self._record(run, state, exit_code=code, error=error,
                  ended=time.strftime("%Y-%m-%d %H:%M:%S"))
@@ -291,10 +306,9 @@ class RayLauncher(launcher.Launcher):
   def _lost(self) -> None:
     """The driver ended before its runs: the cluster went away (or the address was none)."""
     code = self._driver.returncode
-    log = os.path.join(self.root, DRIVER_LOG)
     if self._connected_by:
       raise errors.ConfigError(f"could not connect to a Ray cluster at {self.address} "
-                               f"(driver exit {code}: {launcher.last_error_line(log)})")
+                               f"(driver exit {code}: {launcher.last_error_line(self.driver_log)})")
     stopped = [n for n in self._submitted if self.states[n] in (QUEUED, launcher.RUNNING)]
     for name in stopped:
       self._finish_task(self._run(name), None, "its Ray cluster went away")

@@ -12,10 +12,12 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
+from lnjax.core import fileio, lock as lock_lib
 from lnjax.sweep import Run, launcher
-from lnjax.sweep.ray_backend import TASK_FILE
+from lnjax.sweep.ray_backend import LOG_UPLOAD_SECONDS, TASK_FILE
 
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a child gets when its parent dies.
 
@@ -24,10 +26,12 @@ def train_process(run: Run, cmd: list[str], workdir: str, cwd: str, submitted: s
                   process_id: int = 0, num_processes: int = 1,
                   coordinator: str | None = None, grace_seconds: float = 600.0) -> dict:
   """Runs lnjax.main for `run` on this node and returns {"code": its exit code}; process
-  0 holds the run's lock and writes TASK_FILE for the launcher."""
+  0 holds the run's lock (on a bucket: waits for lnjax.main's own) and writes TASK_FILE
+  for the launcher."""
   import ray
   node_id, node_ip = ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
-  if not os.path.isdir(workdir):
+  remote = fileio.is_remote(workdir)
+  if not remote and not os.path.isdir(workdir):
     return {"code": None, "error": f"{workdir} does not exist on node {node_ip}: the sweep's "
             "--workdir must be on storage every node sees"}
   if ray.get_runtime_context().runtime_env.get("working_dir"):
@@ -37,10 +41,14 @@ def train_process(run: Run, cmd: list[str], workdir: str, cwd: str, submitted: s
     if launcher.finished_state(run, workdir):  # A retry after the run ended.
       return {"code": 0}
     # An earlier attempt's lnjax.main may still be saving its checkpoint.
-    while (lock := launcher._try_lock(workdir)) is None:
-      time.sleep(1.0)
+    if remote:
+      _wait_for_bucket_lock(workdir)
+    else:
+      while (lock := launcher._try_lock(workdir)) is None:
+        time.sleep(1.0)
     if launcher.finished_state(run, workdir):
-      os.close(lock)
+      if lock is not None:
+        os.close(lock)
       return {"code": 0}
   cmd = [sys.executable, *cmd[1:]]
   log_name = launcher.LOG
@@ -51,21 +59,27 @@ def train_process(run: Run, cmd: list[str], workdir: str, cwd: str, submitted: s
   # One process of several: killed with its task (its peers cannot save without it).
   death_signal = signal.SIGTERM if num_processes == 1 else signal.SIGKILL
   parent = os.getpid()
-  with open(os.path.join(workdir, log_name), "a") as log:
-    log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} ray task on node {node_ip} "
+  log = _Log(fileio.join(workdir, log_name))
+  with open(log.local, "a") as out:
+    out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} ray task on node {node_ip} "
               f"({node_id[:8]}), process {process_id}/{num_processes}: {' '.join(cmd)}\n")
-    log.flush()
+    out.flush()
     proc = subprocess.Popen(
-        cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         env={**os.environ, "PYTHONUNBUFFERED": "1"}, pass_fds=(lock,) if lock else (),
         preexec_fn=lambda: _die_with(parent, death_signal))
   if lock is not None:
     os.close(lock)  # lnjax.main holds it until it exits.
-    _write_json(os.path.join(workdir, TASK_FILE), {
+  if process_id == 0:
+    fileio.write_text(fileio.join(workdir, TASK_FILE), json.dumps({
         "node_id": node_id, "node_ip": node_ip, "host": socket.gethostname(),
-        "pid": proc.pid, "submitted": submitted, "time": time.time()})
+        "pid": proc.pid, "submitted": submitted, "time": time.time()}))
   try:
-    return {"code": proc.wait()}
+    while True:
+      try:
+        return {"code": proc.wait(LOG_UPLOAD_SECONDS if remote else None)}
+      except subprocess.TimeoutExpired:
+        log.upload()
   except KeyboardInterrupt:  # ray.cancel: the run saves a checkpoint and stops.
     proc.send_signal(signal.SIGTERM)
     try:
@@ -73,6 +87,45 @@ def train_process(run: Run, cmd: list[str], workdir: str, cwd: str, submitted: s
     except subprocess.TimeoutExpired:
       proc.kill()
     raise
+  finally:
+    log.close()
+
+
+class _Log:
+  """Where a process of a run writes its output: the run's log itself on a file system;
+  on a bucket (no append there), a file on this node's disk that `upload()` copies over
+  the bucket's log, after the lines earlier attempts left there."""
+
+  def __init__(self, path: str):
+    self.path, self.local, self.earlier = path, path, b""
+    if fileio.is_remote(path):
+      self.earlier = fileio.read_bytes(path) or b""
+      fd, self.local = tempfile.mkstemp(prefix="lnjax_run_log_", suffix=".txt")
+      os.close(fd)
+
+  def upload(self) -> None:
+    if self.local != self.path:
+      with open(self.local, "rb") as f:
+        fileio.write_bytes(self.path, self.earlier + f.read())
+
+  def close(self) -> None:
+    if self.local != self.path:
+      self.upload()
+      os.remove(self.local)
+
+
+def _wait_for_bucket_lock(workdir: str) -> None:
+  """Until lnjax.main's lock on `workdir` (a bucket) has no live holder: its holder ended,
+  or stopped refreshing it (lnjax/core/lock.py's rules)."""
+  path = fileio.join(workdir, lock_lib.LOCK_FILE)
+  while True:
+    try:
+      holder = json.loads(fileio.read_text(path) or "null")
+    except ValueError:
+      holder = None
+    if not isinstance(holder, dict) or not lock_lib._alive(holder):
+      return
+    time.sleep(5.0)
 
 
 def _die_with(parent: int, sig: int) -> None:
@@ -81,13 +134,6 @@ def _die_with(parent: int, sig: int) -> None:
   ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig))
   if os.getppid() != parent:  # It died before the line above.
     os.kill(os.getpid(), sig)
-
-
-def _write_json(path: str, value: dict) -> None:
-  tmp = f"{path}.{os.getpid()}.tmp"
-  with open(tmp, "w") as f:
-    json.dump(value, f)
-  os.replace(tmp, path)
 
 
 def free_port() -> str:

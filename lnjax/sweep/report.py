@@ -2,7 +2,8 @@
 results.json and the table of report.md), the runs' loss curves overlaid
 (loss_curves.png), and a stability map per placement (stability_map.png): the final
 held-out loss (translation: best BLEU) over learning rate × warm-up, with diverged,
-failed and stuck-at-baseline cells marked as such.
+failed and stuck-at-baseline cells marked as such. They are written in the sweep's root,
+a local folder or gs:// (lnjax.core.fileio).
 
 A run is *stuck at the unigram baseline* when its final held-out loss is within
 STUCK_NATS of the loss of predicting every token by its training-set frequency
@@ -14,12 +15,13 @@ STUCK_NATS *above* it (worse than token frequencies) is marked apart.
 import collections
 import csv
 import dataclasses
+import io
 import json
 import math
-import os
 import textwrap
 
 from lnjax.analysis import plotting
+from lnjax.core import fileio
 from lnjax.sweep import Run, run_name
 from lnjax.sweep.launcher import (COMPLETED, DIVERGED, FAILED, INTERRUPTED, MANIFEST, PENDING,
                                   RUNNING, read_json, read_metrics)
@@ -43,13 +45,13 @@ COLUMNS = {"model.norm_position": "norm_position", "opt.name": "optimizer",
 
 def gather(root: str, runs: list[Run]) -> list[dict]:
   """One row per run: its settings, state and final results."""
-  manifest = (read_json(os.path.join(root, MANIFEST)) or {}).get("runs", {})
+  manifest = (read_json(fileio.join(root, MANIFEST)) or {}).get("runs", {})
   extra_keys = [k for r in runs for k in r.overrides if k not in COLUMNS]
   extra_keys = list(dict.fromkeys(extra_keys))
   rows = []
   for run in runs:
-    workdir = os.path.join(root, run.name)
-    summary = read_json(os.path.join(workdir, "summary.json")) or {}
+    workdir = fileio.join(root, run.name)
+    summary = read_json(fileio.join(workdir, "summary.json")) or {}
     entry = manifest.get(run.name, {})
     row = {"name": run.name, "state": _state(run, summary, entry)}
     row.update({column: run.setting(key) for key, column in COLUMNS.items()})
@@ -181,24 +183,22 @@ def write(root: str, runs: list[Run], *, title: str, command: str = "",
   `notes` (Markdown lines) go between the summary line and the table. Returns the rows,
   the maps and the paths written.
   """
-  os.makedirs(root, exist_ok=True)
+  fileio.makedirs(root)
   rows = gather(root, runs)
   maps = stability_maps(runs, rows)
-  paths = {name: os.path.join(root, name) for name in
+  paths = {name: fileio.join(root, name) for name in
            ("results.csv", "results.json", "report.md", "loss_curves.png", "stability_map.png")}
-  with open(paths["results.csv"], "w", newline="") as f:
-    writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-    writer.writeheader()
-    writer.writerows({k: json.dumps(v) if isinstance(v, list) else v for k, v in r.items()}
-                     for r in rows)
-  with open(paths["results.json"], "w") as f:
-    json.dump(rows, f, indent=2)
-    f.write("\n")
+  table = io.StringIO(newline="")
+  writer = csv.DictWriter(table, fieldnames=list(rows[0]))
+  writer.writeheader()
+  writer.writerows({k: json.dumps(v) if isinstance(v, list) else v for k, v in r.items()}
+                   for r in rows)
+  fileio.write_text(paths["results.csv"], table.getvalue())
+  fileio.write_text(paths["results.json"], json.dumps(rows, indent=2) + "\n")
   plot_loss_curves(paths["loss_curves.png"], runs, rows)
   plot_stability_maps(paths["stability_map.png"], maps, rows, runs)
   lines = markdown(rows, maps, title=title, command=command, notes=notes)
-  with open(paths["report.md"], "w") as f:
-    f.write("\n".join(lines) + "\n")
+  fileio.write_text(paths["report.md"], "\n".join(lines) + "\n")
   return {"rows": rows, "maps": maps, "paths": paths, "markdown": lines}
 
 

@@ -23,7 +23,7 @@ import json
 import os
 from typing import Callable
 
-from lnjax.core import errors, sections
+from lnjax.core import errors, fileio, sections
 from lnjax import sweep as sweep_lib
 from lnjax.sweep import launcher as launcher_lib
 from lnjax.sweep import search
@@ -95,12 +95,7 @@ class Search:
     return state
 
   def save(self) -> None:
-    os.makedirs(self.workdir, exist_ok=True)
-    tmp = os.path.join(self.workdir, f".{STATE}.tmp")
-    with open(tmp, "w") as f:
-      json.dump(self.state, f, indent=2)
-      f.write("\n")
-    os.replace(tmp, os.path.join(self.workdir, STATE))
+    fileio.write_text(fileio.join(self.workdir, STATE), json.dumps(self.state, indent=2) + "\n")
 
   def bracket(self, placement: str, depth: int) -> search.Bracket | None:
     entry = self.state["range_tests"].get(_key(placement, depth))

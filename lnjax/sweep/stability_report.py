@@ -2,9 +2,9 @@
 and JSON, and the figure of the highest stable rate with its bracket as error bars."""
 
 import json
-import os
 
 from lnjax.analysis import plotting
+from lnjax.core import fileio
 from lnjax.sweep import search
 
 
@@ -76,14 +76,12 @@ def markdown(s, table: list[dict], command: str) -> list[str]:
 def write(s, command: str) -> dict:
   table = rows(s)
   md = markdown(s, table, command)
-  paths = {name: os.path.join(s.workdir, name)
+  paths = {name: fileio.join(s.workdir, name)
            for name in ("stability.md", "stability.json", "stability.png")}
-  with open(paths["stability.md"], "w") as f:
-    f.write("\n".join(md) + "\n")
-  with open(paths["stability.json"], "w") as f:
-    json.dump({"command": command, "definition": s.stable.describe(s.seeds),
-               "settings": s.settings, "cells": table}, f, indent=2)
-    f.write("\n")
+  fileio.write_text(paths["stability.md"], "\n".join(md) + "\n")
+  fileio.write_text(paths["stability.json"], json.dumps({
+      "command": command, "definition": s.stable.describe(s.seeds), "settings": s.settings,
+      "cells": table}, indent=2) + "\n")
   settings = s.settings
   plot(paths["stability.png"], table,
        caption=f"config {settings['config']}; probes of {settings['probe_steps']:,} steps,"
