@@ -142,13 +142,16 @@ class TrainStep:
   for other models and depths)."""
 
   def __init__(self, cfg: ModelConfig, host_batch: dict, task=tasks.get("lm"),
-               keep_initial_params: bool = True):
+               keep_initial_params: bool = True, phase=lambda name: None):
+    """`phase(name)` is called after "state" (initialized), "compile" (the train step
+    lowered and compiled) and "eval" (the eval step compiled and run once)."""
     self.cfg = cfg
     setup = state_lib.make_setup(cfg, optim.OptConfig(name="adam", learning_rate=1e-3),
                                  num_steps=1000, task=task)
     mesh = sharding.make_mesh(sharding.MeshConfig(data=1), jax.devices()[:1])
     self.state = state_lib.init_state(setup, mesh, seed=0)
     self.num_params = count_params(self.state.params)
+    phase("state")
     shard = state_lib.state_shardings(setup, mesh)
     batch_shard = sharding.batch_sharding(mesh)
     self.host_batch = host_batch
@@ -165,6 +168,7 @@ class TrainStep:
     self.variants = {"": self.compiled}
     t2 = time.perf_counter()
     self.lower_s, self.compile_s = t1 - t0, t2 - t1
+    phase("compile")
     mem = self.compiled.memory_analysis()
     self.xla_temp_mib = getattr(mem, "temp_size_in_bytes", 0) / 2**20 if mem else None
     self.xla_args_mib = getattr(mem, "argument_size_in_bytes", 0) / 2**20 if mem else None
@@ -172,9 +176,11 @@ class TrainStep:
     eval_fn = jax.jit(functools.partial(steps.eval_step, setup=setup))
     nll, count = eval_fn(self.state.params, self.batch)
     self.initial_loss = float(nll) / float(count)
+    phase("eval")
     self.initial_params = (flatten(jax.device_get(self.state.params)) if keep_initial_params
                            else None)
     self.loss = None
+    self.footprint = allocator.Footprint()  # As the trainer's Memory hook, after each step.
 
   def add_variant(self, name: str, **step_options) -> None:
     """Compiles the same step with other train_step options (`health=True`, ...), run by
@@ -187,6 +193,7 @@ class TrainStep:
       t0 = time.perf_counter()
       self.state, metrics = self.variants[variant](self.state, self.batch)
       jax.block_until_ready((self.state, metrics))
+      self.footprint.after_step()
       times.append(time.perf_counter() - t0)
     self.loss = float(metrics["train_loss"])
     return times

@@ -514,6 +514,15 @@ MUTANTS = [
       '      if importlib.util.find_spec("tensorflow") is None:\n', "      if False:\n",
       ("tests/test_sources.py::test_unprepared_tfds_name_offline_is_one_line_and_leaves_no_workdir",),
       "an unprepared tfds: name without TensorFlow does not say that TensorFlow is needed"),
+    M("footprint_never_rebases", "lnjax/core/allocator.py",
+      "    self.baseline = rss_bytes()\n    self.releases += 1\n    return True\n",
+      "    self.releases += 1\n    return True\n",
+      ("tests/test_allocator.py::test_footprint_releases_after_the_first_steps_then_only_when_the_process_grew",),
+      "a steady run walks the heap after every step (the RSS is never taken as the new base)"),
+    M("release_keeps_holes", "lnjax/core/allocator.py", "  trim(_TRIM_THRESHOLD)\n",
+      "  pass\n",
+      ("tests/test_allocator.py::test_a_freed_block_below_a_live_one_stays_resident_until_released",),
+      "the heap's freed holes stay resident (no malloc_trim)"),
 ]
 
 

@@ -5,6 +5,17 @@ threads. glibc gives each thread its own arena and serves large blocks with mmap
 scratch is mapped, page-faulted and unmapped on every step. One arena, no mmap and no
 trimming keep it resident. Measured on a 2-core CPU: -30 to -40% step time for the
 8-layer 2.6M-parameter LM. Set LNJAX_MALLOPT=0 to leave glibc's defaults alone.
+
+The price is fragmentation. XLA:CPU's scratch is one block per step (the buffer
+assignment's "preallocated-temp", 497 MiB for that LM); once small allocations land in the
+hole a freed block leaves, the next step's block no longer fits there and the heap grows by
+another block, every freed byte staying resident: the LM's peak RSS went from 1.0 GB after
+its first step to 2.0-3.1 GB within 30 steps. `Footprint` gives those holes' pages back
+(malloc_trim, which madvises free chunks away and keeps the heap's top, where the scratch
+sits) after the first steps of a compiled step and whenever the RSS has grown since the
+last release: the LM stays at 0.9-1.0 GB at the tuned step time. Measured with
+`python benchmarks/memory.py` (BENCHMARKS.md, "Memory"). LNJAX_MALLOC_RELEASE=0 turns the
+releases off (the settings alone, as before 2026-12-01).
 """
 
 import ctypes
@@ -16,6 +27,7 @@ import sys
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_MAX = -4
 _M_ARENA_MAX = -8
+_TRIM_THRESHOLD = 2**30  # Bytes of free heap top kept resident (the step's scratch).
 
 _applied = False
 
@@ -35,6 +47,68 @@ def tune_glibc_malloc() -> bool:
   mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
   ok = mallopt(_M_ARENA_MAX, 1) == 1
   ok &= mallopt(_M_MMAP_MAX, 0) == 1
-  ok &= mallopt(_M_TRIM_THRESHOLD, 2**30) == 1
+  ok &= mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD) == 1
   _applied = bool(ok)
   return _applied
+
+
+def rss_bytes() -> int:
+  """This process's resident set now (/proc/self/statm; 0 where there is none)."""
+  try:
+    with open("/proc/self/statm", "rb") as f:
+      return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+  except (OSError, ValueError, IndexError):
+    return 0
+
+
+def release_free_memory() -> bool:
+  """Gives the pages of the heap's free chunks back to the OS (glibc's malloc_trim); the
+  free top of the heap up to the trim threshold stays. False where there is no glibc."""
+  try:
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    trim = libc.malloc_trim
+  except (OSError, AttributeError):
+    return False
+  trim.argtypes = [ctypes.c_size_t]
+  trim(_TRIM_THRESHOLD)
+  return True
+
+
+class Footprint:
+  """Keeps the heap's freed holes from staying resident (see the module docstring).
+
+  Call `after_step()` once a step has finished. It releases free memory after each of the
+  first `first_steps` steps (compilation's garbage, the first scratch's hole) and after any
+  step that left the RSS more than `growth` (a fraction) and `min_bytes` above what it was
+  after the last release. A check reads /proc/self/statm (microseconds); a release walks
+  the heap (about 10 ms for a 1 GB heap), so a steady run releases nothing.
+  """
+
+  def __init__(self, first_steps: int = 2, growth: float = 0.1, min_bytes: int = 64 << 20):
+    self.first_steps, self.growth, self.min_bytes = first_steps, growth, min_bytes
+    self.steps = 0
+    self.baseline = 0
+    self.releases = 0
+    self.enabled = _applied and os.environ.get("LNJAX_MALLOC_RELEASE", "1") != "0"
+
+  def after_step(self) -> bool:
+    """Returns whether it released memory."""
+    if not self.enabled:
+      return False
+    self.steps += 1
+    rss = rss_bytes()
+    if (self.steps > self.first_steps
+        and rss <= self.baseline + max(self.min_bytes, self.growth * self.baseline)):
+      return False
+    release_free_memory()
+    self.baseline = rss_bytes()
+    self.releases += 1
+    return True
+
+  def after_phase(self) -> None:
+    """After evaluation, a checkpoint or a new compilation: one release, then as after a
+    step."""
+    if self.enabled:
+      release_free_memory()
+      self.baseline = rss_bytes()
+      self.releases += 1

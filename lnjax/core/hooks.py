@@ -46,7 +46,8 @@ import time
 
 import jax
 
-from lnjax.core import fileio, metrics as metrics_lib, preemption, progress as progress_lib
+from lnjax.core import allocator, fileio, metrics as metrics_lib, preemption
+from lnjax.core import progress as progress_lib
 
 # Ends of a run (lnjax.main turns them into exit codes 0, 3 and 143).
 COMPLETED, DIVERGED, PREEMPTED = "completed", "diverged", "preempted"
@@ -318,6 +319,24 @@ class Checkpointing(Hook):
 
   def on_end(self, loop, status):
     self.checkpoints.close()
+
+
+class Memory(Hook):
+  """Gives the heap's freed holes back to the OS after the first steps, after any step
+  that grew the process, and after each evaluation and save (allocator.Footprint): under
+  the malloc settings XLA:CPU runs fast with, they would otherwise stay resident. Last in
+  the list, so that its on_state follows the evaluation's and the save's."""
+
+  name = "memory"
+
+  def __init__(self):
+    self.footprint = allocator.Footprint()
+
+  def on_step(self, loop, step, metrics):
+    self.footprint.after_step()
+
+  def on_state(self, loop, step):
+    self.footprint.after_phase()
 
 
 class Profiler(Hook):

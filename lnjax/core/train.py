@@ -283,6 +283,7 @@ def _hooks(b: build_lib.Built, workdir: str, first_step: int, checkpoints) -> li
                            run.task.best_metric, _best_so_far(workdir, run.task.best_metric),
                            logged),
       hooks_lib.Checkpointing(checkpoints, run.train.num_steps),
+      hooks_lib.Memory(),
   ]
 
 
