@@ -117,7 +117,10 @@ def test_the_definition_of_stable():
   assert "3 seed(s)" in text and "100 steps" in text and "0.1 nats" in text and "2 × ln V" in text
   ok = {"status": "completed", "num_steps": 100, "eval_loss": 3.0, "unigram_baseline": 3.3}
   assert stable.judge(ok)[0] is True
-  assert stable.judge({**ok, "eval_loss": 3.25})[0] is False  # Only 0.05 nats below.
+  assert stable.judge({**ok, "eval_loss": 3.25}) == (
+      False, "held-out loss 3.250 is 0.050 nats below the unigram baseline 3.300, not 0.1 below")
+  assert stable.judge({**ok, "eval_loss": 3.31})[1] == (
+      "held-out loss 3.310 is 0.010 nats above the unigram baseline 3.300, not 0.1 below")
   assert stable.judge({**ok, "status": "diverged"})[0] is False
   assert stable.judge({**ok, "num_steps": 50})[0] is None  # Another length: not judged.
   assert stable.judge({**ok, "status": "running"})[0] is None

@@ -56,8 +56,9 @@ class Stable:
       return False, f"no finite held-out loss against a unigram baseline ({loss}, {baseline})"
     below = baseline - loss
     if below < self.margin_nats:
-      return False, (f"held-out loss {loss:.3f} is {below:+.3f} nats below the unigram "
-                     f"baseline {baseline:.3f}")
+      where = (f"{below:.3f} nats below" if below >= 0 else f"{-below:.3f} nats above")
+      return False, (f"held-out loss {loss:.3f} is {where} the unigram baseline "
+                     f"{baseline:.3f}, not {self.margin_nats:g} below")
     return True, f"held-out loss {loss:.3f}, {below:.3f} nats below the unigram baseline"
 
 
