@@ -114,7 +114,7 @@ class BucketLock:
     holder = self._holder()
     if holder is not None:
       name = f"host {holder.get('host')} PID {holder.get('pid')}"
-      if _alive(holder):
+      if holder_alive(holder):
         raise errors.WorkdirError(f"workdir {os.path.dirname(self.path)} is in use by {name}; "
                                   "wait for that run to end or stop it")
       self.previous_holder = name
@@ -146,7 +146,9 @@ class BucketLock:
       self._held = False
 
 
-def _alive(holder: dict) -> bool:
+def holder_alive(holder: dict) -> bool:
+  """Whether the lock file's holder still runs: its process on this host, or, from
+  another host, a holder that refreshed the file within STALE_SECONDS."""
   if holder.get("host") == socket.gethostname():
     try:
       os.kill(int(holder.get("pid")), 0)

@@ -123,7 +123,7 @@ def _wait_for_bucket_lock(workdir: str) -> None:
       holder = json.loads(fileio.read_text(path) or "null")
     except ValueError:
       holder = None
-    if not isinstance(holder, dict) or not lock_lib._alive(holder):
+    if not isinstance(holder, dict) or not lock_lib.holder_alive(holder):
       return
     time.sleep(5.0)
 
