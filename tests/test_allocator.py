@@ -67,14 +67,18 @@ def test_footprint_releases_after_the_first_steps_then_only_when_the_process_gre
   fp = allocator.Footprint(first_steps=2, growth=0.1, min_bytes=64 * MiB)
   assert fp.after_step() and fp.after_step()  # Compilation's garbage, the first hole.
   assert proc.released == 2
-  steady = proc.rss
+  working_set = 1800 * MiB  # The RSS the last release started from.
   for _ in range(5):
     assert not fp.after_step()  # Steady: a check, no release.
-  proc.rss = steady + 0.09 * steady
-  assert not fp.after_step()  # Within 10% (97 MiB, above the 64 MiB floor).
-  proc.rss = steady + 0.11 * steady
+  proc.rss = working_set  # Regrown to the working set (a scratch faulted back in): no cause.
+  assert not fp.after_step()
+  proc.rss = 1.09 * working_set  # Within 10% of it (162 MiB, above the 64 MiB floor).
+  assert not fp.after_step()
+  proc.rss = 1.11 * working_set
   assert fp.after_step()
   assert proc.released == 3 and fp.releases == 3
+  proc.rss = 1.11 * working_set  # Regrown to the new working set: still no cause.
+  assert not fp.after_step()
   fp.after_phase()  # An evaluation or a save: released whatever the growth.
   assert proc.released == 4
 
@@ -82,7 +86,7 @@ def test_footprint_releases_after_the_first_steps_then_only_when_the_process_gre
 def test_footprint_needs_min_bytes_of_growth_in_a_small_process(monkeypatch):
   proc = FakeProcess(monkeypatch, 100)
   fp = allocator.Footprint(first_steps=0, growth=0.1, min_bytes=64 * MiB)
-  fp.baseline = proc.rss
+  fp.baseline = int(proc.rss)
   proc.rss += 40 * MiB  # 40% of a small process, but under 64 MiB: not worth a heap walk.
   assert not fp.after_step()
   proc.rss += 30 * MiB

@@ -79,9 +79,12 @@ class Footprint:
 
   Call `after_step()` once a step has finished. It releases free memory after each of the
   first `first_steps` steps (compilation's garbage, the first scratch's hole) and after any
-  step that left the RSS more than `growth` (a fraction) and `min_bytes` above what it was
-  after the last release. A check reads /proc/self/statm (microseconds); a release walks
-  the heap (about 10 ms for a 1 GB heap), so a steady run releases nothing.
+  step that left the RSS more than `growth` (a fraction) and `min_bytes` above the RSS
+  the last release started from. Not above what it left: a step that lands its scratch
+  in a released hole faults it back in, and the RSS regrows to its working set, which is
+  no reason to release again (releasing each such step would fault the scratch in every
+  step). A check reads /proc/self/statm (microseconds); a release walks the heap (about
+  10 ms for a 1 GB heap), so a steady run releases nothing.
   """
 
   def __init__(self, first_steps: int = 2, growth: float = 0.1, min_bytes: int = 64 << 20):
@@ -101,7 +104,7 @@ class Footprint:
         and rss <= self.baseline + max(self.min_bytes, self.growth * self.baseline)):
       return False
     release_free_memory()
-    self.baseline = rss_bytes()
+    self.baseline = rss
     self.releases += 1
     return True
 
@@ -109,6 +112,6 @@ class Footprint:
     """After evaluation, a checkpoint or a new compilation: one release, then as after a
     step."""
     if self.enabled:
-      release_free_memory()
       self.baseline = rss_bytes()
+      release_free_memory()
       self.releases += 1
