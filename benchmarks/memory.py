@@ -129,6 +129,8 @@ def main() -> None:
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
   p.add_argument("--models", default="lm,mt,mlm")
   p.add_argument("--steps", type=int, default=20)
+  p.add_argument("--settings", default=",".join(SETTINGS),
+                 help="a comma-separated subset of: " + ", ".join(SETTINGS))
   p.add_argument("--default_steps", type=int, default=500)
   p.add_argument("--no_default_run", action="store_true")
   p.add_argument("--out", help="Markdown file whose `memory` section gets the tables")
@@ -137,15 +139,18 @@ def main() -> None:
   args = p.parse_args()
   if args.worker:
     return worker(args.worker, args.steps)
+  settings = args.settings.split(",")
+  if set(settings) - set(SETTINGS):
+    p.error(f"--settings={args.settings}: not among {', '.join(SETTINGS)}")
   results = {}
   for name in args.models.split(","):
-    for setting in SETTINGS:
+    for setting in settings:
       r = results.setdefault(name, {})[setting] = run_worker(name, setting, args.steps)
       print(f"{name} / {setting}: peak {r['phases']['checkpoint'][1]:.0f} MiB, steady RSS "
             f"{r['phases']['steady'][0]:.0f} MiB, step {r['step_ms']:.0f} ms", flush=True)
   runs = {}
   if not args.no_default_run:
-    for setting in SETTINGS:
+    for setting in settings:
       runs[setting] = default_run(setting, args.default_steps)
       print(f"default run / {setting}: peak {runs[setting]['peak_mib']:.0f} MiB, "
             f"{runs[setting]['wall_s']:.0f} s", flush=True)
@@ -157,13 +162,15 @@ def main() -> None:
   if args.out:
     import lm_step
     lm_step.update_section(args.out, "\n".join([
-        "<!-- memory:begin (written by benchmarks/memory.py) -->", text,
+        "<!-- memory:begin (written by benchmarks/memory.py) -->",
+        f"### Memory phase by phase ({datetime.date.today()})", "", text,
         "<!-- memory:end -->"]), "memory")
 
 
 def render(results: dict, runs: dict, args) -> str:
   lines = [f"Measured {datetime.date.today()} with `python benchmarks/memory.py "
            f"--models {args.models} --steps {args.steps}"
+           + ("" if args.settings == ",".join(SETTINGS) else f" --settings '{args.settings}'")
            + ("" if args.no_default_run else f" --default_steps {args.default_steps}") + "`.",
            "", "Resident set after each phase, MiB (peak so far in brackets):", "",
            "| model | setting | " + " | ".join(PHASES) + " | step ms | releases |",
