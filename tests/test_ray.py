@@ -162,8 +162,8 @@ class Cluster:
     shutil.rmtree(self.temp, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
-def cluster():
+def _two_node_cluster():
+  """A head and a second node, stopped when the module's tests are done."""
   if RAY is None:
     pytest.skip("ray is not installed (pip install -r requirements.txt)")
   c = Cluster()
@@ -173,6 +173,11 @@ def cluster():
     yield c
   finally:
     c.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+  yield from _two_node_cluster()
 
 
 def _config(tmp) -> str:
@@ -250,15 +255,7 @@ def test_two_runs_spread_over_both_nodes_and_a_relaunch_starts_none(cluster, ref
 def bucket_cluster(gcs):
   """A second cluster, started with the emulator's client settings in its environment, as a
   real cluster's nodes have their bucket credentials."""
-  if RAY is None:
-    pytest.skip("ray is not installed (pip install -r requirements.txt)")
-  c = Cluster()
-  try:
-    c.start_head()
-    c.start_node()
-    yield c
-  finally:
-    c.stop()
+  yield from _two_node_cluster()
 
 
 @pytest.mark.slow
