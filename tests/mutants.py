@@ -323,7 +323,7 @@ MUTANTS = [
       "      done = launcher.finished_state(run, self.workdir(run))\n      if done:\n"
       "        self._record(run, done)",
       "      done = None\n      if done:\n        self._record(run, done)",
-      ("tests/test_ray.py::test_four_runs_spread_over_both_nodes_and_a_relaunch_starts_none",),
+      ("tests/test_ray.py::test_two_runs_spread_over_both_nodes_and_a_relaunch_starts_none",),
       "a relaunch on Ray submits runs that already finished"),
     M("ray_lost_node_not_retried", "lnjax/sweep/ray_driver.py",
       'max_retries=self.spec["reschedules"]', "max_retries=0",
