@@ -66,7 +66,11 @@ def worker(name: str, steps: int) -> None:
 
   jax.numpy.zeros(1).block_until_ready()
   phases = {}
-  mark = lambda phase: phases.setdefault(phase, [status_mib()["VmRSS"], status_mib()["VmHWM"]])
+
+  def mark(phase):
+    status = status_mib()
+    phases.setdefault(phase, [status["VmRSS"], status["VmHWM"]])
+
   mark("import")
   cfg = suite.model_config(name, "pre")
   step = lm_step.TrainStep(cfg, suite.make_batch(name, cfg), suite.TASKS[name],
@@ -87,11 +91,15 @@ def worker(name: str, steps: int) -> None:
                     "releases": step.footprint.releases, "xla_temp_mib": step.xla_temp_mib}))
 
 
+def _env(setting: str) -> dict:
+  """This process's environment with `setting`'s allocator variables, and no others."""
+  env = {k: v for k, v in os.environ.items()
+         if k not in ("LNJAX_MALLOPT", "LNJAX_MALLOC_RELEASE")}
+  return {**env, **SETTINGS[setting]}
+
+
 def run_worker(name: str, setting: str, steps: int) -> dict:
-  env = {**os.environ, **SETTINGS[setting]}
-  for key in ("LNJAX_MALLOPT", "LNJAX_MALLOC_RELEASE"):
-    if key not in SETTINGS[setting]:
-      env.pop(key, None)
+  env = _env(setting)
   out = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", name,
                         "--steps", str(steps)], env=env, capture_output=True, text=True)
   if out.returncode:
@@ -102,10 +110,7 @@ def run_worker(name: str, setting: str, steps: int) -> dict:
 def default_run(setting: str, num_steps: int) -> dict:
   """The README's first run (`lnjax train --config=default`) for `num_steps` steps, its
   evaluation and checkpoint at the last one: the process's peak RSS and wall time."""
-  env = {**os.environ, **SETTINGS[setting]}
-  for key in ("LNJAX_MALLOPT", "LNJAX_MALLOC_RELEASE"):
-    if key not in SETTINGS[setting]:
-      env.pop(key, None)
+  env = _env(setting)
   with tempfile.TemporaryDirectory(prefix="lnjax_memory_run_") as workdir, \
        tempfile.TemporaryFile("w+") as log:
     t0 = time.perf_counter()

@@ -21,6 +21,7 @@ LNJAX_MALLOC_RELEASE=0 turns the releases off (the settings alone).
 
 import ctypes
 import ctypes.util
+import functools
 import os
 import sys
 
@@ -33,6 +34,18 @@ _TRIM_THRESHOLD = 2**30  # Bytes of free heap top kept resident (the step's scra
 _applied = False
 
 
+@functools.cache
+def _glibc_function(name: str, *argtypes):
+  """glibc's `name` with its argument types, or None (musl or another libc). Looked up
+  once: find_library runs ldconfig, and a release may come after every step."""
+  try:
+    function = getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name)
+  except (OSError, AttributeError):
+    return None
+  function.argtypes = list(argtypes)
+  return function
+
+
 def tune_glibc_malloc() -> bool:
   """Applies the settings once per process; returns whether they are in effect."""
   global _applied
@@ -40,12 +53,9 @@ def tune_glibc_malloc() -> bool:
     return True
   if os.environ.get("LNJAX_MALLOPT", "1") == "0" or not sys.platform.startswith("linux"):
     return False
-  try:
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-    mallopt = libc.mallopt
-  except (OSError, AttributeError):  # musl or another libc: nothing to tune.
+  mallopt = _glibc_function("mallopt", ctypes.c_int, ctypes.c_int)
+  if mallopt is None:  # musl or another libc: nothing to tune.
     return False
-  mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
   ok = mallopt(_M_ARENA_MAX, 1) == 1
   ok &= mallopt(_M_MMAP_MAX, 0) == 1
   ok &= mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD) == 1
@@ -65,12 +75,9 @@ def rss_bytes() -> int:
 def release_free_memory() -> bool:
   """Gives the pages of the heap's free chunks back to the OS (glibc's malloc_trim); the
   free top of the heap up to the trim threshold stays. False where there is no glibc."""
-  try:
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-    trim = libc.malloc_trim
-  except (OSError, AttributeError):
+  trim = _glibc_function("malloc_trim", ctypes.c_size_t)
+  if trim is None:
     return False
-  trim.argtypes = [ctypes.c_size_t]
   trim(_TRIM_THRESHOLD)
   return True
 
