@@ -209,8 +209,6 @@ def lnjax_worker(name: str, norm: str, workdir: str, dtype: str = "float32",
   peer's spec to `workdir`, then serves run / rss / quit on stdin (JSON lines)."""
   cfg = model_config(name, norm, dtype, dry)
   step = lm_step.TrainStep(cfg, make_batch(name, cfg, dry), TASKS[name])
-  for variant, options in HEALTH_VARIANTS.items():
-    step.add_variant(variant, **options)
   np.savez(os.path.join(workdir, "params.npz"), **step.initial_params)
   np.savez(os.path.join(workdir, "batch.npz"), **step.host_batch)
   sizes = {"vocab_size": cfg.vocab_size, "num_layers": cfg.num_layers, "d_model": cfg.d_model,
@@ -232,6 +230,10 @@ def lnjax_worker(name: str, norm: str, workdir: str, dtype: str = "float32",
     if cmd and cmd[0] == "run":  # run N [VARIANT]
       times = step.run(int(cmd[1]), *cmd[2:])
       reply({"times": times, "loss": step.loss})
+    elif cmd and cmd[0] == "variants":  # Compiled after the plain step's RSS is read.
+      for variant, options in HEALTH_VARIANTS.items():
+        step.add_variant(variant, **options)
+      reply({})
     elif cmd and cmd[0] == "rss":
       stats = jax.devices()[0].memory_stats() or {}  # None on the CPU.
       peak = stats.get("peak_bytes_in_use")
@@ -297,21 +299,30 @@ def bench_model(name: str, norm: str, rounds: int, steps: int, warmup: int,
         return {"name": name, "failures": failures}
       ln.run(warmup)
       pt.run(warmup)
-      for variant in HEALTH_VARIANTS:
-        ln.run(warmup, variant)
-      times = {"lnjax": [], "torch": [], **{v: [] for v in HEALTH_VARIANTS}}
+      times = {"lnjax": [], "torch": [], "lnjax_beside_health": [],
+               **{v: [] for v in HEALTH_VARIANTS}}
       for r in range(rounds):
         peaks += lm_step.matmul_peak_sample(reps=3, n=peak_n, dtype=dtype)
         times["lnjax"] += ln.run(steps)
         times["torch"] += pt.run(steps)
-        for variant in HEALTH_VARIANTS:  # (Right after the plain step, on the same state.)
-          times[variant] += ln.run(steps, variant)
         print(f"{name} round {r + 1}/{rounds} (load {os.getloadavg()[0]:.1f}): lnjax "
               f"{1e3 * np.median(times['lnjax'][-steps:]):.0f} ms, PyTorch "
-              f"{1e3 * np.median(times['torch'][-steps:]):.0f} ms; with health "
+              f"{1e3 * np.median(times['torch'][-steps:]):.0f} ms", flush=True)
+      # Peak memory of the same work on both sides: one compiled step (lnjax's health
+      # variants are compiled only now), then again with them.
+      replies = {"lnjax": ln.ask("rss"), "torch": pt.ask("rss")}
+      ln.ask("variants")
+      for variant in HEALTH_VARIANTS:
+        ln.run(warmup, variant)
+      for r in range(rounds):  # Each variant right after the plain step, on the same state.
+        times["lnjax_beside_health"] += ln.run(steps)
+        for variant in HEALTH_VARIANTS:
+          times[variant] += ln.run(steps, variant)
+        print(f"{name} health round {r + 1}/{rounds}: lnjax "
+              f"{1e3 * np.median(times['lnjax_beside_health'][-steps:]):.0f} ms; with health "
               + ", ".join(f"{1e3 * np.median(times[v][-steps:]):.0f} ms ({v})"
                           for v in HEALTH_VARIANTS), flush=True)
-      replies = {"lnjax": ln.ask("rss"), "torch": pt.ask("rss")}
+      replies["lnjax_with_health"] = ln.ask("rss")
       rss = {k: r["maxrss_kib"] / 1024 for k, r in replies.items()}
       device_peak = {k: r.get("device_peak_mib") for k, r in replies.items()}
       if name == "lm":
@@ -324,7 +335,8 @@ def bench_model(name: str, norm: str, rounds: int, steps: int, warmup: int,
           "flops": flops(name, cfg, dry),
           "stats": {k: lm_step.stats(v) for k, v in times.items()},
           "times_ms": {k: [round(1e3 * x, 2) for x in v] for k, v in times.items()},
-          "rss_mib": {k: rss[k] for k in ("lnjax", "torch")}, "device_peak_mib": device_peak,
+          "rss_mib": {k: rss[k] for k in ("lnjax", "torch", "lnjax_with_health")},
+          "device_peak_mib": device_peak,
           "torch_mm_gflops": rss.get("torch_mm_gflops"),
           "compile": {k: ln.hello[k] for k in ("lower_s", "compile_s")},
           "xla_mib": {k: ln.hello[k] for k in ("xla_temp_mib", "xla_args_mib")},
@@ -341,7 +353,7 @@ def render(results: list[dict], peak: float) -> str:
   lines = [
       "| model | parameters | tokens/step | GFLOP/step | lnjax ms | PyTorch ms | lnjax / "
       "PyTorch | lnjax tokens/s | PyTorch tokens/s | lnjax MFU | PyTorch MFU | peak RSS "
-      "lnjax / PyTorch MiB | XLA temp MiB | lnjax health on ms: step / log step (overhead) |",
+      "lnjax / PyTorch MiB (lnjax with health) | XLA temp MiB | lnjax health on ms: step / log step (overhead) |",
       "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
   for r in results:
     ln, pt = r["stats"]["lnjax"]["median_ms"], r["stats"]["torch"]["median_ms"]
@@ -352,15 +364,16 @@ def render(results: list[dict], peak: float) -> str:
         f"{f['total'] / 1e9:.1f} | {ln:.0f} | {pt:.0f} | **{ln / pt:.2f}** | "
         f"{f['tokens'] / (ln / 1e3):,.0f} | {f['tokens'] / (pt / 1e3):,.0f} | "
         f"{100 * mfu(ln):.1f}% | {100 * mfu(pt):.1f}% | {r['rss_mib']['lnjax']:.0f} / "
-        f"{r['rss_mib']['torch']:.0f} | {r['xla_mib']['xla_temp_mib']:.0f} | "
+        f"{r['rss_mib']['torch']:.0f} ({r['rss_mib']['lnjax_with_health']:.0f}) | "
+        f"{r['xla_mib']['xla_temp_mib']:.0f} | "
         + " / ".join(f"{r['stats'][v]['median_ms']:.0f} ({100 * health_overhead(r, v):+.1f}%)"
                      for v in HEALTH_VARIANTS) + " |")
   return "\n".join(lines)
 
 
 def health_overhead(r: dict, variant: str) -> float:
-  """The step with health on over the step with it off (medians), minus 1."""
-  return r["stats"][variant]["median_ms"] / r["stats"]["lnjax"]["median_ms"] - 1
+  """The step with health on over the step with it off timed beside it (medians), minus 1."""
+  return r["stats"][variant]["median_ms"] / r["stats"]["lnjax_beside_health"]["median_ms"] - 1
 
 
 def verdicts(results: list[dict], peak: float, args) -> list[str]:
@@ -396,12 +409,16 @@ def notes(results, peak, n_peaks, args, loads) -> list[str]:
       f"across the rounds): **{peak:.0f} GFLOP/s**"
       + (f"; torch.mm {args.peak_n if args.dry_run else 2048}² for context: {torch_mm:.0f} "
          "GFLOP/s." if torch_mm else "."),
-      "- lnjax ms is train.health=off's step; health on: the same step with "
-      "train.health=log|warn between log steps (per-layer RMS of gradient, update, "
-      "parameters) and at a log step (also residual RMS, attention and output logits), "
-      "timed right after it in every round on the same state; overhead against the off step.",
+      "- lnjax ms is train.health=off's step, timed in rounds alternating with PyTorch's. "
+      "Health on: after those rounds, the same step with train.health=log|warn between "
+      "log steps (per-layer RMS of gradient, update, parameters) and at a log step (also "
+      "residual RMS, attention and output logits), each timed right after a round of the "
+      "off step on the same state; overhead against that off step.",
       "- Peak RSS: each worker process's VmHWM (one model, one framework each; lnjax's "
-      "includes its compile). XLA temp: the lnjax step's scratch (XLA buffer assignment).",
+      "includes its compile), read after the alternating rounds, when lnjax has compiled "
+      "and run the one step PyTorch runs; in brackets lnjax's after the health variants "
+      "were compiled and run too (a train.health=warn run holds them). XLA temp: the lnjax "
+      "step's scratch (XLA buffer assignment).",
   ]
   for r in results:
     dev = r.get("device_peak_mib") or {}
