@@ -6,10 +6,14 @@ SkipStepConfig: a value > mean + 6σ of its trailing 128 steps)?
   python benchmarks/early_warning.py --quick --out /tmp/ew_q  # 3 short runs: a self-check
 
 Runs (each `lnjax.core.train.train_and_evaluate` in this process, every step logged, health=warn,
-no recovery): the CPU-size LM (lnjax/configs/lm.py) as Post-LN without warm-up at 12 and
+no recovery): the CPU-size LM (lnjax/configs/common.py's lm_config: D 128, 4 heads, F 512,
+character-level tiny_shakespeare, sequences of 128), batch 16, --steps steps (400: the
+failures below come within the first 100), as Post-LN without warm-up at 12 and
 24 layers, at learning rates 3-10× the stable one, DeepNorm, Admin and Pre-LN pushed past
 their limits, several seeds (expected to diverge or collapse), and Pre-LN and Post-LN with
-warm-up at their stable rates (expected to train). The Multi30k model's runs are not in
+warm-up (a quarter of the run) at their stable rates (expected to train). Each run's
+result is kept in its folder (result.json): a second launch with the same --out skips
+the runs already done and resumes the interrupted one from its checkpoint. The Multi30k model's runs are not in
 this grid yet.
 
 Definitions, made once here:
@@ -33,6 +37,9 @@ import bench_env  # noqa: F401  (first: lnjax on the path, malloc tuned before J
 import argparse  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
+import time  # noqa: E402
+
+import jax  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -40,7 +47,7 @@ from lnjax.configs import common as config_lib  # noqa: E402
 from lnjax.core import health, metrics, train
 
 
-def grid(quick: bool) -> list[dict]:
+def grid(quick: bool, steps: int = 400) -> list[dict]:
   """The runs: {name, overrides, preset}."""
   if quick:
     base = {"train.num_steps": 80}
@@ -52,24 +59,32 @@ def grid(quick: bool) -> list[dict]:
                                                          "opt.warmup_steps": 40}},
     ]
   runs = []
+  base = {"train.num_steps": steps, "data.batch_size": 16}
+  warm = steps // 4
   for seed in (0, 1, 2):
     for depth in (12, 24):
       for lr in (3e-3, 1e-2):
         runs.append({"name": f"post_L{depth}_lr{lr}_s{seed}", "preset": "", "set": {
-            "model.norm_position": "post", "model.num_layers": depth, "opt.learning_rate": lr,
+            **base, "model.norm_position": "post", "model.num_layers": depth, "opt.learning_rate": lr,
             "opt.warmup_steps": 0, "seed": seed}})
     for pos in ("deepnorm", "admin", "pre"):
       runs.append({"name": f"{pos}_lr3e-2_s{seed}", "preset": "", "set": {
-          "model.norm_position": pos, "opt.learning_rate": 3e-2, "seed": seed}})
-    for pos, warm in (("pre", 0), ("post", 1000)):
+          **base, "model.norm_position": pos, "opt.learning_rate": 3e-2, "seed": seed}})
+    for pos, w in (("pre", 0), ("post", warm)):
       for lr in (5e-4, 1e-3):
-        runs.append({"name": f"{pos}_warm{warm}_lr{lr}_s{seed}", "preset": "", "set": {
-            "model.norm_position": pos, "opt.learning_rate": lr, "opt.warmup_steps": warm,
+        runs.append({"name": f"{pos}_warm{w}_lr{lr}_s{seed}", "preset": "", "set": {
+            **base, "model.norm_position": pos, "opt.learning_rate": lr, "opt.warmup_steps": w,
             "seed": seed}})
   return runs  # 3 × (4 + 3 + 4) = 33 runs: 21 pushed past their limits, 12 stable.
 
 
 def run_one(spec: dict, out: str) -> dict:
+  """Trains the run (or resumes it) and returns its curves; kept in its folder's result.json."""
+  wd = os.path.join(out, spec["name"])
+  done = os.path.join(wd, "result.json")
+  if os.path.exists(done):
+    with open(done) as f:
+      return json.load(f)
   c = config_lib.lm_config()
   if spec["preset"] == "smoke":
     config_lib.apply_smoke(c)
@@ -82,20 +97,24 @@ def run_one(spec: dict, out: str) -> dict:
     else:
       section, name = key.split(".")
       c[section][name] = value
-  wd = os.path.join(out, spec["name"])
   summary = train.train_and_evaluate(c, wd)
+  jax.clear_caches()  # (33 models in one process: keep one's executables at a time.)
   records = metrics.read_metrics(wd)
   per_step = {r["step"]: r for r in records if "train_loss" in r}
   steps = sorted(per_step)
   loss = [per_step[s]["train_loss"] for s in steps]
   grad = [per_step[s]["grad_norm"] for s in steps]
   warnings = sorted({r["step"] for r in records if any(k.startswith("warning/") for k in r)})
-  return {"name": spec["name"], "status": summary["status"], "steps": steps,
+  result = {"name": spec["name"], "status": summary["status"], "steps": steps,
           "loss": [x if x is not None else math.nan for x in loss],
           "grad_norm": [x if x is not None else math.nan for x in grad],
           "unigram": summary.get("unigram_baseline"), "eval_loss": summary.get("eval_loss"),
           "diverged_at": summary["step"] if summary["status"] == "diverged" else None,
           "warnings": warnings}
+  if summary["status"] in ("completed", "diverged"):  # (Not a preempted run's.)
+    with open(done, "w") as f:
+      json.dump(result, f)
+  return result
 
 
 def outcome(r: dict) -> tuple[bool, int]:
@@ -150,9 +169,17 @@ def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--out", required=True)
   p.add_argument("--quick", action="store_true")
+  p.add_argument("--steps", type=int, default=400, help="steps per run of the full grid")
   args = p.parse_args(argv)
   os.makedirs(args.out, exist_ok=True)
-  results = [run_one(spec, args.out) for spec in grid(args.quick)]
+  specs = grid(args.quick, args.steps)
+  results = []
+  for i, spec in enumerate(specs):
+    t0 = time.perf_counter()
+    results.append(run_one(spec, args.out))
+    print(f"early_warning: run {i + 1}/{len(specs)} {spec['name']}: {results[-1]['status']}, "
+          f"{len(results[-1]['warnings'])} warning steps ({time.perf_counter() - t0:.0f} s)",
+          flush=True)
   rules = {"early warning (lnjax.core.health)": lambda r: r["warnings"],
            "6σ loss/grad-norm rule": sigma_firings}
   scores = {name: score(results, f) for name, f in rules.items()}
