@@ -105,6 +105,29 @@ def test_logging_writes_window_means_and_saves_the_open_window(tmp_path):
   assert loop.summary.writes == [("running", 2), ("running", 4), ("running", 5)]
 
 
+def test_each_line_counts_the_tokens_of_its_own_steps(tmp_path, monkeypatch):
+  """A step's metrics reach the hooks one step late, or at once when a hook wants its
+  state (an evaluation step): either way a line counts its window's tokens (2 a step
+  here), not the next step's or none."""
+  counted = []
+
+  def line(progress, step, *unused):
+    counted.append((step, progress._tokens))
+    progress.restart_clock(step)
+    return ""
+
+  monkeypatch.setattr(metrics.Progress, "line", line)
+
+  class WantsState(hooks.Hook):
+    def wants_state(self, loop, step):
+      return step in (2, 3)
+
+  log = hooks.Logging(every_steps=1, num_steps=5, first_step=0)
+  loop = make_loop(tmp_path, [1.0] * 5, [log, WantsState()])
+  assert loop.run() == hooks.COMPLETED
+  assert counted == [(1, 2.0), (2, 2.0), (3, 2.0), (4, 2.0), (5, 2.0)]
+
+
 def test_evaluation_every_n_steps_and_the_best_checkpoint(tmp_path):
   got = []
 

@@ -179,12 +179,15 @@ class Logging(Hook):
     self.first_step_seconds = None
     self._compiling = self._restart = None
     self._header_logged = False
+    self._step_tokens: dict[int, float] = {}
 
   def before_step(self, loop, step, batch):
     if self._restart:  # Time outside steps (evaluation, saving) is not in the rate.
       self.progress.restart_clock(step - 1)
       self._restart = False
-    self.progress.add_tokens(float(batch["weights"].sum()) * jax.process_count())
+    # (Counted when the step's metrics arrive: a step's line may come before or after
+    # the next step starts.)
+    self._step_tokens[step] = float(batch["weights"].sum()) * jax.process_count()
     self._t = time.perf_counter()
     shape = (batch["inputs"].shape[0] * jax.process_count(), *batch["inputs"].shape[1:])
     what = self.progress.compiling(tuple(shape))
@@ -207,6 +210,8 @@ class Logging(Hook):
       loop.log(f"First step in {self.first_step_seconds:.2f} s (compilation included).")
 
   def on_step(self, loop, step, metrics):
+    for s in [s for s in self._step_tokens if s <= step]:
+      self.progress.add_tokens(self._step_tokens.pop(s))
     for k, v in metrics.items():
       self.window[k] = self.window.get(k, 0.0) + v
     self.window["_n"] = self.window.get("_n", 0) + 1
