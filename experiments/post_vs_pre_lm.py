@@ -52,31 +52,48 @@ def main(argv):
     print(f"\n=== {name}: {overrides}", flush=True)
     summary = train.train_and_evaluate(config, workdir)
     results.append((name, summary, metrics.read_metrics(workdir)))
-  write_report(_WORKDIR.value, results)
+  write_report(_WORKDIR.value, results, config.to_dict())
 
 
-def write_report(root: str, results) -> None:
+def plot_losses(path: str, results, labels: dict, config: dict, lr: float) -> None:
+  """Train and held-out loss of each run against the step, the unigram baseline dashed."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
+  from lnjax.analysis import plotting
+
+  unit = "nats/character"  # The default config's tokenizer is characters.
   fig, (ax_train, ax_eval) = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
   for name, summary, records in results:
+    label = labels.get(name, name)
+    if summary["status"] != "completed":
+      label += f" ({summary['status']})"
     train_pts = {r["step"]: r["train_loss"] for r in records if r.get("train_loss") is not None}
     eval_pts = {r["step"]: r["eval_loss"] for r in records if r.get("eval_loss") is not None}
-    ax_train.plot(*zip(*sorted(train_pts.items())), label=name)
-    ax_eval.plot(*zip(*sorted(eval_pts.items())), marker="o", label=name)
+    (line,) = ax_train.plot(*zip(*sorted(train_pts.items())), label=label)
+    ax_eval.plot(*zip(*sorted(eval_pts.items())), marker="o", label=label,
+                 color=line.get_color())
   baseline = results[0][1]["unigram_baseline"]
   for ax, title in ((ax_train, "train loss"), (ax_eval, "held-out loss")):
-    ax.axhline(baseline, color="grey", linestyle="--", label="unigram baseline")
-    ax.set_xlabel("step")
+    ax.axhline(baseline, color="grey", linestyle="--", label=f"unigram baseline {baseline:.2f}")
+    ax.set_xlabel("training step")
+    ax.set_ylabel(f"loss ({unit})")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-  ax_train.set_ylabel("nats per character")
-  ax_eval.legend()
+  ax_eval.legend(fontsize=8)
   fig.tight_layout()
-  fig.savefig(os.path.join(root, "loss_curves.png"), dpi=120)
+  plotting.add_caption(fig, plotting.setup_caption(
+      config, seeds=1, extra=f"tiny_shakespeare characters, peak lr {lr:g}"))
+  plotting.save(fig, path, dpi=120)
 
+
+def write_report(root: str, results, config: dict) -> None:
+  from lnjax.analysis import plotting
+
+  labels = {name: plotting.legend_label(o) for name, o in runs(_STEPS.value, _LR.value)}
+  plot_losses(os.path.join(root, "loss_curves.png"), results, labels, config, _LR.value)
+  baseline = results[0][1]["unigram_baseline"]
   lines = ["# Post-LN vs Pre-LN, character-level LM on tiny_shakespeare", "",
            f"Command: `python experiments/post_vs_pre_lm.py --workdir={root} "
            f"--steps={_STEPS.value} --lr={_LR.value}`", "",
