@@ -61,7 +61,7 @@ def main(argv):
     print(f"\n=== {name}: {overrides}", flush=True)
     summary = train.train_and_evaluate(config, workdir)
     results.append((name, summary, metrics.read_metrics(workdir)))
-  write_report(_WORKDIR.value, results)
+  write_report(_WORKDIR.value, results, config.to_dict())
 
 
 def warnings_of(records) -> list[tuple[int, str]]:
@@ -81,39 +81,53 @@ def attn_update_rms(records) -> dict[int, list[tuple[int, float]]]:
   return out
 
 
-def write_report(root: str, results) -> None:
+def plot_update_rms(path: str, by_name: dict, config: dict, lr: float, batch: int) -> None:
+  """Per-layer attention update RMS of the Post-LN and Pre-LN runs without rollback, a
+  colour per layer (the colour bar), each early warning a vertical line."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
+  from matplotlib.cm import ScalarMappable
+  from matplotlib.colors import Normalize
   from matplotlib.lines import Line2D
 
-  by_name = {name: (summary, records) for name, summary, records in results}
-  fig, ax = plt.subplots(figsize=(8, 4.5))
-  cmap = plt.get_cmap("viridis")
+  from lnjax.analysis import plotting
+
+  fig, ax = plt.subplots(figsize=(8.5, 4.5))
+  n_layers = max(1, len(attn_update_rms(by_name["post_none"][1])))
+  colors = ScalarMappable(Normalize(1, max(2, n_layers)), plt.get_cmap("viridis"))
   handles = []
-  for name, label, style, mark in (("post_none", "Post-LN", "-", "red"),
-                                   ("pre_none", "Pre-LN", "--", "blue")):
+  for name, norm, style, mark in (("post_none", "post", "-", "red"),
+                                  ("pre_none", "pre", "--", "blue")):
     _, records = by_name[name]
-    series = attn_update_rms(records)
-    for layer, points in sorted(series.items()):
-      ax.plot(*zip(*points), style, color=cmap(layer / max(1, len(series) - 1)), lw=1.2)
+    for layer, points in sorted(attn_update_rms(records).items()):
+      ax.plot(*zip(*points), style, color=colors.to_rgba(layer + 1), lw=1.2)
     for step, _ in warnings_of(records):
       ax.axvline(step, color=mark, ls=style, lw=0.8, alpha=0.7)
+    label = plotting.legend_label({"model.norm_position": norm, "opt.warmup_steps": 0})
     handles.append(Line2D([], [], color="black", ls=style, label=label))
     handles.append(Line2D([], [], color=mark, ls=style, lw=0.8,
-                          label=f"{label} early warning ({len(warnings_of(records))})"))
-  n_layers = len(attn_update_rms(by_name["post_none"][1]))
-  handles += [Line2D([], [], color=cmap(i / max(1, n_layers - 1)), label=f"layer {i}")
-              for i in (0, n_layers - 1)]
+                          label=f"{label}: early warning ({len(warnings_of(records))})"))
   ax.set_yscale("log")
+  plotting.plain_log_ticks(ax)
   ax.set_xlabel("training step")
-  ax.set_ylabel("attention sub-layer update RMS per step\n(parameter units, log scale)")
+  ax.set_ylabel("attention update RMS per step\n(parameter units, log scale)")
   ax.legend(handles=handles, fontsize=8, loc="best")
-  ax.set_title(f"Course LM (8 layers, D 128), no warm-up, Adam lr {_LR.value:g}, batch "
-               f"{_BATCH.value}×128: per-layer update RMS", fontsize=9)
+  ax.set_title("Per-layer update RMS of the attention sub-layers, no warm-up", fontsize=10)
   ax.grid(alpha=0.3)
+  bar = fig.colorbar(colors, ax=ax, pad=0.02)
+  bar.set_label("layer")
+  plotting.integer_ticks(bar.ax, "y")
   fig.tight_layout()
-  fig.savefig(os.path.join(root, "update_rms.png"), dpi=120)
+  plotting.add_caption(fig, plotting.setup_caption(
+      config, seeds=1, extra=f"tiny_shakespeare, Adam at constant lr {lr:g}, batch {batch}×128 "
+      "tokens"))
+  plotting.save(fig, path, dpi=120)
+
+
+def write_report(root: str, results, config: dict) -> None:
+  by_name = {name: (summary, records) for name, summary, records in results}
+  plot_update_rms(os.path.join(root, "update_rms.png"), by_name, config, _LR.value, _BATCH.value)
 
   lines = ["# Early warning and rollback on Post-LN without warm-up", "",
            f"Command: `python experiments/health_rollback.py --workdir={root} "

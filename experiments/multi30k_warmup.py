@@ -70,15 +70,56 @@ def _test_result(workdir: str) -> dict | None:
   return json.load(open(os.path.join(folder, sorted(found)[-1])))
 
 
-def write_report(root: str) -> None:
+# Legends of the runs whose workdir has no config.json yet.
+LABELS = {"pre_ln_no_warmup": "Pre-LN, no warm-up", "post_ln_no_warmup": "Post-LN, no warm-up",
+          "post_ln_warmup1000": "Post-LN, warm-up 1000"}
+
+
+def plot_curves(path: str, curves: list[dict]) -> None:
+  """Training loss, validation loss (unigram baseline dashed) and validation BLEU against
+  the step; `curves`: per run its label, config, summary and (step, value) lists."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
+  from lnjax.analysis import plotting
+
+  fig, (ax_train, ax_loss, ax_bleu) = plt.subplots(1, 3, figsize=(16, 4.2))
+  for i, c in enumerate(curves):
+    label = c["label"] + ("" if c["summary"]["status"] == "completed"
+                          else f" ({c['summary']['status']})")
+    for ax, key, marker in ((ax_train, "train", None), (ax_loss, "loss", "o"),
+                            (ax_bleu, "bleu", "o")):
+      if c[key]:
+        ax.plot(*zip(*c[key]), marker=marker, ms=3, color=f"C{i}", label=label)
+  baselines = [c["summary"]["unigram_baseline"] for c in curves
+               if c["summary"].get("unigram_baseline")]
+  if baselines:
+    ax_loss.axhline(baselines[0], color="grey", ls="--", label=f"unigram baseline {baselines[0]:.2f}")
+  ax_train.set_yscale("log")
+  plotting.plain_log_ticks(ax_train)
+  for ax, title, ylabel in (
+      (ax_train, "training loss (label-smoothed, dropout)", f"loss ({plotting.LOSS_UNIT}, log scale)"),
+      (ax_loss, "validation loss", f"loss ({plotting.LOSS_UNIT})"),
+      (ax_bleu, "validation BLEU (beam 4, sacreBLEU)", "BLEU")):
+    ax.set_xlabel("training step")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+  if curves:  # One legend: the panels share their runs and colours.
+    ax_loss.legend(fontsize=8)
+  fig.tight_layout()
+  if curves:
+    plotting.add_caption(fig, plotting.setup_caption(
+        curves[0]["config"], seeds=1, extra="Multi30k De→En, Adam peak lr 1e-3, β₂ 0.98"))
+  plotting.save(fig, path, dpi=120)
+
+
+def write_report(root: str) -> None:
+  from lnjax.analysis import plotting
   from lnjax.core import metrics
 
-  fig, (ax_train, ax_loss, ax_bleu) = plt.subplots(1, 3, figsize=(16, 4))
-  rows = []
+  rows, curves = [], []
   for name, preset, overrides in runs():
     workdir = os.path.join(root, name)
     summary_path = os.path.join(workdir, "summary.json")
@@ -87,32 +128,24 @@ def write_report(root: str) -> None:
       continue
     summary = json.load(open(summary_path))
     records = metrics.read_metrics(workdir)
-    loss = sorted((r["step"], r["eval_loss"]) for r in records if r.get("eval_loss") is not None)
-    bleu = sorted((r["step"], r["eval_bleu"]) for r in records if r.get("eval_bleu") is not None)
-    train = sorted((r["step"], r["train_loss"]) for r in records
-                   if r.get("train_loss") is not None)
-    if train:
-      ax_train.plot(*zip(*train), label=name)
-    if loss:
-      ax_loss.plot(*zip(*loss), marker="o", label=name)
-    if bleu:
-      ax_bleu.plot(*zip(*bleu), marker="o", label=name)
+    config_path = os.path.join(workdir, "config.json")
+    config = json.load(open(config_path)) if os.path.exists(config_path) else {}
+    curves.append({
+        "label": plotting.run_label(config) or LABELS.get(name, name), "config": config,
+        "summary": summary,
+        "train": sorted((r["step"], r["train_loss"]) for r in records
+                        if r.get("train_loss") is not None),
+        "loss": sorted((r["step"], r["eval_loss"]) for r in records
+                       if r.get("eval_loss") is not None),
+        "bleu": sorted((r["step"], r["eval_bleu"]) for r in records
+                       if r.get("eval_bleu") is not None)})
     test = _test_result(workdir)
     fmt = lambda v: "—" if v is None else f"{v:.2f}"
     rows.append(
         f"| {name} | {summary['status']} | {summary['step']} | {fmt(summary['eval_loss'])} | "
         f"{fmt(summary.get('best_eval_bleu'))} | {fmt(test['bleu'] if test else None)} | "
         f"{summary['wall_seconds'] / 60:.0f} |")
-  ax_train.set_yscale("log")
-  for ax, title in ((ax_train, "training loss (label-smoothed, dropout; log scale)"),
-                    (ax_loss, "validation loss (nats per token)"),
-                    (ax_bleu, "validation BLEU (beam 4, sacreBLEU)")):
-    ax.set_xlabel("step")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-  ax_bleu.legend()
-  fig.tight_layout()
-  fig.savefig(os.path.join(root, "curves.png"), dpi=120)
+  plot_curves(os.path.join(root, "curves.png"), curves)
 
   lines = ["# Warm-up dependence on Multi30k De→En (Pre-LN vs Post-LN, same peak lr)", "",
            f"Command: `python experiments/multi30k_warmup.py --workdir={root}"
