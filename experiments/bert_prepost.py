@@ -26,6 +26,7 @@ from absl import app, flags, logging
 
 from lnjax.core import allocator
 allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
+from lnjax.analysis import plotting  # noqa: E402  (lnjax.analysis imports JAX)
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Root folder of the runs and the report.",
                                required=True)
@@ -156,42 +157,90 @@ def steps_to_reach(records, target: float):
   return None
 
 
-def write_report(root: str, pre: dict, glue_results: dict, step_seconds) -> None:
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
+# Majority-class dev accuracy (the floor a fine-tuned model must beat).
+MAJORITY = {"mrpc": 0.684, "rte": 0.527}
 
+
+def _as_dict(config) -> dict:
+  return config.to_dict() if hasattr(config, "to_dict") else dict(config)
+
+
+def run_label(config) -> str:
+  """'Post-LN, warm-up 100, lr 0.0001' from a pre-training config."""
+  c = _as_dict(config)
+  return plotting.legend_label({"model.norm_position": c["model"]["norm_position"],
+                                "opt.warmup_steps": c["opt"]["warmup_steps"],
+                                "opt.learning_rate": c["opt"]["learning_rate"]})
+
+
+def caption(config, seeds: int | None, extra: str) -> str:
+  """The setup line, the objective named here (TASK_LABELS has no 'mlm_nsp')."""
+  c = _as_dict(config)
+  return "BERT (masked LM + next sentence), " + plotting.setup_caption(
+      {"model": c["model"], "train": c["train"]}, seeds=seeds, extra=extra)
+
+
+def plot_pretraining(path: str, pre: dict) -> None:
+  """Validation masked-LM loss of each pre-training run against the step."""
+  plt = _pyplot()
   fig, ax = plt.subplots(figsize=(7, 4.5))
   for name, r in pre.items():
     pts = sorted((x["step"], x["eval_loss"]) for x in r["records"] if x.get("eval_loss") is not None)
+    status = r["summary"]["status"]
     if pts:
-      ax.plot(*zip(*pts), marker="o", label=f"{name} ({r['summary']['status']})")
+      ax.plot(*zip(*pts), marker="o", label=run_label(r["config"])
+              + ("" if status == "completed" else f" ({status})"))
   baseline = next(iter(pre.values()))["summary"]["unigram_baseline"]
-  ax.axhline(baseline, color="grey", linestyle="--", label="unigram baseline")
+  ax.axhline(baseline, color="grey", linestyle="--", label=f"unigram baseline {baseline:.2f}")
   ax.set_xlabel("pre-training step")
-  ax.set_ylabel("validation masked-LM loss (nats)")
+  ax.set_ylabel(f"validation masked-LM loss ({plotting.LOSS_UNIT})")
   ax.grid(alpha=0.3)
-  ax.legend()
+  ax.legend(fontsize=8)
   fig.tight_layout()
-  fig.savefig(os.path.join(root, "loss_curves.png"), dpi=120)
-  plt.close(fig)
+  plotting.add_caption(fig, caption(next(iter(pre.values()))["config"], 1, "WikiText-2"))
+  plotting.save(fig, path, dpi=120)
 
-  fig, axes = plt.subplots(1, len(TASKS), figsize=(11, 4))
+
+def plot_glue(path: str, pre: dict, glue_results: dict, epochs: int) -> None:
+  """Dev accuracy of fine-tuning each checkpoint, mean ± 95% t-interval over the seeds."""
+  plt = _pyplot()
+  fig, axes = plt.subplots(1, len(TASKS), figsize=(11, 4.2))
+  seeds = set()
   for ax, task in zip(axes, TASKS):
     for name, by_task in glue_results.items():
       points = sorted((p, s) for p, s in by_task.get(task, {}).items() if "accuracy" in s)
+      seeds |= {len(s["seeds"]) for _, s in points}
       if points:
         acc = [s["accuracy"] for _, s in points]
         ax.errorbar([p for p, _ in points], [a["mean"] for a in acc],
-                    yerr=[a["ci95"] or 0.0 for a in acc], marker="o", capsize=4, label=name)
-    ax.set_title(f"{task.upper()} dev accuracy (95% t-interval)")
-    ax.set_xlabel("pre-training step")
+                    yerr=[a["ci95"] or 0.0 for a in acc], marker="o", capsize=4,
+                    label=run_label(pre[name]["config"]))
+    ax.axhline(MAJORITY[task], color="grey", ls="--", label=f"majority class {MAJORITY[task]:.3f}")
+    ax.set_title(f"{task.upper()} dev accuracy")
+    ax.set_xlabel("pre-training step of the checkpoint")
+    ax.set_ylabel("dev accuracy (fraction correct)")
     ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-      ax.legend()
+    ax.legend(fontsize=8)
   fig.tight_layout()
-  fig.savefig(os.path.join(root, "glue_vs_step.png"), dpi=120)
-  plt.close(fig)
+  n = "/".join(map(str, sorted(seeds))) or "no"
+  plotting.add_caption(fig, caption(
+      next(iter(pre.values()))["config"], None, f"fine-tuned {epochs} epochs on the train "
+      f"split, {n} seeds a point (mean ± 95% t-interval)"))
+  plotting.save(fig, path, dpi=120)
+
+
+def _pyplot():
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  return plt
+
+
+def write_report(root: str, pre: dict, glue_results: dict, step_seconds) -> None:
+  plot_pretraining(os.path.join(root, "loss_curves.png"), pre)
+  plot_glue(os.path.join(root, "glue_vs_step.png"), pre, glue_results,
+            1 if _SMOKE.value else _EPOCHS.value)
+  baseline = next(iter(pre.values()))["summary"]["unigram_baseline"]
 
   post = pre["post_1e-4"]["summary"]
   target = post["eval_loss"]
