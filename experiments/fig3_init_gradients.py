@@ -135,14 +135,24 @@ def measure_model(model: str, root: str) -> dict:
   return out
 
 
-def plot(model: str, r: dict, path: str) -> None:
+def plot(model: str, r: dict, path: str, config: dict | None = None, seeds: int = 0) -> None:
+  """Per-layer FFN gradient norms (a, b) and the last layer's W² against depth (c, d);
+  `config`: the model's (for the caption), `seeds`: the initializations measured."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  fig, axes = plt.subplots(1, 4, figsize=(17, 3.8))
-  styles = {"post_init": ("Post-LN (init)", "tab:red"), "pre_init": ("Pre-LN (init)", "tab:blue"),
-            "post_after_warmup": ("Post-LN (after warm-up)", "tab:green")}
+  from lnjax.analysis import plotting
+
+  grad = f"‖∂L/∂W‖_F (L in {plotting.LOSS_UNIT})"
+  warmup = r["warmup"]["steps"]
+  fig, axes = plt.subplots(1, 4, figsize=(17, 4))
+  styles = {
+      "post_init": (f"{plotting.placement_label('post')}, at init", "tab:red"),
+      "pre_init": (f"{plotting.placement_label('pre')}, at init", "tab:blue"),
+      "post_after_warmup": (plotting.legend_label({"model.norm_position": "post",
+                                                   "opt.warmup_steps": warmup})
+                            + ", trained through it (1 seed)", "tab:green")}
   for ax, w, title in ((axes[0], "w1", "(a) W¹ of the FFN"), (axes[1], "w2", "(b) W² of the FFN")):
     for key, (label, color) in styles.items():
       v = r["per_layer"][key][w]
@@ -154,28 +164,38 @@ def plot(model: str, r: dict, path: str) -> None:
     n = len(v["mean"]) // 2
     ax.set_xlabel("layer" + (f" (encoder 1–{n} | decoder {n + 1}–{2 * n})"
                              if model == "translation" else ""))
-    ax.set_ylabel("gradient norm ‖∂L/∂W‖_F")
+    ax.set_ylabel(grad.replace("W‖", "W¹‖" if w == "w1" else "W²‖"))
     ax.set_title(title)
+    plotting.integer_ticks(ax)
     ax.grid(alpha=0.3)
   axes[0].legend(fontsize=8)
-  for ax, norm, title, color in ((axes[2], "pre", "(c) Pre-LN: last-layer W²", "tab:blue"),
-                                 (axes[3], "post", "(d) Post-LN: last-layer W²", "tab:red")):
+  for ax, norm, title, color in ((axes[2], "pre", "(c) last-layer W²", "tab:blue"),
+                                 (axes[3], "post", "(d) last-layer W²", "tab:red")):
     d = r["depth"][norm]
     xs = [int(k) for k in d]
     ax.errorbar(xs, [d[k]["mean"] for k in d], yerr=[d[k]["std"] for k in d], marker="o",
-                capsize=3, color=color, label="lnjax")
+                capsize=3, color=color, label=f"{plotting.placement_label(norm)}, at init")
     if model == "translation":
       paper = PAPER_LAST_W2[norm]
-      ax.plot(list(paper), list(paper.values()), "k--", marker="x", label="paper (read off)")
-    ax.set_xlabel("total layers")
-    ax.set_title(title)
+      ax.plot(list(paper), list(paper.values()), "k--", marker="x",
+              label="Xiong et al. 2020, Fig. 3 (read off)")
+    ax.set_xlabel("total layers" + (" (encoder + decoder)" if model == "translation" else ""))
+    ax.set_ylabel(grad.replace("W‖", "W²‖"))
+    ax.set_title(f"{title}: {plotting.placement_label(norm)}")
     ax.set_ylim(bottom=0)
+    plotting.integer_ticks(ax)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-  fig.suptitle(f"Gradient norms at initialization — {model} (mean ± std over seeds)")
+  fig.suptitle(f"FFN gradient norms at initialization: {plotting.task_label(model)}")
   fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
+  # Mean ± std error bars (results.json keeps no per-seed values for a min–max band).
+  c = config or {}
+  size = plotting.setup_caption({"task": c.get("task"), "model": c.get("model", {})})
+  plotting.add_caption(fig, "; ".join(filter(None, (
+      size, f"{seeds} seeds at init (mean ± std)" if seeds else "",
+      f"{r['num_batches']} fixed batches, {r['target_tokens']:,} target tokens",
+      f"warm-up to lr {r['warmup']['peak_lr']:g}"))))
+  plotting.save(fig, path, dpi=120)
 
 
 def report(results: dict, root: str) -> str:
@@ -229,7 +249,8 @@ def main(argv):
   results = {}
   for model in _MODELS.value:
     results[model] = measure_model(model, root)
-    plot(model, results[model], os.path.join(root, f"fig3_{model}.png"))
+    plot(model, results[model], os.path.join(root, f"fig3_{model}.png"),
+         make_config(model, "post").to_dict(), _SEEDS.value)
     with open(os.path.join(root, "results.json"), "w") as f:
       json.dump(results, f, indent=1)
   print(report(results, root))
