@@ -13,19 +13,25 @@ failures below come within the first 100), as Post-LN without warm-up at 12 and
 their limits, several seeds (expected to diverge or collapse), and Pre-LN and Post-LN with
 warm-up (a quarter of the run) at their stable rates (expected to train). Each run's
 result is kept in its folder (result.json): a second launch with the same --out skips
-the runs already done and resumes the interrupted one from its checkpoint. The Multi30k model's runs are not in
-this grid yet.
+the runs already done and resumes the interrupted one from its checkpoint. The Multi30k
+model's runs are not in this grid yet.
 
 Definitions, made once here:
   failed    the run ended diverged (NaN/Inf, lnjax's exit 3), or its train loss went above
             the unigram baseline + 1 nat after having been below the baseline, or its final
             held-out loss is within 0.1 nat of the unigram baseline (collapsed);
   event     the first step whose loss is non-finite or more than 1 nat above the lowest
-            loss so far; a collapse without such a step: the run's last step;
+            loss so far (a blow-up); a failed run without such a step collapsed, and its
+            event is its last step (so a lead on a collapse is counted from the end);
   warned    a rule fired at some step before the event (on a failed run) or at all;
   lead      event step − first firing step, on failed warned runs;
   precision warned failed runs / warned runs; recall: warned failed runs / failed runs;
   false warnings per 1000 steps: firings on runs that trained, per 1000 of their steps.
+Rules, each replayed on the runs' logged statistics (every step is logged): lnjax's two
+(health.EarlyWarning: a layer's update RMS per unit of learning rate or attention/output
+logit ≥ 3× its 100-step median; health.VanishingGradient: layer 0's gradient RMS below
+1e-3 × the largest layer's for 3 steps), either of them (what train.health=warn prints),
+and the 6σ rule on the loss and gradient norm.
 Prints and writes (`--out`) a Markdown table per rule and results.json.
 """
 
@@ -84,7 +90,8 @@ def run_one(spec: dict, out: str) -> dict:
   done = os.path.join(wd, "result.json")
   if os.path.exists(done):
     with open(done) as f:
-      return json.load(f)
+      result = json.load(f)
+    return {**result, **replay_rules(wd)}
   c = config_lib.lm_config()
   if spec["preset"] == "smoke":
     config_lib.apply_smoke(c)
@@ -114,11 +121,30 @@ def run_one(spec: dict, out: str) -> dict:
   if summary["status"] in ("completed", "diverged"):  # (Not a preempted run's.)
     with open(done, "w") as f:
       json.dump(result, f)
-  return result
+  return {**result, **replay_rules(wd)}
 
 
-def outcome(r: dict) -> tuple[bool, int]:
-  """(failed, event step) by the module's definitions."""
+def replay_rules(wd: str) -> dict:
+  """The steps at which each of lnjax's rules fires, replayed on the run's logged health
+  statistics (every step is logged): the same decisions the Health hook takes during a
+  run, for the rules of the current code, whatever code the run was trained with."""
+  records = metrics.read_metrics(wd)
+  lr = {r["step"]: r["learning_rate"] for r in records if "learning_rate" in r}
+  stats = {r["step"]: r for r in records if any(k.startswith("health/") for k in r)}
+  spike, depth = health.EarlyWarning(), health.VanishingGradient()
+  fired = {"spike_warnings": [], "depth_warnings": []}
+  for step in sorted(stats):
+    values = {k: v for k, v in stats[step].items() if k.startswith("health/") and v is not None}
+    if spike(step, values, lr.get(step, 0.0)):
+      fired["spike_warnings"].append(step)
+    if depth(step, values):
+      fired["depth_warnings"].append(step)
+  return fired
+
+
+def outcome(r: dict) -> tuple[bool, int, bool]:
+  """(failed, event step, blew up) by the module's definitions; a failed run that did not
+  blow up collapsed."""
   u, steps, loss = r["unigram"], r["steps"], r["loss"]
   failed = r["status"] == "diverged"
   below = False
@@ -133,7 +159,7 @@ def outcome(r: dict) -> tuple[bool, int]:
     event = min(event or r["diverged_at"], r["diverged_at"])
   collapsed = u is not None and r["eval_loss"] is not None and r["eval_loss"] >= u - 0.1
   failed = failed or collapsed or r["eval_loss"] is None
-  return failed, event or (steps[-1] if steps else 0)
+  return failed, event or (steps[-1] if steps else 0), event is not None
 
 
 def sigma_firings(r: dict) -> list[int]:
@@ -143,24 +169,30 @@ def sigma_firings(r: dict) -> list[int]:
 
 def score(results: list[dict], firings_of) -> dict:
   warned_failed = warned = failed_n = false = train_steps = 0
-  leads = []
+  leads = {True: [], False: []}  # Blow-ups, collapses.
+  kinds = {True: [0, 0], False: [0, 0]}  # Kind -> [warned, failed runs].
   for r in results:
-    failed, event = outcome(r)
+    failed, event, blew_up = outcome(r)
     firings = firings_of(r)
     failed_n += failed
     if failed:
+      kinds[blew_up][1] += 1
       before = [s for s in firings if s < event]
       if before:
         warned_failed += 1
         warned += 1
-        leads.append(event - before[0])
+        kinds[blew_up][0] += 1
+        leads[blew_up].append(event - before[0])
     else:
       warned += bool(firings)
       false += len(firings)
       train_steps += len(r["steps"])
+  median = lambda xs: float(np.median(xs)) if xs else None
   return {"precision": warned_failed / warned if warned else None,
           "recall": warned_failed / failed_n if failed_n else None,
-          "median_lead_steps": float(np.median(leads)) if leads else None,
+          "median_lead_steps": median(leads[True] + leads[False]),
+          "blow_ups_warned": kinds[True], "collapses_warned": kinds[False],
+          "median_lead_blow_ups": median(leads[True]),
           "false_per_1000_steps": 1000 * false / train_steps if train_steps else None,
           "failed_runs": failed_n, "trained_runs": len(results) - failed_n}
 
@@ -180,22 +212,28 @@ def main(argv=None) -> int:
     print(f"early_warning: run {i + 1}/{len(specs)} {spec['name']}: {results[-1]['status']}, "
           f"{len(results[-1]['warnings'])} warning steps ({time.perf_counter() - t0:.0f} s)",
           flush=True)
-  rules = {"early warning (lnjax.core.health)": lambda r: r["warnings"],
+  rules = {"lnjax, spikes (health.EarlyWarning)": lambda r: r["spike_warnings"],
+           "lnjax, vanishing gradient (health.VanishingGradient)": lambda r: r["depth_warnings"],
+           "lnjax, either (train.health=warn)": lambda r: sorted(set(r["spike_warnings"])
+                                                                 | set(r["depth_warnings"])),
            "6σ loss/grad-norm rule": sigma_firings}
   scores = {name: score(results, f) for name, f in rules.items()}
-  lines = ["| rule | precision | recall | median lead (steps) | false warnings / 1000 steps |"
-           " failed / trained runs |", "|---|---:|---:|---:|---:|---:|"]
+  lines = ["| rule | precision | recall | warned blow-ups | warned collapses | median lead "
+           "(steps) | on blow-ups | false warnings / 1000 steps | failed / trained runs |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
   fmt = lambda v, f: "n/a" if v is None else format(v, f)
   for name, s in scores.items():
     lines.append(f"| {name} | {fmt(s['precision'], '.2f')} | {fmt(s['recall'], '.2f')} | "
-                 f"{fmt(s['median_lead_steps'], '.0f')} | {fmt(s['false_per_1000_steps'], '.2f')}"
-                 f" | {s['failed_runs']} / {s['trained_runs']} |")
+                 f"{'/'.join(map(str, s['blow_ups_warned']))} | "
+                 f"{'/'.join(map(str, s['collapses_warned']))} | "
+                 f"{fmt(s['median_lead_steps'], '.0f')} | {fmt(s['median_lead_blow_ups'], '.0f')} | "
+                 f"{fmt(s['false_per_1000_steps'], '.2f')} | {s['failed_runs']} / {s['trained_runs']} |")
   table = "\n".join(lines)
   print(table)
   with open(os.path.join(args.out, "early_warning.md"), "w") as f:
     f.write(table + "\n")
   with open(os.path.join(args.out, "results.json"), "w") as f:
-    json.dump({"scores": scores, "runs": [{k: r[k] for k in ("name", "status", "warnings",
+    json.dump({"scores": scores, "runs": [{k: r[k] for k in ("name", "status", "warnings", "spike_warnings", "depth_warnings",
                                                               "eval_loss", "unigram")}
                                           for r in results]}, f, indent=1)
   if args.quick:  # The self-check: every run scored, the numbers defined.

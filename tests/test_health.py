@@ -3,6 +3,8 @@ equal to unrolled, the model unchanged when nobody asks for them; the early-warn
 the host-side 6σ rule and the skip-step optax transform."""
 
 import flax.linen as nn
+import hypothesis
+import hypothesis.strategies as st
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -158,6 +160,47 @@ def test_warning_needs_history_and_ignores_the_learning_rate_schedule():
   # RMS jumps 10× with it, per unit of learning rate not at all.
   lr = lambda s: 1e-5 if s < 100 else 1e-4
   assert not [w for s in range(1, 201) for w in rule(s, {NAME: 0.7 * lr(s)}, lr(s))]
+
+
+def _grads(first: float, top: float = 1e-3, prefix: str = "") -> dict:
+  """Health scalars of a 3-layer stack: layer 0's sub-layers at `first` and first / 2."""
+  return {f"health/{prefix}layer_0/ffn/grad_rms": first,
+          f"health/{prefix}layer_0/self_attn/grad_rms": first / 2,
+          f"health/{prefix}layer_1/ffn/grad_rms": top / 3, f"health/{prefix}layer_2/ffn/grad_rms": top,
+          f"health/{prefix}layer_2/ffn/update_rms": 50.0}  # (Not a gradient: ignored.)
+
+
+def test_vanishing_gradient_warns_after_patience_once_per_excursion():
+  """Post-LN's failure without warm-up: layer 0's gradient falls orders of magnitude below
+  the top layer's and stays there (the numbers of a 12-layer run of the early-warning
+  benchmark); nothing spikes, so the ratio-to-median rule says nothing."""
+  rule = health.VanishingGradient(ratio=1e-3, patience=3)
+  firsts = [1.6e-3, 2.8e-5, 2.5e-6, 4e-8, 1.6e-10, 1e-12, 1e-3, 1e-7, 1e-7, 1e-7, 1e-7]
+  got = [w for step, g in enumerate(firsts, 1) for w in rule(step, _grads(g))]
+  # Below 1e-3 × the top's 1e-3 from step 4 (4e-8; step 3's 2.5e-6 is not): the warning at
+  # step 6, the third step below; back above at step 7; below again from 8, warned at 10.
+  assert [w["step"] for w in got] == [6, 10]
+  assert got[0]["name"] == "health/layer_0/grad_rms" and got[0]["value"] == 1e-12
+  assert got[0]["ratio"] == pytest.approx(1e-9)
+  assert got[0]["line"].startswith("warning: step 6: layer 0 grad_rms 1e-12 is 1.0e-09× "
+                                   "layer 2's for 3 steps; the lower layers have stopped")
+  # Each stack of an encoder-decoder on its own; a one-layer stack has no depth to judge.
+  rule = health.VanishingGradient(ratio=1e-3, patience=1)
+  stats = {**_grads(1e-9, prefix="encoder/"), **_grads(1e-4, prefix="decoder/"),
+           "health/layer_0/ffn/grad_rms": 1e-12}
+  assert [w["name"] for w in rule(1, stats)] == ["health/encoder/layer_0/grad_rms"]
+
+
+@hypothesis.given(st.lists(st.floats(1e-6, 1e6), min_size=2, max_size=12),
+                  st.integers(1, 400))
+def test_vanishing_gradient_is_silent_while_layer_0_keeps_its_share(norms, steps):
+  """Any depth and any gradient sizes: while the first layer's gradient is at least 1e-3 of
+  the largest layer's, nothing fires, however long the run."""
+  top = max(norms)
+  stats = {f"health/layer_{i}/ffn/grad_rms": g for i, g in enumerate(norms)}
+  stats["health/layer_0/ffn/grad_rms"] = max(norms[0], 1e-3 * top)
+  rule = health.VanishingGradient()
+  assert not [w for s in range(1, min(steps, 20) + 1) for w in rule(s, stats)]
 
 
 def test_sigma_rule_flags_six_sigma_and_non_finite_values():

@@ -41,6 +41,7 @@ HEALTH_MODES = ("off", "log", "warn")  # train.health
 PREFIX = "health"
 _LAYER = re.compile(r"layer_\d+")
 _SUBLAYER = re.compile(r"(self_attn|cross_attn|ffn)")  # Its norms and shortcut go with it.
+_LAYER_GRAD = re.compile(PREFIX + r"/((?:encoder|decoder)/)?layer_(\d+)/[^/]+/grad_rms")
 
 
 def _keys(path) -> tuple[str, ...]:
@@ -163,6 +164,67 @@ def warning_line(w: dict, window: int) -> str:
   where = [p.replace("layer_", "layer ") for p in where]
   return (f"warning: step {w['step']}: {' '.join(where)} {w['ratio']:.1f}× its {window}-step "
           "median; loss may diverge")
+
+
+class VanishingGradient:
+  """Warns when the gradient reaching a stack's first layer stays below `ratio` × the
+  largest layer's gradient (RMS, the layer's sub-layers pooled as the max) for `patience`
+  consecutive steps, once per excursion: the lower layers have stopped learning.
+
+  The spike rule above cannot see this failure: nothing jumps. It is how Post-LN without
+  warm-up fails at depth (Liu et al. 2020, arXiv 2004.08249, §3: gradients vanish in the
+  lower layers of a Post-LN stack): in this project's 12-layer character LM at lr 3e-3 the
+  first layer's gradient RMS fell from 1.6e-3 to 1e-12 within 20 steps while the last
+  layer's stayed near 1e-3, and the loss sat at the unigram baseline for the rest of the
+  run (benchmarks/early_warning.py). A Pre-LN stack's ratio stays near 1."""
+
+  def __init__(self, ratio: float = 1e-3, patience: int = 3):
+    self.ratio, self.patience = ratio, patience
+    self._below: dict[str, int] = {}  # Stack -> consecutive steps below the ratio.
+    self._alarmed: set[str] = set()
+
+  @staticmethod
+  def layer_gradients(stats: dict[str, float]) -> dict[str, dict[int, float]]:
+    """{stack prefix ('', 'encoder/', 'decoder/'): {layer: its largest sub-layer grad RMS}}."""
+    stacks: dict[str, dict[int, float]] = {}
+    for name, value in stats.items():
+      m = _LAYER_GRAD.fullmatch(name)
+      if m and np.isfinite(value):
+        layers = stacks.setdefault(m.group(1) or "", {})
+        layer = int(m.group(2))
+        layers[layer] = max(layers.get(layer, 0.0), float(value))
+    return stacks
+
+  def __call__(self, step: int, stats: dict[str, float]) -> list[dict]:
+    """This step's warnings: [{'step', 'name' (the first layer's grad_rms), 'value',
+    'top' (the largest layer's), 'ratio', 'line'}]."""
+    warnings = []
+    for stack, layers in sorted(self.layer_gradients(stats).items()):
+      if len(layers) < 2 or 0 not in layers:
+        continue
+      top = max(layers.values())
+      ratio = layers[0] / top if top > 0 else 1.0
+      below = self._below[stack] = self._below.get(stack, 0) + 1 if ratio < self.ratio else 0
+      if below == 0:
+        self._alarmed.discard(stack)
+      elif below >= self.patience and stack not in self._alarmed:
+        self._alarmed.add(stack)
+        last = max(layers, key=layers.get)
+        warnings.append({
+            "step": step, "name": f"{PREFIX}/{stack}layer_0/grad_rms", "value": layers[0],
+            "top": top, "ratio": ratio,
+            "line": (f"warning: step {step}: {stack.replace('/', ' ')}layer 0 grad_rms "
+                     f"{layers[0]:.2g} is {ratio:.1e}× layer {last}'s for {below} steps; the "
+                     "lower layers have stopped learning (the loss may stall at the "
+                     "unigram baseline)")})
+    return warnings
+
+  def history(self) -> dict:
+    return {"below": dict(self._below), "alarmed": sorted(self._alarmed)}
+
+  def set_history(self, saved: dict) -> None:
+    self._below = dict(saved.get("below", {}))
+    self._alarmed = set(saved.get("alarmed", []))
 
 
 class SigmaRule:

@@ -13,17 +13,20 @@ class Health(Hook):
   """Takes the health/ scalars out of each step's metrics (so the window means of the
   train_* record do not average them): writes them as one record at each log step (the
   values of that step, the sown activations with them), and with `warn` feeds every step to
-  `health.EarlyWarning`, printing one line and writing one record per warning
-  (`warning/<statistic>`: its ratio to the trailing median). `wrap(train_step)` asks the
+  `health.EarlyWarning` (spikes) and `health.VanishingGradient` (lower layers that stopped
+  learning), printing one line and writing one record per warning (`warning/<statistic>`:
+  its ratio to the trailing median, or to the top layer's gradient). `wrap(train_step)` asks the
   step for the sown statistics at log steps only (their extra attention-logit pass
   would cost more than the 3% budget at every step)."""
 
   name = "health"
 
   def __init__(self, mode: str, every_steps: int, num_steps: int,
-               rule: health_lib.EarlyWarning | None = None):
+               rule: health_lib.EarlyWarning | None = None,
+               depth_rule: health_lib.VanishingGradient | None = None):
     self.mode, self.every_steps, self.num_steps = mode, every_steps, num_steps
     self.rule = rule or health_lib.EarlyWarning()
+    self.depth_rule = depth_rule or health_lib.VanishingGradient()
     self.warnings: list[dict] = []  # This step's, for Recovery.
     self._log_next = False
 
@@ -37,9 +40,10 @@ class Health(Hook):
     stats = {k: metrics.pop(k) for k in [k for k in metrics if k.startswith("health/")]}
     self.warnings = []
     if self.mode == "warn":
-      self.warnings = self.rule(step, stats, metrics["learning_rate"])
+      self.warnings = (self.rule(step, stats, metrics["learning_rate"])
+                       + self.depth_rule(step, stats))
       for w in self.warnings:
-        loop.log(health_lib.warning_line(w, self.rule.window))
+        loop.log(w.get("line") or health_lib.warning_line(w, self.rule.window))
       if self.warnings:
         loop.writer.write(step, {"warning/" + w["name"][len("health/"):]: w["ratio"]
                                  for w in self.warnings})
@@ -48,10 +52,13 @@ class Health(Hook):
     return None
 
   def state(self):
-    return {"history": self.rule.history()} if self.mode == "warn" else {}
+    if self.mode != "warn":
+      return {}
+    return {"history": self.rule.history(), "depth": self.depth_rule.history()}
 
   def restore(self, saved):
     self.rule.set_history(saved.get("history", {}))
+    self.depth_rule.set_history(saved.get("depth", {}))
 
 
 class Recovery(Hook):
