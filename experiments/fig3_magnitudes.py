@@ -322,10 +322,32 @@ def report(r: dict, root: str, command: str) -> str:
   return text
 
 
+# Legend names of the initializations (the report's INIT_SETTINGS names are longer).
+INIT_LEGEND = {"lnjax": "learned positions", "sinusoidal": "sinusoidal positions",
+               "fairseq": "fairseq init (sinusoidal, q/k/v gain 1/√2)"}
+
+
+def series_label(vocab: str, init: str, epsilon: float) -> str:
+  """'unigram 8000, learned positions, label smoothing 0.1'."""
+  kind, size = vocab.split(":")
+  smoothing = f"label smoothing {epsilon:g}" if epsilon else "no label smoothing"
+  return f"{'BPE' if kind == 'bpe' else kind} {size}, {INIT_LEGEND.get(init, init)}, {smoothing}"
+
+
+def seed_curves(r: dict, cells: list[dict]) -> list[tuple[list, list]]:
+  """One (tokens, norms) curve per seed; one of the means where per-seed values are absent."""
+  if all(c.get("per_seed") for c in cells):
+    return [(r["tokens"], list(ys)) for ys in zip(*(c["per_seed"] for c in cells))]
+  return [(r["tokens"], [c["mean"] for c in cells])]
+
+
 def plot(r: dict, path: str) -> None:
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
+  from matplotlib.ticker import NullLocator
+
+  from lnjax.analysis import plotting
 
   norms = sorted({c["norm"] for c in r["cells"]}, key=["post", "pre"].index)
   rows = len(series(r)) * len(r["epsilons"])
@@ -335,24 +357,37 @@ def plot(r: dict, path: str) -> None:
     for si, (v, i) in enumerate(series(r)):
       for e, style in zip(r["epsilons"], ("-", "--", ":")):
         cs = [cell(r, norm=n, vocab=v, init=i, tokens=t, epsilon=e) for t in r["tokens"]]
-        ax.errorbar(r["tokens"], [c["mean"] for c in cs], yerr=[c["std"] for c in cs],
-                    ls=style, marker="o", capsize=3, color=f"C{si}",
-                    label=f"{v}, {i} init, ε {e:g}")
+        line = plotting.mean_band(ax, seed_curves(r, cs), label=series_label(v, i, e),
+                                  style=style, marker="o", color=f"C{si}")
+        line.set_label(series_label(v, i, e))  # The caption gives the seeds, once.
     paper = ax.axhline(PAPER[n], color="k", ls="--", lw=1)
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("target tokens the gradient is averaged over")
-    ax.set_ylabel("‖∂L/∂W²‖_F, last decoder layer")
-    ax.set_title(f"{n}-LN, 6+6 × 512 at init")
+    plotting.plain_log_ticks(ax)
+    # Ticks at the measured token counts, written out (1,024 rather than 2¹⁰ or 1e+03).
+    ax.set_xticks(r["tokens"], [f"{t:,}" for t in r["tokens"]])
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlabel("target tokens the gradient is averaged over (log scale)")
+    ax.set_ylabel(f"‖∂L/∂W²‖_F, last decoder layer\n(L in {plotting.LOSS_UNIT})")
+    ax.set_title(f"{plotting.placement_label(n)} at initialization")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    ax.legend([paper], [f"paper {PAPER_TEXT[n]}"], fontsize=7, loc="lower right")
-  fig.suptitle(f"What moves Fig. 3's magnitude (mean ± std over {r['seeds']} seeds)")
-  # The series' legend once, below both panels, where it hides no point.
+    ax.legend([paper], [f"Xiong et al. 2020, Fig. 3: {PAPER_TEXT[n]}"], fontsize=7,
+              loc="lower right")
+  fig.suptitle("What moves Fig. 3's magnitude: the last decoder layer's W² gradient")
+  # The series' legend once, below both panels, where it hides no point (above the
+  # caption): a row per series, a column per ε.
   handles, labels = axes[0][0].get_legend_handles_labels()
-  fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=7)
-  fig.tight_layout(rect=(0, 0.05 * -(-rows // 4) + 0.02, 1, 1))
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
+  by_eps = sorted(range(len(labels)), key=lambda k: k % len(r["epsilons"]))
+  height = fig.get_figheight()
+  fig.legend([handles[k] for k in by_eps], [labels[k] for k in by_eps], loc="lower center",
+             ncol=len(r["epsilons"]), fontsize=7, handlelength=3,
+             bbox_to_anchor=(0.5, 0.28 / height))
+  fig.tight_layout(rect=(0, (0.17 * len(series(r)) + 0.2) / height, 1, 1))
+  plotting.add_caption(fig, "; ".join((
+      "translation, 6+6 layers, d_model 512", plotting.setup_caption(seeds=r["seeds"]),
+      f"{r['chunks']} chunks of {r['rows_per_chunk']} Multi30k train pairs "
+      f"(≤ {r['max_len']} tokens a side)")))
+  plotting.save(fig, path, dpi=120)
 
 
 def main(argv):
