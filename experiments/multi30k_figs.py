@@ -195,12 +195,53 @@ def time_steps(config, n: int) -> None:
         f"(train loss {float(m['train_loss']):.3f}); {int(2400 / per_step)} steps in 40 min")
 
 
-def fig4_section(root: str, runs: list[sweep.Run], rows: list[dict]) -> list[str]:
-  """Per-epoch table, epochs-to-reach, and fig4_curves.png."""
+OPTIMIZERS = {"adam": "Adam", "radam": "RAdam", "sgd": "SGD"}
+
+
+def plot_fig4(path: str, runs_by: dict, evals_by: dict, spe: dict) -> None:
+  """Held-out loss (unigram baseline dashed) and BLEU of each run against the epoch:
+  Pre-LN solid, Post-LN dashed, a colour per optimizer."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
+  from lnjax.analysis import plotting
+
+  fig, (ax_loss, ax_bleu) = plt.subplots(1, 2, figsize=(12, 4.2))
+  for (norm, opt), (run, row) in runs_by.items():
+    per_epoch = spe[(norm, opt)] or math.nan
+    label = plotting.legend_label(
+        {"model.norm_position": norm, "opt.warmup_steps": run.setting("opt.warmup_steps")})
+    label += f", {OPTIMIZERS.get(opt, opt)}"
+    for ax, key in ((ax_loss, "eval_loss"), (ax_bleu, "eval_bleu")):
+      points = [(e["step"] / per_epoch, e[key]) for e in evals_by[(norm, opt)] if key in e]
+      if points:
+        ax.plot(*zip(*points), "-" if norm == "pre" else "--", marker="o", ms=4,
+                color="C0" if opt == "adam" else "C1", label=label)
+  baselines = [row.get("unigram_baseline") for _, row in runs_by.values()
+               if row.get("unigram_baseline")]
+  if baselines:
+    ax_loss.axhline(baselines[0], color="grey", ls="--", lw=1,
+                    label=f"unigram baseline {baselines[0]:.2f}")
+  for ax, title, ylabel in ((ax_loss, "validation loss", f"loss ({plotting.LOSS_UNIT})"),
+                            (ax_bleu, "validation BLEU (greedy, sacreBLEU)", "BLEU")):
+    ax.set_xlabel("training epoch")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+  if ax_loss.get_legend_handles_labels()[0]:
+    ax_loss.legend(fontsize=8)
+  fig.suptitle("Fig. 4 at CPU scale: Pre-LN without warm-up against Post-LN with warm-up")
+  fig.tight_layout()
+  runs = [run for run, _ in runs_by.values()]
+  if runs:
+    plotting.add_caption(fig, plotting.setup_caption(
+        runs[0].config.to_dict(), seeds=1, extra="Multi30k De→En"))
+  plotting.save(fig, path, dpi=120)
+
+
+def fig4_section(root: str, runs: list[sweep.Run], rows: list[dict]) -> list[str]:
+  """Per-epoch table, epochs-to-reach, and fig4_curves.png."""
   runs_by = {(r.setting("model.norm_position"), r.setting("opt.name")): (r, row)
              for r, row in zip(runs, rows)}
   spe = {k: (launcher.read_json(os.path.join(row["workdir"], "summary.json")) or {}).get(
@@ -212,7 +253,6 @@ def fig4_section(root: str, runs: list[sweep.Run], rows: list[dict]) -> list[str
   lines = ["## Per epoch (held-out loss / greedy BLEU on the validation split)", "",
            "| run | " + " | ".join(when(s) for s in steps) + " |",
            "|---|" + "---:|" * len(steps)]
-  fig, (ax_loss, ax_bleu) = plt.subplots(1, 2, figsize=(12, 4))
   for (norm, opt), (run, row) in runs_by.items():
     evals = {e["step"]: e for e in evals_by[(norm, opt)]}
     cells = []
@@ -221,22 +261,7 @@ def fig4_section(root: str, runs: list[sweep.Run], rows: list[dict]) -> list[str
       cells.append("—" if "eval_loss" not in e else
                    f"{e['eval_loss']:.3f} / {e.get('eval_bleu', math.nan):.2f}")
     lines.append(f"| {run.name} | " + " | ".join(cells) + " |")
-    per_epoch = spe[(norm, opt)] or math.nan
-    style = "-" if norm == "pre" else "--"
-    for ax, key in ((ax_loss, "eval_loss"), (ax_bleu, "eval_bleu")):
-      points = [(s / per_epoch, e[key]) for s, e in sorted(evals.items()) if key in e]
-      if points:
-        ax.plot(*zip(*points), style, marker="o", label=f"{norm}-LN, {opt}")
-  for ax, title in ((ax_loss, "validation loss (nats per token)"),
-                    (ax_bleu, "validation BLEU (greedy, sacreBLEU)")):
-    ax.set_xlabel("epoch")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-  ax_bleu.legend()
-  fig.suptitle("Fig. 4 at CPU scale: Pre-LN without warm-up against Post-LN with warm-up")
-  fig.tight_layout()
-  fig.savefig(os.path.join(root, "fig4_curves.png"), dpi=120)
-  plt.close(fig)
+  plot_fig4(os.path.join(root, "fig4_curves.png"), runs_by, evals_by, spe)
 
   lines += ["", "## Epochs each needs to reach the other's final level", "",
             "| optimizer | Pre-LN reaches Post-LN's final loss / BLEU at epoch | "
