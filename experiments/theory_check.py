@@ -14,8 +14,8 @@ x_1 ~ N(0, I_d) per token. Per layer l:
             Lemma 2: (1 + l/2)·d ≤ E‖x_{l+1}‖² ≤ (1 + 3l/2)·d, growing linearly with l
 
 and the LayerNorm Jacobian's spectral norm at x (power iteration with jvp/vjp,
-lnjax.analysis.spectral_norm) against √d/‖x‖. The model is lnjax/analysis/theory.py. Writes report.md, main_path_norms.png and
-ln_jacobian.png into --workdir.
+lnjax.analysis.spectral_norm) against √d/‖x‖. The model is lnjax/analysis/theory.py.
+Writes report.md, results.json and theory_check.png (both panels) into --workdir.
 """
 
 import json

@@ -50,6 +50,19 @@ def test_integer_ticks_on_a_one_layer_axis():
   plt.close(fig)
 
 
+def test_plain_log_ticks_write_numbers_not_exponents():
+  fig, ax = plt.subplots()
+  ax.plot([0.01, 20000], [0.5, 2])
+  ax.set_xscale("log")
+  ax.set_xlim(0.01, 20000)
+  plotting.plain_log_ticks(ax)
+  fig.canvas.draw()
+  labels = {t.get_text() for t in ax.get_xticklabels()}
+  assert {"0.01", "0.1", "1", "10", "1000", "10000"} <= labels, labels
+  assert not [s for s in labels if "e" in s or "−" in s], labels
+  plt.close(fig)
+
+
 def test_mean_band_averages_seeds_and_shades_their_range():
   fig, ax = plt.subplots()
   line = plotting.mean_band(ax, [([0, 10, 20], [3.0, 2.0, 1.0]), ([0, 10, 20], [5.0, 4.0, 3.0])],

@@ -132,13 +132,15 @@ def save(fig, path: str, dpi: int = 110):
 
 
 def plain_log_ticks(ax) -> None:
-  """Log axes labelled 2, 3, 0.5 (not 2×10⁰)."""
-  from matplotlib.ticker import LogFormatter
+  """Log axes labelled 2, 3, 0.5, 0.01, 20000 (not 2×10⁰, 1e−02 or 2e+04): matplotlib's
+  LogFormatter writes every tick below 1 or above 10⁴ in exponent form."""
+  from matplotlib.ticker import FuncFormatter
 
+  plain = FuncFormatter(lambda v, _: f"{v:g}" if v > 0 else "")
   for axis in (ax.xaxis, ax.yaxis):
     if axis.get_scale() == "log":
-      axis.set_major_formatter(LogFormatter(labelOnlyBase=False))
-      axis.set_minor_formatter(LogFormatter(labelOnlyBase=False))
+      axis.set_major_formatter(plain)
+      axis.set_minor_formatter(plain)
 
 
 def integer_ticks(ax, axis: str = "x") -> None:

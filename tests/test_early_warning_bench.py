@@ -1,0 +1,82 @@
+"""benchmarks/early_warning.py's definitions, on runs written by hand: what counts as failed,
+where its event is, and each score (precision, recall by kind, lead, false warnings), and
+the replay of lnjax's rules on a run's logged statistics."""
+
+import importlib
+import math
+import os
+import sys
+import types
+
+import pytest
+
+from lnjax.core import metrics
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def ew():
+  # The script's first import tunes malloc before JAX starts: not in a test process, where
+  # JAX has started (an empty module in its place).
+  saved = sys.modules.get("bench_env")
+  sys.modules["bench_env"] = types.ModuleType("bench_env")
+  sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+  try:
+    return importlib.import_module("early_warning")
+  finally:
+    sys.path.remove(os.path.join(REPO, "benchmarks"))
+    if saved is None:
+      del sys.modules["bench_env"]
+    else:
+      sys.modules["bench_env"] = saved
+
+
+def run(name, loss, *, eval_loss, status="completed", unigram=3.3, warnings=()):
+  steps = list(range(1, len(loss) + 1))
+  return {"name": name, "status": status, "steps": steps, "loss": loss,
+          "grad_norm": [1.0] * len(loss), "unigram": unigram, "eval_loss": eval_loss,
+          "diverged_at": steps[-1] if status == "diverged" else None,
+          "firings": list(warnings)}
+
+
+def test_outcome_and_scores_by_hand(ew):
+  blow_up = run("blow_up", [3.0] * 30 + [math.nan], eval_loss=None, status="diverged",
+                warnings=[25])  # NaN at step 31: event 31, warned 6 steps before.
+  spike = run("spike", [3.0] * 20 + [4.5] + [3.0] * 9, eval_loss=2.5)  # +1.5 nats at 21.
+  collapse = run("collapse", [3.3] * 40, eval_loss=3.25, warnings=[10])  # Event: step 40.
+  trained = run("trained", [3.0 - 0.01 * i for i in range(50)], eval_loss=2.5,
+                warnings=[7, 30])  # Two false warnings in 50 steps.
+  quiet = run("quiet", [3.0] * 50, eval_loss=2.9)
+  assert ew.outcome(blow_up) == (True, 31, True)
+  assert ew.outcome(spike) == (True, 21, True)
+  assert ew.outcome(collapse) == (True, 40, False)
+  assert ew.outcome(trained)[0] is False and ew.outcome(quiet)[0] is False
+  s = ew.score([blow_up, spike, collapse, trained, quiet], lambda r: r["firings"])
+  assert s["failed_runs"] == 3 and s["trained_runs"] == 2
+  assert s["precision"] == pytest.approx(2 / 3)  # Warned: blow_up, collapse, trained.
+  assert s["recall"] == pytest.approx(2 / 3)
+  assert s["blow_ups_warned"] == [1, 2] and s["collapses_warned"] == [1, 1]
+  assert s["median_lead_blow_ups"] == 6 and s["median_lead_steps"] == (6 + 30) / 2
+  assert s["false_per_1000_steps"] == pytest.approx(1000 * 2 / 100)
+
+
+def test_a_warning_after_the_event_does_not_count(ew):
+  late = run("late", [3.0] * 30 + [math.nan], eval_loss=None, status="diverged",
+             warnings=[31])
+  assert ew.score([late], lambda r: r["firings"])["recall"] == 0
+
+
+def test_rules_replayed_on_logged_statistics(ew, tmp_path):
+  """A run whose layer 0 gradient vanishes from step 5 and whose layer 1 update spikes
+  at step 30: the replay finds the vanishing-gradient warning at step 7 (3 steps below)
+  and the spike at 30, as the Health hook would."""
+  writer = metrics.MetricWriter(str(tmp_path), tensorboard=False)
+  for step in range(1, 41):
+    g0 = 1e-3 if step < 5 else 1e-9
+    update = 1e-3 * (10.0 if step == 30 else 1.0)
+    writer.write(step, {"train_loss": 3.0, "learning_rate": 1e-3, "grad_norm": 1.0})
+    writer.write(step, {"health/layer_0/ffn/grad_rms": g0, "health/layer_1/ffn/grad_rms": 1e-3,
+                        "health/layer_1/ffn/update_rms": update})
+  writer.close()
+  assert ew.replay_rules(str(tmp_path)) == {"spike_warnings": [30], "depth_warnings": [7]}
