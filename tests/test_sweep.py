@@ -456,13 +456,27 @@ def test_a_run_of_a_killed_launcher_is_never_started_twice(tmp_path):
       time.sleep(0.1)
     first.kill()  # SIGKILL: no handler, the run is not told.
     first.wait(timeout=60)
-    assert _holders(run), "the run died with its launcher"
+    holders = _holders(run)
+    assert holders, "the run died with its launcher"
+    # The orphan is paused until the second launch has looked at it: 600 small steps can
+    # otherwise end while the second launcher is still importing (seen once in CI).
+    for pid in holders:
+      os.kill(pid, signal.SIGSTOP)
     second = _launch(config, root, "--parallel=1", "--devices_per_run=1")
+    seen = []
+    for line in second.stdout:  # (Ends when the launcher exits, if it never waits.)
+      seen.append(line)
+      if "waiting for it" in line:
+        break
+    for pid in holders:
+      os.kill(pid, signal.SIGCONT)
     out, _ = second.communicate(timeout=600)
+    out = "".join(seen) + out
   finally:
     if second is not None:
       _stop(second)
     for pid in _holders(run):  # A run left by a failed test.
+      os.kill(pid, signal.SIGCONT)
       os.kill(pid, signal.SIGTERM)
   assert second.returncode == 0, out
   assert "elsewhere" in out and "waiting for it" in out, out
