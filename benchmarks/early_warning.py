@@ -91,7 +91,7 @@ def run_one(spec: dict, out: str) -> dict:
   if os.path.exists(done):
     with open(done) as f:
       result = json.load(f)
-    return {**result, **replay_rules(wd)}
+    return {**result, **replay_rules(metrics.read_metrics(wd))}
   c = config_lib.lm_config()
   if spec["preset"] == "smoke":
     config_lib.apply_smoke(c)
@@ -121,14 +121,14 @@ def run_one(spec: dict, out: str) -> dict:
   if summary["status"] in ("completed", "diverged"):  # (Not a preempted run's.)
     with open(done, "w") as f:
       json.dump(result, f)
-  return {**result, **replay_rules(wd)}
+  return {**result, **replay_rules(records)}
 
 
-def replay_rules(wd: str) -> dict:
+def replay_rules(records: list[dict]) -> dict:
   """The steps at which each of lnjax's rules fires, replayed on the run's logged health
   statistics (every step is logged): the same decisions the Health hook takes during a
-  run, for the rules of the current code, whatever code the run was trained with."""
-  records = metrics.read_metrics(wd)
+  run, for the rules of the current code, whatever code the run was trained with.
+  `records`: the run's metrics.jsonl."""
   lr = {r["step"]: r["learning_rate"] for r in records if "learning_rate" in r}
   stats = {r["step"]: r for r in records if any(k.startswith("health/") for k in r)}
   spike, depth = health.EarlyWarning(), health.VanishingGradient()

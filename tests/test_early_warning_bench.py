@@ -79,4 +79,5 @@ def test_rules_replayed_on_logged_statistics(ew, tmp_path):
     writer.write(step, {"health/layer_0/ffn/grad_rms": g0, "health/layer_1/ffn/grad_rms": 1e-3,
                         "health/layer_1/ffn/update_rms": update})
   writer.close()
-  assert ew.replay_rules(str(tmp_path)) == {"spike_warnings": [30], "depth_warnings": [7]}
+  replayed = ew.replay_rules(metrics.read_metrics(str(tmp_path)))
+  assert replayed == {"spike_warnings": [30], "depth_warnings": [7]}

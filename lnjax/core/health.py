@@ -125,7 +125,7 @@ class EarlyWarning:
 
   def __call__(self, step: int, stats: dict[str, float], learning_rate: float) -> list[dict]:
     """This step's warnings, largest ratio first: [{'step', 'name', 'value', 'median',
-    'ratio'}]; `stats` holds the step's health/ scalars."""
+    'ratio', 'line'}]; `stats` holds the step's health/ scalars."""
     warnings = []
     for name in sorted(stats):
       if not name.startswith(PREFIX + "/") or not name.endswith(self.watched):
@@ -139,8 +139,8 @@ class EarlyWarning:
         ratio = value / median if median > 0 else 0.0
         if ratio >= self.factor and name not in self._alarmed:
           self._alarmed.add(name)
-          warnings.append({"step": step, "name": name, "value": value, "median": median,
-                           "ratio": ratio})
+          w = {"step": step, "name": name, "value": value, "median": median, "ratio": ratio}
+          warnings.append({**w, "line": warning_line(w, self.window)})
         elif ratio < self.factor:
           self._alarmed.discard(name)
       history.append(value)

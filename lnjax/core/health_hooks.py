@@ -43,7 +43,7 @@ class Health(Hook):
       self.warnings = (self.rule(step, stats, metrics["learning_rate"])
                        + self.depth_rule(step, stats))
       for w in self.warnings:
-        loop.log(w.get("line") or health_lib.warning_line(w, self.rule.window))
+        loop.log(w["line"])
       if self.warnings:
         loop.writer.write(step, {"warning/" + w["name"][len("health/"):]: w["ratio"]
                                  for w in self.warnings})
