@@ -135,6 +135,7 @@ def test_no_module_over_500_lines():
   assert not long, long
 
 
+@pytest.mark.slow  # Starts a Python process.
 def test_importing_lnjax_leaves_the_allocator_alone():
   code = ("import lnjax, lnjax.core.state, lnjax.core.train, lnjax.core.allocator as a; "
           "assert not a._applied, 'import lnjax tuned glibc malloc'; print('ok')")

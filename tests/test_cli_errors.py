@@ -72,12 +72,16 @@ def test_every_entry_point_is_covered():
   assert _entry_points() == set(COMMANDS) | {CONSOLE[0]}
 
 
-def test_a_bad_flag(tmp_path):
+@pytest.mark.parametrize("which", [  # The fast tier: lnjax.main, itself and through `lnjax`.
+    "main", pytest.param("others", marks=pytest.mark.slow)])
+def test_a_bad_flag(which, tmp_path):
   cases = [(argv + ["--nosuch=1"], "nosuch")
-           for m in COMMANDS if m not in IMPORT_JAX for argv in _argv(m)]
-  assert not _run_all(cases, tmp_path)
+           for m in COMMANDS if m not in IMPORT_JAX and (m == "lnjax.main") == (which == "main")
+           for argv in _argv(m)]
+  assert cases and not _run_all(cases, tmp_path)
 
 
+@pytest.mark.slow
 def test_a_config_file_that_fails_to_load(tmp_path):
   bad = tmp_path / "bad.py"
   bad.write_text("def get_config(arg=None):\n  return {\n")

@@ -31,6 +31,8 @@ from configs import lm as lm_config
 from configs import multi30k_de_en
 from lnjax.core import errors, run as run_lib
 
+from conftest import fast_tier
+
 hypothesis.settings.register_profile("fast", max_examples=3, derandomize=True, deadline=None,
                                      database=None, print_blob=True,
                                      suppress_health_check=list(hypothesis.HealthCheck))
@@ -135,12 +137,14 @@ def _fuzz(name: str, profile: str):
   inner()
 
 
-# The fast tier: the language model's draws; the other configs in the slow one (each
-# draw of theirs prepares a corpus and compiles a step: ~1 min a config on 2 cores).
-FAST = [pytest.param(n, marks=() if n == "lm" else pytest.mark.slow) for n in sorted(CONFIGS)]
+# The fast tier resolves the language model's config at every edge; the draws that train
+# (each prepares a corpus and compiles a step: ~1 min a config on 2 cores), and the other
+# configs' edges, are in the full tier.
+FAST = fast_tier(sorted(CONFIGS), ("lm",))
 
 
-@pytest.mark.parametrize("name", FAST)
+@pytest.mark.slow  # Each draw that resolves trains a few steps.
+@pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_config_draws_are_refused_or_train(name):
   _fuzz(name, os.environ.get("LNJAX_FUZZ_PROFILE", "fast"))
 

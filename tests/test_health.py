@@ -90,6 +90,7 @@ def test_names_cover_every_layer_and_sublayer():
   assert all(np.isfinite(float(v)) for v in stats.values())
 
 
+@pytest.mark.slow  # (The fast tier checks the statistics of the unrolled layers.)
 @pytest.mark.parametrize("pos,remat", [("pre", "nothing_saveable"), ("mix", "none")])
 def test_scanned_layers_give_the_unrolled_statistics(pos, remat):
   """Scanned layers (Mix-LN: two scans) report layer_0, layer_1, ... with the unrolled

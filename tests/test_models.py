@@ -235,6 +235,7 @@ def test_causal_attention_skips_only_masked_blocks():
     np.testing.assert_allclose(a, b, atol=1e-5)
 
 
+@pytest.mark.slow  # The GPU kernels' stand-ins (the CPU trains on the plain kernel).
 @pytest.mark.parametrize("impl", ["xla", "reference"])
 def test_attention_impl_equals_the_plain_path(impl):
   """model.attention_impl='xla' (jax.nn.dot_product_attention, the reference for cuDNN's

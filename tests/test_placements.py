@@ -681,9 +681,8 @@ def _train(model, inputs, targets, steps=4, lr=2e-2):
   return np.array(losses)
 
 
-@pytest.mark.parametrize("pos", [p if p in ("post", "pre") else  # The rest: the full tier.
-                                 pytest.param(p, marks=pytest.mark.slow)
-                                 for p in NORM_POSITIONS])
+@pytest.mark.slow  # Trains: the full tier (the fast one checks each placement's formula).
+@pytest.mark.parametrize("pos", NORM_POSITIONS)
 def test_each_placement_trains(pos):
   """A few Adam steps on one batch, no warm-up: the loss falls, for the LM and for the
   encoder-decoder (RMSNorm for Mix-LN and OLMo 2, as in their papers, and ScaleNorm for

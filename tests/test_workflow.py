@@ -239,6 +239,7 @@ def test_compare_writes_a_png_with_every_run_in_it(tmp_path):
   assert table.count("\n") == 5
 
 
+@pytest.mark.slow  # Starts lnjax.cli.compare (which imports JAX).
 def test_compare_refuses_a_folder_that_is_not_a_run(tmp_path):
   r = cli("lnjax.cli.compare", str(tmp_path), code=2)
   assert "not a run" in r.stderr

@@ -20,10 +20,10 @@ launcher is `lnjax.sweep.launcher`, the tables and plots `lnjax.sweep.report`.
 import copy
 import dataclasses
 import hashlib
-import importlib.util
 import itertools
 import os
 import re
+import types
 from typing import Any, Iterable, Sequence
 
 import ml_collections
@@ -140,10 +140,14 @@ def split_config_arg(config_arg: str) -> tuple[str, str | None]:
 def load_config_module(path: str):
   if not os.path.isfile(path):
     raise errors.ConfigError(f"config file {path} not found")
-  spec = importlib.util.spec_from_file_location(
-      "lnjax_sweep_config_" + re.sub(r"\W", "_", os.path.abspath(path)), path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  # Compiled from its source every time, never from a cached .pyc: Python trusts a .pyc
+  # whose source has the same size and modification second, so a config edited twice
+  # within a second could otherwise come back in its earlier version.
+  with open(path) as f:
+    code = compile(f.read(), path, "exec")
+  module = types.ModuleType("lnjax_sweep_config_" + re.sub(r"\W", "_", os.path.abspath(path)))
+  module.__file__ = path
+  exec(code, module.__dict__)  # noqa: S102  (the user's own config file, as importing it would)
   return module
 
 
