@@ -13,8 +13,9 @@ failures below come within the first 100), as Post-LN without warm-up at 12 and
 their limits, several seeds (expected to diverge or collapse), and Pre-LN and Post-LN with
 warm-up (a quarter of the run) at their stable rates (expected to train). Each run's
 result is kept in its folder (result.json): a second launch with the same --out skips
-the runs already done and resumes the interrupted one from its checkpoint. The Multi30k
-model's runs are not in this grid yet.
+the runs already done and resumes the interrupted one from its checkpoint. Then 8 runs of
+the Multi30k model (configs/multi30k_de_en.py, 200 steps of 2048 target tokens): Post-LN
+without warm-up at 1e-3 and 3e-3, Pre-LN at 1e-3, Post-LN warmed up, two seeds each.
 
 Definitions, made once here:
   failed    the run ended diverged (NaN/Inf, lnjax's exit 3), or its train loss went above
@@ -50,7 +51,11 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from lnjax.configs import common as config_lib  # noqa: E402
+from lnjax.configs import multi30k_de_en  # noqa: E402
 from lnjax.core import health, metrics, train
+
+
+MT_STEPS = 200  # The Multi30k runs' length (the suite's 4096-token step takes 2.4 s on 2 cores).
 
 
 def grid(quick: bool, steps: int = 400) -> list[dict]:
@@ -81,18 +86,28 @@ def grid(quick: bool, steps: int = 400) -> list[dict]:
         runs.append({"name": f"{pos}_warm{w}_lr{lr}_s{seed}", "preset": "", "set": {
             **base, "model.norm_position": pos, "opt.learning_rate": lr, "opt.warmup_steps": w,
             "seed": seed}})
-  return runs  # 3 × (4 + 3 + 4) = 33 runs: 21 pushed past their limits, 12 stable.
+  # The Multi30k model (configs/multi30k_de_en.py: 3+3 layers, D 256), batches of 2048
+  # target tokens, a constant rate, held-out loss at the end (no BLEU while training):
+  # Post-LN without warm-up at 1e-3 and 3e-3 (expected to fail), Pre-LN at 1e-3 and
+  # Post-LN warmed up for a quarter of the run (expected to train), two seeds each.
+  mt = {"train.num_steps": MT_STEPS, "train.eval_every_steps": MT_STEPS,
+        "train.checkpoint_every_steps": MT_STEPS // 4, "data.max_tokens": 2048,
+        "opt.schedule": "constant", "decode.bleu_in_training": False}
+  for seed in (0, 1):
+    for norm, lr, w in (("post", 1e-3, 0), ("post", 3e-3, 0), ("pre", 1e-3, 0),
+                        ("post", 1e-3, MT_STEPS // 4)):
+      runs.append({"name": f"mt_{norm}_warm{w}_lr{lr}_s{seed}", "preset": "", "config": "mt",
+                   "set": {**mt, "model.norm_position": norm, "opt.learning_rate": lr,
+                           "opt.warmup_steps": w, "seed": seed}})
+  return runs  # 33 LM runs (21 pushed past their limits, 12 stable) + 8 Multi30k runs.
 
 
-def run_one(spec: dict, out: str) -> dict:
-  """Trains the run (or resumes it) and returns its curves; kept in its folder's result.json."""
-  wd = os.path.join(out, spec["name"])
-  done = os.path.join(wd, "result.json")
-  if os.path.exists(done):
-    with open(done) as f:
-      result = json.load(f)
-    return {**result, **replay_rules(metrics.read_metrics(wd))}
-  c = config_lib.lm_config()
+def make_config(spec: dict):
+  """The run's config: the LM's (or Multi30k's) with the spec's settings, every step logged."""
+  if spec.get("config") == "mt":
+    c = multi30k_de_en.get_config(f"norm={spec['set']['model.norm_position']}").unlock()
+  else:
+    c = config_lib.lm_config()
   if spec["preset"] == "smoke":
     config_lib.apply_smoke(c)
   c.mesh.data = 1
@@ -104,7 +119,18 @@ def run_one(spec: dict, out: str) -> dict:
     else:
       section, name = key.split(".")
       c[section][name] = value
-  summary = train.train_and_evaluate(c, wd)
+  return c
+
+
+def run_one(spec: dict, out: str) -> dict:
+  """Trains the run (or resumes it) and returns its curves; kept in its folder's result.json."""
+  wd = os.path.join(out, spec["name"])
+  done = os.path.join(wd, "result.json")
+  if os.path.exists(done):
+    with open(done) as f:
+      result = json.load(f)
+    return {**result, **replay_rules(metrics.read_metrics(wd))}
+  summary = train.train_and_evaluate(make_config(spec), wd)
   jax.clear_caches()  # (33 models in one process: keep one's executables at a time.)
   records = metrics.read_metrics(wd)
   per_step = {r["step"]: r for r in records if "train_loss" in r}

@@ -81,3 +81,20 @@ def test_rules_replayed_on_logged_statistics(ew, tmp_path):
   writer.close()
   replayed = ew.replay_rules(metrics.read_metrics(str(tmp_path)))
   assert replayed == {"spike_warnings": [30], "depth_warnings": [7]}
+
+
+def test_every_run_of_the_grid_resolves(ew):
+  """The grid's settings are keys of its configs and their values are accepted (a typo would
+  otherwise surface hours into the grid): 33 LM runs and 8 Multi30k runs, 21 + 4 expected to
+  fail, names unique."""
+  from lnjax.core import run as run_lib
+  specs = ew.grid(quick=False)
+  assert len(specs) == 41 and len({s["name"] for s in specs}) == 41
+  assert sum(s.get("config") == "mt" for s in specs) == 8
+  for spec in specs:
+    c = ew.make_config(spec)
+    run_lib.resolve_config(c)
+    assert c.train.log_every_steps == 1 and c.train.health == "warn"
+  mt = ew.make_config(specs[-1])
+  assert (mt.data.name, mt.model.num_layers, mt.decode.bleu_in_training) == (
+      "multi30k_de_en", 3, False)
