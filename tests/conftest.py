@@ -11,10 +11,11 @@ command-line runs the tests start (lnjax.main, lnjax.sweep, lnjax.tasks.finetune
 - Optimisation: the tests check values, not speed; XLA's backend optimisation level 0
   compiles faster and gives the same values at the tests' tolerances (resume and sharding
   equalities compare two runs compiled alike). LNJAX_TEST_XLA_OPT=1 restores the default.
-- Threads: each XLA computation runs on one thread (--xla_cpu_multi_thread_eigen=false).
-  The suite runs as two xdist workers on two cores; with Eigen's thread pool each worker
-  also spread its small matmuls over both cores, and the two fought for them: the fast
-  tier took 111 s, 97 s on one thread each (2026-12-02, 2-core machine, cache warm).
+- Threads, in the fast tier (`-m "not slow"`) only: each XLA computation on one thread
+  (--xla_cpu_multi_thread_eigen=false). Two xdist workers on two cores, each spreading
+  its small matmuls over both cores, fought for them: the fast tier took 111 s, 97 s on
+  one thread each (2026-12-02, 2-core machine, cache warm). The full suite, whose larger
+  runs and command lines gain from both cores, ran 2148 s with it against 1955 s before.
 - Bytecode: Python images often set PYTHONDONTWRITEBYTECODE=1, and then every test process
   (the two xdist workers, each command line a test starts) parses lnjax's sources again
   and pytest rewrites every test module's asserts again: collecting the fast tier took
@@ -36,8 +37,6 @@ if "--xla_force_host_platform_device_count" not in _flags:
 if (os.environ.get("LNJAX_TEST_XLA_OPT", "0") == "0"
     and "--xla_backend_optimization_level" not in _flags):
   _flags += " --xla_backend_optimization_level=0"
-if "--xla_cpu_multi_thread_eigen" not in _flags:
-  _flags += " --xla_cpu_multi_thread_eigen=false"
 os.environ["XLA_FLAGS"] = _flags.strip()
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
@@ -84,6 +83,15 @@ def corpora():
   for tests that name a data dir or use a cache of their own."""
   import pathlib
   return pathlib.Path(CORPORA)
+
+def pytest_configure(config):
+  """The fast tier's one thread per XLA computation (above): set before any test imports
+  JAX; the xdist workers run this too, with the same -m."""
+  if (config.option.markexpr or "").replace(" ", "") == "notslow":
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "--xla_cpu_multi_thread_eigen" not in flags:
+      os.environ["XLA_FLAGS"] = (flags + " --xla_cpu_multi_thread_eigen=false").strip()
+
 
 def fast_tier(values, keep):
   """pytest.mark.parametrize's values, those not in `keep` marked slow: the fast tier checks
