@@ -84,6 +84,7 @@ def corpora():
   import pathlib
   return pathlib.Path(CORPORA)
 
+
 def pytest_configure(config):
   """The fast tier's one thread per XLA computation (above): set before any test imports
   JAX; the xdist workers run this too, with the same -m."""
