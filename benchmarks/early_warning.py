@@ -131,7 +131,7 @@ def run_one(spec: dict, out: str) -> dict:
       result = json.load(f)
     return {**result, **replay_rules(metrics.read_metrics(wd))}
   summary = train.train_and_evaluate(make_config(spec), wd)
-  jax.clear_caches()  # (33 models in one process: keep one's executables at a time.)
+  jax.clear_caches()  # (41 models in one process: keep one's executables at a time.)
   records = metrics.read_metrics(wd)
   per_step = {r["step"]: r for r in records if "train_loss" in r}
   steps = sorted(per_step)

@@ -56,7 +56,6 @@ import bench_env  # noqa: E402,F401  (first: lnjax on the path, malloc tuned bef
 
 import argparse  # noqa: E402
 import dataclasses  # noqa: E402
-import importlib.util  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import subprocess  # noqa: E402
@@ -67,7 +66,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 import lm_step  # noqa: E402
-from lnjax import tasks  # noqa: E402
+from lnjax import sweep, tasks  # noqa: E402
 from lnjax.models import ModelConfig  # noqa: E402
 
 MODELS = ("lm", "mt", "mlm", "mt_iwslt")
@@ -97,9 +96,7 @@ def batch_shape(name: str, dry: bool = False) -> tuple[int, int]:
 # The models, their batches and their FLOPs.
 
 def _config_model(path: str, arg: str, **overrides) -> ModelConfig:
-  spec = importlib.util.spec_from_file_location("config", os.path.join(bench_env.REPO, path))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  module = sweep.load_config_module(os.path.join(bench_env.REPO, path))
   return ModelConfig(**{**dict(module.get_config(arg).model), **overrides})
 
 
