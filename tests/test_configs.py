@@ -62,14 +62,15 @@ def test_course_reg_is_the_course_model_with_dropout():
   assert len(runs) == 5
 
 
-def test_multi30k_quick_is_the_full_model_for_400_steps_evaluated_once():
+def test_multi30k_quick_is_a_half_size_model_for_220_steps_evaluated_once():
   from configs import multi30k_de_en
   full = run.resolve_config(multi30k_de_en.get_config("norm=pre"))
   quick = run.resolve_config(multi30k_de_en.get_config("quick"))
-  assert quick.model == full.model and quick.data == full.data
+  assert (quick.model.num_layers, quick.model.d_ff, quick.data.vocab_size) == (2, 512, 4000)
+  assert quick.model.d_model == full.model.d_model and quick.data.max_tokens == full.data.max_tokens
   assert (quick.train.num_steps, quick.train.eval_every_steps,
-          quick.train.checkpoint_every_steps) == (400, 400, 400)
-  assert (quick.opt.learning_rate, quick.opt.warmup_steps) == (1e-3, 0)
+          quick.train.checkpoint_every_steps) == (220, 220, 220)
+  assert (quick.opt.learning_rate, quick.opt.warmup_steps) == (1.5e-3, 0)
   post = run.resolve_config(multi30k_de_en.get_config("norm=post,quick")).opt
   assert (post.schedule, post.warmup_steps) == ("inverse_sqrt", 100)
 
