@@ -63,6 +63,25 @@ def test_plain_log_ticks_write_numbers_not_exponents():
   plt.close(fig)
 
 
+@pytest.mark.parametrize("lo, hi, minor", [
+    (0.3, 0.9, {"0.3", "0.4", "0.5", "0.6", "0.7", "0.8", "0.9"}),  # half a decade: all
+    (15, 130, {"20", "30", "50"}),  # 2, 3, 5 × 10^k (no 70 80 90 100 pile-up)
+    (15, 1300, {"20", "30", "50", "200", "300", "500"}),
+    (1e-4, 1, set()),  # four decades: the majors alone
+])
+def test_plain_log_ticks_label_the_minor_ticks_there_is_room_for(lo, hi, minor):
+  fig, ax = plt.subplots()
+  ax.plot([lo, hi], [1, 2])
+  ax.set_xscale("log")
+  ax.set_xlim(lo, hi)
+  plotting.plain_log_ticks(ax)
+  fig.canvas.draw()
+  labelled = {t.get_text() for t in ax.xaxis.get_minorticklabels()
+              if t.get_text() and lo <= t.get_position()[0] <= hi}
+  assert labelled == minor, labelled
+  plt.close(fig)
+
+
 def test_mean_band_averages_seeds_and_shades_their_range():
   fig, ax = plt.subplots()
   line = plotting.mean_band(ax, [([0, 10, 20], [3.0, 2.0, 1.0]), ([0, 10, 20], [5.0, 4.0, 3.0])],

@@ -133,14 +133,29 @@ def save(fig, path: str, dpi: int = 110):
 
 def plain_log_ticks(ax) -> None:
   """Log axes labelled 2, 3, 0.5, 0.01, 20000 (not 2×10⁰, 1e−02 or 2e+04): matplotlib's
-  LogFormatter writes every tick below 1 or above 10⁴ in exponent form."""
+  LogFormatter writes every tick below 1 or above 10⁴ in exponent form. Minor ticks are
+  labelled as the axis has room: all of them within half a decade, those at 2, 3 and
+  5 × 10ᵏ within two (70, 80, 90, 100 would overlap), none beyond."""
+  import math
+
   from matplotlib.ticker import FuncFormatter
 
   plain = FuncFormatter(lambda v, _: f"{v:g}" if v > 0 else "")
+
+  def minor_formatter(axis):
+    def label(v, _):
+      lo, hi = sorted(axis.get_view_interval())
+      decades = math.log10(hi / lo) if lo > 0 else math.inf
+      mantissa = round(v / 10 ** math.floor(math.log10(v) + 1e-9)) if v > 0 else 0
+      if v <= 0 or decades > 2 or (decades > 0.5 and mantissa not in (2, 3, 5)):
+        return ""
+      return f"{v:g}"
+    return FuncFormatter(label)
+
   for axis in (ax.xaxis, ax.yaxis):
     if axis.get_scale() == "log":
       axis.set_major_formatter(plain)
-      axis.set_minor_formatter(plain)
+      axis.set_minor_formatter(minor_formatter(axis))
 
 
 def integer_ticks(ax, axis: str = "x") -> None:
