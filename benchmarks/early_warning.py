@@ -4,13 +4,14 @@ SkipStepConfig: a value > mean + 6σ of its trailing 128 steps)?
 
   python benchmarks/early_warning.py --out /tmp/ew            # the grid below (hours on 2 cores)
   python benchmarks/early_warning.py --quick --out /tmp/ew_q  # 3 short runs: a self-check
+  python benchmarks/early_warning.py --out /tmp/ew --report_only  # score the finished runs
 
 Runs (each `lnjax.core.train.train_and_evaluate` in this process, every step logged, health=warn,
 no recovery): the CPU-size LM (lnjax/configs/common.py's lm_config: D 128, 4 heads, F 512,
 character-level tiny_shakespeare, sequences of 128), batch 16, --steps steps (400: the
 failures below come within the first 100), as Post-LN without warm-up at 12 and
-24 layers, at learning rates 3-10× the stable one, DeepNorm, Admin and Pre-LN pushed past
-their limits, several seeds (expected to diverge or collapse), and Pre-LN and Post-LN with
+24 layers, at learning rates 3-10× the stable one, DeepNorm, Admin and Pre-LN at 3e-2 and
+Pre-LN at 1e-1 (4 layers; Pre-LN at 3e-2 turned out to train), three seeds (expected to diverge or collapse), and Pre-LN and Post-LN with
 warm-up (a quarter of the run) at their stable rates (expected to train). Each run's
 result is kept in its folder (result.json): a second launch with the same --out skips
 the runs already done and resumes the interrupted one from its checkpoint. Then 8 runs of
@@ -78,9 +79,9 @@ def grid(quick: bool, steps: int = 400) -> list[dict]:
         runs.append({"name": f"post_L{depth}_lr{lr}_s{seed}", "preset": "", "set": {
             **base, "model.norm_position": "post", "model.num_layers": depth, "opt.learning_rate": lr,
             "opt.warmup_steps": 0, "seed": seed}})
-    for pos in ("deepnorm", "admin", "pre"):
-      runs.append({"name": f"{pos}_lr3e-2_s{seed}", "preset": "", "set": {
-          **base, "model.norm_position": pos, "opt.learning_rate": 3e-2, "seed": seed}})
+    for pos, lr in (("deepnorm", "3e-2"), ("admin", "3e-2"), ("pre", "3e-2"), ("pre", "1e-1")):
+      runs.append({"name": f"{pos}_lr{lr}_s{seed}", "preset": "", "set": {
+          **base, "model.norm_position": pos, "opt.learning_rate": float(lr), "seed": seed}})
     for pos, w in (("pre", 0), ("post", warm)):
       for lr in (5e-4, 1e-3):
         runs.append({"name": f"{pos}_warm{w}_lr{lr}_s{seed}", "preset": "", "set": {
@@ -99,7 +100,7 @@ def grid(quick: bool, steps: int = 400) -> list[dict]:
       runs.append({"name": f"mt_{norm}_warm{w}_lr{lr}_s{seed}", "preset": "", "config": "mt",
                    "set": {**mt, "model.norm_position": norm, "opt.learning_rate": lr,
                            "opt.warmup_steps": w, "seed": seed}})
-  return runs  # 33 LM runs (21 pushed past their limits, 12 stable) + 8 Multi30k runs.
+  return runs  # 36 LM runs (24 pushed past their limits, 12 stable) + 8 Multi30k runs.
 
 
 def make_config(spec: dict):
@@ -131,7 +132,7 @@ def run_one(spec: dict, out: str) -> dict:
       result = json.load(f)
     return {**result, **replay_rules(metrics.read_metrics(wd))}
   summary = train.train_and_evaluate(make_config(spec), wd)
-  jax.clear_caches()  # (41 models in one process: keep one's executables at a time.)
+  jax.clear_caches()  # (44 models in one process: keep one's executables at a time.)
   records = metrics.read_metrics(wd)
   per_step = {r["step"]: r for r in records if "train_loss" in r}
   steps = sorted(per_step)
@@ -223,38 +224,61 @@ def score(results: list[dict], firings_of) -> dict:
           "failed_runs": failed_n, "trained_runs": len(results) - failed_n}
 
 
-def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--out", required=True)
-  p.add_argument("--quick", action="store_true")
-  p.add_argument("--steps", type=int, default=400, help="steps per run of the full grid")
-  args = p.parse_args(argv)
-  os.makedirs(args.out, exist_ok=True)
-  specs = grid(args.quick, args.steps)
-  results = []
-  for i, spec in enumerate(specs):
-    t0 = time.perf_counter()
-    results.append(run_one(spec, args.out))
-    print(f"early_warning: run {i + 1}/{len(specs)} {spec['name']}: {results[-1]['status']}, "
-          f"{len(results[-1]['warnings'])} warning steps ({time.perf_counter() - t0:.0f} s)",
-          flush=True)
-  rules = {"lnjax, spikes (health.EarlyWarning)": lambda r: r["spike_warnings"],
-           "lnjax, vanishing gradient (health.VanishingGradient)": lambda r: r["depth_warnings"],
-           "lnjax, either (train.health=warn)": lambda r: sorted(set(r["spike_warnings"])
-                                                                 | set(r["depth_warnings"])),
-           "6σ loss/grad-norm rule": sigma_firings}
-  scores = {name: score(results, f) for name, f in rules.items()}
-  lines = ["| rule | precision | recall | warned blow-ups | warned collapses | median lead "
+RULES = {"lnjax, spikes (health.EarlyWarning)": lambda r: r["spike_warnings"],
+         "lnjax, vanishing gradient (health.VanishingGradient)": lambda r: r["depth_warnings"],
+         "lnjax, either (train.health=warn)": lambda r: sorted(set(r["spike_warnings"])
+                                                               | set(r["depth_warnings"])),
+         "6σ loss/grad-norm rule": sigma_firings}
+
+
+def report(results: list[dict], planned: int) -> tuple[str, dict]:
+  """The Markdown report (a table per rule, then one row per run) and the scores."""
+  scores = {name: score(results, f) for name, f in RULES.items()}
+  fmt = lambda v, f: "n/a" if v is None else format(v, f)
+  lines = [f"{len(results)} of the grid's {planned} runs.", "",
+           "| rule | precision | recall | warned blow-ups | warned collapses | median lead "
            "(steps) | on blow-ups | false warnings / 1000 steps | failed / trained runs |",
            "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-  fmt = lambda v, f: "n/a" if v is None else format(v, f)
   for name, s in scores.items():
     lines.append(f"| {name} | {fmt(s['precision'], '.2f')} | {fmt(s['recall'], '.2f')} | "
                  f"{'/'.join(map(str, s['blow_ups_warned']))} | "
                  f"{'/'.join(map(str, s['collapses_warned']))} | "
                  f"{fmt(s['median_lead_steps'], '.0f')} | {fmt(s['median_lead_blow_ups'], '.0f')} | "
                  f"{fmt(s['false_per_1000_steps'], '.2f')} | {s['failed_runs']} / {s['trained_runs']} |")
-  table = "\n".join(lines)
+  lines += ["", "| run | outcome | event step | held-out loss − unigram (nats) | first firing: "
+            "spikes | vanishing gradient | 6σ |", "|---|---|---:|---:|---:|---:|---:|"]
+  for r in results:
+    failed, event, blew_up = outcome(r)
+    kind = ("blew up" if blew_up else "collapsed") if failed else "trained"
+    gap = (fmt(r["eval_loss"] - r["unigram"], "+.3f")
+           if r["eval_loss"] is not None and r["unigram"] is not None else "n/a")
+    first = [str(f[0]) if f else "–" for f in (r["spike_warnings"], r["depth_warnings"],
+                                                sigma_firings(r))]
+    lines.append(f"| {r['name']} | {kind} | {event if failed else '–'} | {gap} | "
+                 f"{' | '.join(first)} |")
+  return "\n".join(lines), scores
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--out", required=True)
+  p.add_argument("--quick", action="store_true")
+  p.add_argument("--steps", type=int, default=400, help="steps per run of the full grid")
+  p.add_argument("--report_only", action="store_true",
+                 help="score the runs already finished in --out, train nothing")
+  args = p.parse_args(argv)
+  os.makedirs(args.out, exist_ok=True)
+  specs = grid(args.quick, args.steps)
+  results = []
+  for i, spec in enumerate(specs):
+    if args.report_only and not os.path.exists(os.path.join(args.out, spec["name"], "result.json")):
+      continue
+    t0 = time.perf_counter()
+    results.append(run_one(spec, args.out))
+    print(f"early_warning: run {i + 1}/{len(specs)} {spec['name']}: {results[-1]['status']}, "
+          f"{len(results[-1]['warnings'])} warning steps ({time.perf_counter() - t0:.0f} s)",
+          flush=True)
+  table, scores = report(results, len(specs))
   print(table)
   with open(os.path.join(args.out, "early_warning.md"), "w") as f:
     f.write(table + "\n")

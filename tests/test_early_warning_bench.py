@@ -85,10 +85,10 @@ def test_rules_replayed_on_logged_statistics(ew, tmp_path):
 
 def test_every_run_of_the_grid_resolves(ew):
   """The grid's settings are keys of its configs and their values are accepted (a typo would
-  otherwise surface hours into the grid): 33 LM runs and 8 Multi30k runs, names unique."""
+  otherwise surface hours into the grid): 36 LM runs and 8 Multi30k runs, names unique."""
   from lnjax.core import run as run_lib
   specs = ew.grid(quick=False)
-  assert len(specs) == 41 and len({s["name"] for s in specs}) == 41
+  assert len(specs) == 44 and len({s["name"] for s in specs}) == 44
   assert sum(s.get("config") == "mt" for s in specs) == 8
   for spec in specs:
     c = ew.make_config(spec)
