@@ -278,6 +278,8 @@ def main(argv=None) -> int:
     print(f"early_warning: run {i + 1}/{len(specs)} {spec['name']}: {results[-1]['status']}, "
           f"{len(results[-1]['warnings'])} warning steps ({time.perf_counter() - t0:.0f} s)",
           flush=True)
+    if results[-1]["status"] == "preempted":  # Stopped (SIGTERM): the same command resumes.
+      return 128 + 15
   table, scores = report(results, len(specs))
   print(table)
   with open(os.path.join(args.out, "early_warning.md"), "w") as f:
