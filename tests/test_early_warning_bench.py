@@ -83,6 +83,23 @@ def test_rules_replayed_on_logged_statistics(ew, tmp_path):
   assert replayed == {"spike_warnings": [30], "depth_warnings": [7]}
 
 
+def test_the_report_has_a_row_per_rule_and_per_run(ew):
+  collapse = {**run("collapse", [3.3] * 40, eval_loss=3.31), "spike_warnings": [12],
+              "depth_warnings": [4]}
+  trained = {**run("trained", [3.0 - 0.01 * i for i in range(50)], eval_loss=2.5),
+             "spike_warnings": [], "depth_warnings": []}
+  table, scores = ew.report([collapse, trained], planned=5)
+  lines = table.splitlines()
+  assert lines[0] == "2 of the grid's 5 runs."
+  assert "| collapse | collapsed | 40 | +0.010 | 12 | 4 | – |" in lines
+  assert "| trained | trained | – | -0.800 | – | – | – |" in lines
+  assert [line.split(" | ")[0] for line in lines if line.startswith("| lnjax") or "6σ" in line[:8]] \
+      == ["| lnjax, spikes (health.EarlyWarning)",
+          "| lnjax, vanishing gradient (health.VanishingGradient)",
+          "| lnjax, either (train.health=warn)", "| 6σ loss/grad-norm rule"]
+  assert scores["lnjax, either (train.health=warn)"]["recall"] == 1.0
+
+
 def test_every_run_of_the_grid_resolves(ew):
   """The grid's settings are keys of its configs and their values are accepted (a typo would
   otherwise surface hours into the grid): 36 LM runs and 8 Multi30k runs, names unique."""
