@@ -24,7 +24,9 @@ Definitions, made once here:
             held-out loss is within 0.1 nat of the unigram baseline (collapsed);
   event     the first step whose loss is non-finite or more than 1 nat above the lowest
             loss so far (a blow-up); a failed run without such a step collapsed, and its
-            event is its last step (so a lead on a collapse is counted from the end);
+            event is the step its train loss settled at the baseline: the first step where
+            the mean loss of the last 10 steps is within 0.1 nat of it and from which that
+            mean never again falls more than 0.1 nat below it (its last step if none);
   warned    a rule fired at some step before the event (on a failed run) or at all;
   lead      event step − first firing step, on failed warned runs;
   precision warned failed runs / warned runs; recall: warned failed runs / failed runs;
@@ -151,14 +153,14 @@ def run_one(spec: dict, out: str) -> dict:
   return {**result, **replay_rules(records)}
 
 
-def replay_rules(records: list[dict]) -> dict:
+def replay_rules(records: list[dict], spike: health.EarlyWarning | None = None) -> dict:
   """The steps at which each of lnjax's rules fires, replayed on the run's logged health
   statistics (every step is logged): the same decisions the Health hook takes during a
   run, for the rules of the current code, whatever code the run was trained with.
-  `records`: the run's metrics.jsonl."""
+  `records`: the run's metrics.jsonl; `spike`: the spike rule (default: the Health hook's)."""
   lr = {r["step"]: r["learning_rate"] for r in records if "learning_rate" in r}
   stats = {r["step"]: r for r in records if any(k.startswith("health/") for k in r)}
-  spike, depth = health.EarlyWarning(), health.VanishingGradient()
+  spike, depth = spike or health.EarlyWarning(), health.VanishingGradient()
   fired = {"spike_warnings": [], "depth_warnings": []}
   for step in sorted(stats):
     values = {k: v for k, v in stats[step].items() if k.startswith("health/") and v is not None}
@@ -186,7 +188,25 @@ def outcome(r: dict) -> tuple[bool, int, bool]:
     event = min(event or r["diverged_at"], r["diverged_at"])
   collapsed = u is not None and r["eval_loss"] is not None and r["eval_loss"] >= u - 0.1
   failed = failed or collapsed or r["eval_loss"] is None
-  return failed, event or (steps[-1] if steps else 0), event is not None
+  blew_up = event is not None
+  if failed and not blew_up and u is not None:
+    event = settled_at_baseline(steps, loss, u)
+  return failed, event or (steps[-1] if steps else 0), blew_up
+
+
+def settled_at_baseline(steps: list[int], loss: list[float], unigram: float,
+                        window: int = 10) -> int | None:
+  """The first step where the mean loss of the last `window` steps is within 0.1 nat of the
+  unigram baseline and from which that mean never again falls more than 0.1 nat below it:
+  where a collapsed run stopped learning (the mean: one batch's loss is ±0.05 nat noise)."""
+  onset = None
+  for i, s in enumerate(steps):
+    x = float(np.mean(loss[max(0, i + 1 - window):i + 1]))
+    if not x >= unigram - 0.1:
+      onset = None
+    elif onset is None and x <= unigram + 0.1:
+      onset = s
+  return onset
 
 
 def sigma_firings(r: dict) -> list[int]:
@@ -229,6 +249,33 @@ RULES = {"lnjax, spikes (health.EarlyWarning)": lambda r: r["spike_warnings"],
          "lnjax, either (train.health=warn)": lambda r: sorted(set(r["spike_warnings"])
                                                                | set(r["depth_warnings"])),
          "6σ loss/grad-norm rule": sigma_firings}
+
+
+# The spike rule's factor and minimum history swept on the same runs, with the vanishing-
+# gradient rule beside it (train.health=warn's pair). In-sample: a guide to the rule's
+# settings, not a measurement of a rule chosen beforehand.
+SENSITIVITY = [(factor, history) for factor in (3.0, 4.0, 6.0) for history in (20, 100)]
+
+
+def sensitivity(results: list[dict], out: str) -> str:
+  """A Markdown table: the either-rule's scores for each SENSITIVITY setting."""
+  firings = {setting: {} for setting in SENSITIVITY}
+  for r in results:
+    records = metrics.read_metrics(os.path.join(out, r["name"]))
+    for factor, history in SENSITIVITY:
+      spike = health.EarlyWarning(factor=factor, min_history=history)
+      fired = replay_rules(records, spike)
+      firings[(factor, history)][r["name"]] = sorted(set(fired["spike_warnings"])
+                                                     | set(fired["depth_warnings"]))
+  fmt = lambda v, f: "n/a" if v is None else format(v, f)
+  lines = ["| spike rule: factor × median | after steps of history | precision | recall | "
+           "median lead (steps) | false warnings / 1000 steps |", "|---:|---:|---:|---:|---:|---:|"]
+  for (factor, history), fired in firings.items():
+    s = score(results, lambda r: fired[r["name"]])
+    lines.append(f"| {factor:g} | {history} | {fmt(s['precision'], '.2f')} | "
+                 f"{fmt(s['recall'], '.2f')} | {fmt(s['median_lead_steps'], '.0f')} | "
+                 f"{fmt(s['false_per_1000_steps'], '.2f')} |")
+  return "\n".join(lines)
 
 
 def report(results: list[dict], planned: int) -> tuple[str, dict]:
@@ -281,6 +328,9 @@ def main(argv=None) -> int:
     if results[-1]["status"] == "preempted":  # Stopped (SIGTERM): the same command resumes.
       return 128 + 15
   table, scores = report(results, len(specs))
+  if not args.quick:
+    table += ("\n\nlnjax's two rules together (train.health=warn) with other settings of the "
+              "spike rule, replayed on the same runs (in-sample):\n\n" + sensitivity(results, args.out))
   print(table)
   with open(os.path.join(args.out, "early_warning.md"), "w") as f:
     f.write(table + "\n")

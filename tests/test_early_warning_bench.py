@@ -44,21 +44,38 @@ def test_outcome_and_scores_by_hand(ew):
   blow_up = run("blow_up", [3.0] * 30 + [math.nan], eval_loss=None, status="diverged",
                 warnings=[25])  # NaN at step 31: event 31, warned 6 steps before.
   spike = run("spike", [3.0] * 20 + [4.5] + [3.0] * 9, eval_loss=2.5)  # +1.5 nats at 21.
-  collapse = run("collapse", [3.3] * 40, eval_loss=3.25, warnings=[10])  # Event: step 40.
+  # At the baseline from step 6: the 10-step mean reaches it at step 15 (5.3 out of the window).
+  collapse = run("collapse", [5.3] * 5 + [3.3] * 35, eval_loss=3.25, warnings=[1])
   trained = run("trained", [3.0 - 0.01 * i for i in range(50)], eval_loss=2.5,
                 warnings=[7, 30])  # Two false warnings in 50 steps.
   quiet = run("quiet", [3.0] * 50, eval_loss=2.9)
   assert ew.outcome(blow_up) == (True, 31, True)
   assert ew.outcome(spike) == (True, 21, True)
-  assert ew.outcome(collapse) == (True, 40, False)
+  assert ew.outcome(collapse) == (True, 15, False)  # Warned 14 steps before.
   assert ew.outcome(trained)[0] is False and ew.outcome(quiet)[0] is False
   s = ew.score([blow_up, spike, collapse, trained, quiet], lambda r: r["firings"])
   assert s["failed_runs"] == 3 and s["trained_runs"] == 2
   assert s["precision"] == pytest.approx(2 / 3)  # Warned: blow_up, collapse, trained.
   assert s["recall"] == pytest.approx(2 / 3)
   assert s["blow_ups_warned"] == [1, 2] and s["collapses_warned"] == [1, 1]
-  assert s["median_lead_blow_ups"] == 6 and s["median_lead_steps"] == (6 + 30) / 2
+  assert s["median_lead_blow_ups"] == 6 and s["median_lead_steps"] == (6 + 14) / 2
   assert s["false_per_1000_steps"] == pytest.approx(1000 * 2 / 100)
+
+
+def test_a_collapse_settles_after_its_last_dip_below_the_baseline(ew):
+  """Learning, then back up to the baseline for good: the event is where it settled."""
+  curve = [4.0, 3.5, 3.2, 3.0, 2.9, 3.1, 3.35, 3.3, 3.0, 3.32, 3.3, 3.31]
+  steps = list(range(1, 13))
+  assert ew.settled_at_baseline(steps, curve, 3.3, window=1) == 10  # 3.0 at 9: 0.3 below.
+  # Means of the last 2 steps: 3.325 at 8, 3.15 at 9, 3.16 at 10, 3.31 at 11.
+  assert ew.settled_at_baseline(steps, curve, 3.3, window=2) == 11
+  assert ew.settled_at_baseline([1, 2, 3], [4.0, 3.9, 3.8], 3.3) is None  # Never reached it.
+  # One batch's noise (±0.12 nat) does not undo a settling that the 10-step mean keeps.
+  noisy, noisy_steps = [5.0] + [3.42, 3.18] * 20, list(range(1, 42))
+  assert ew.settled_at_baseline(noisy_steps, noisy, 3.3) == 11
+  assert ew.settled_at_baseline(noisy_steps, noisy, 3.3, window=1) is None
+  never = run("never", [4.0, 3.9, 3.8], eval_loss=3.5)
+  assert ew.outcome(never) == (True, 3, False)  # The last step, then.
 
 
 def test_a_warning_after_the_event_does_not_count(ew):
@@ -84,14 +101,14 @@ def test_rules_replayed_on_logged_statistics(ew, tmp_path):
 
 
 def test_the_report_has_a_row_per_rule_and_per_run(ew):
-  collapse = {**run("collapse", [3.3] * 40, eval_loss=3.31), "spike_warnings": [12],
-              "depth_warnings": [4]}
+  collapse = {**run("collapse", [5.3] * 5 + [3.3] * 35, eval_loss=3.31),
+              "spike_warnings": [12], "depth_warnings": [4]}  # Settled at step 15.
   trained = {**run("trained", [3.0 - 0.01 * i for i in range(50)], eval_loss=2.5),
              "spike_warnings": [], "depth_warnings": []}
   table, scores = ew.report([collapse, trained], planned=5)
   lines = table.splitlines()
   assert lines[0] == "2 of the grid's 5 runs."
-  assert "| collapse | collapsed | 40 | +0.010 | 12 | 4 | – |" in lines
+  assert "| collapse | collapsed | 15 | +0.010 | 12 | 4 | – |" in lines
   assert "| trained | trained | – | -0.800 | – | – | – |" in lines
   assert [line.split(" | ")[0] for line in lines if line.startswith("| lnjax") or "6σ" in line[:8]] \
       == ["| lnjax, spikes (health.EarlyWarning)",
