@@ -128,6 +128,7 @@ def test_every_run_of_the_grid_resolves(ew):
     c = ew.make_config(spec)
     run_lib.resolve_config(c)
     assert c.train.log_every_steps == 1 and c.train.health == "warn"
-  mt = ew.make_config(specs[-1])
+  mt = ew.make_config(next(s for s in specs if s.get("config") == "mt"))
+  assert [s.get("config") for s in specs[24:32]] == ["mt"] * 8  # After seeds 0 and 1 of the LM.
   assert (mt.data.name, mt.model.num_layers, mt.decode.bleu_in_training) == (
       "multi30k_de_en", 3, False)
