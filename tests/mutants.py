@@ -443,6 +443,10 @@ MUTANTS = [
       "    if below < self.margin_nats:", "    if below < -self.margin_nats:",
       ("tests/test_stability.py::test_the_definition_of_stable",),
       "a run ending less than margin_nats below the unigram baseline counted stable"),
+    M("stability_warmup_eats_the_probe", "lnjax/sweep/stability.py",
+      "    steps = warmup + self.stable.steps", "    steps = self.stable.steps",
+      ("tests/test_stability.py::test_every_cell_probes_as_long_at_its_peak_rate",),
+      "a warm-up cell's probe spends its warm-up out of the steps at the probed rate"),
     # ---- Library (issue 32)
     M("api_load_ignores_the_checkpoint", "lnjax/api.py",
       'averaging.restore(workdir, str(checkpoint), mesh, flag="checkpoint")',

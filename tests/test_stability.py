@@ -124,6 +124,9 @@ def test_the_definition_of_stable():
   assert stable.judge({**ok, "status": "diverged"})[0] is False
   assert stable.judge({**ok, "num_steps": 50})[0] is None  # Another length: not judged.
   assert stable.judge({**ok, "status": "running"})[0] is None
+  # A warm-up cell's probe: its warm-up, then the 100 steps at the peak rate.
+  assert stable.judge({**ok, "num_steps": 150}, warmup=50)[0] is True
+  assert stable.judge(ok, warmup=50)[0] is None
   assert search.probe_result([True, True, True]) is True
   assert search.probe_result([True, None, False]) is False
   assert search.probe_result([True, None]) is None
@@ -135,12 +138,24 @@ def _stability(workdir, *flags, **kw):
        f"--workdir={workdir}", *flags], cwd=REPO, capture_output=True, text=True, **kw)
 
 
+def test_every_cell_probes_as_long_at_its_peak_rate(tmp_path):
+  """A probe of a warm-up cell runs the warm-up, then --probe_steps steps at its rate."""
+  from lnjax.sweep import stability
+  s = stability.Search(f"{REPO}/configs/lm.py:smoke", {}, str(tmp_path), placements=["pre"], depths=[2],
+                       warmups=[0, 50], seeds=2, range_steps=20, lr_min=1e-4, lr_max=1.0,
+                       tolerance=2.0, widen=10.0, stable=search.Stable(30, 2.0, 0.1))
+  for warmup in (0, 50):
+    runs = s.probe_runs(("pre", 2, warmup), 1e-3)
+    assert [r.overrides["train.num_steps"] for r in runs] == [warmup + 30] * 2
+    assert {r.overrides["opt.warmup_steps"] for r in runs} == {warmup}
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--placements="], "--placements is empty"),
     pytest.param(["--depths=0"], "--depths=0: the model cannot be built with Post-LN: "
                  "model.num_layers=0", marks=pytest.mark.slow),
-    pytest.param(["--warmups=20"], "--warmups=20: a warm-up must be >= 0 and shorter than "
-                 "--probe_steps=20", marks=pytest.mark.slow),
+    pytest.param(["--warmups=-5"], "--warmups=-5: a warm-up is a number of steps, >= 0",
+                 marks=pytest.mark.slow),
 ])
 @pytest.mark.slow
 def test_refusals_are_one_line_and_exit_2(tmp_path, flags, message):

@@ -30,8 +30,8 @@ _PLACEMENTS = flags.DEFINE_list("placements", ["post", "pre"], "model.norm_posit
 _DEPTHS = flags.DEFINE_list("depths", None, "model.num_layers values (default: the config's).")
 _WARMUPS = flags.DEFINE_list("warmups", ["0"], "Linear warm-up lengths in steps.")
 _SEEDS = flags.DEFINE_integer("seeds", 3, "Runs per probe (seeds 0..N-1); stable in all.")
-_PROBE_STEPS = flags.DEFINE_integer("probe_steps", None, "Steps of each probe (default: the "
-                                    "config's train.num_steps).")
+_PROBE_STEPS = flags.DEFINE_integer("probe_steps", None, "Steps of each probe after its "
+                                    "warm-up (default: the config's train.num_steps).")
 _RANGE_STEPS = flags.DEFINE_integer("range_steps", None, "Steps of the range test (default: "
                                     "--probe_steps).")
 _LR_MIN = flags.DEFINE_float("lr_min", 1e-5, "The range test's first rate.")
@@ -99,7 +99,7 @@ def main(argv):
     for name, value in (("tolerance", _TOLERANCE.value), ("widen", _WIDEN.value)):
       if not value > 1:
         raise errors.ConfigError(f"--{name}={value:g} must be > 1")
-    stability.check_inputs(config_arg, fixed, placements, depths, warmups, probe_steps)
+    stability.check_inputs(config_arg, fixed, placements, depths, warmups)
     stable = search.Stable(probe_steps, _DIVERGENCE.value, _MARGIN.value)
     s = stability.Search(config_arg, fixed, _WORKDIR.value, placements=placements,
                          depths=depths, warmups=warmups, seeds=_SEEDS.value,

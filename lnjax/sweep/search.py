@@ -34,22 +34,23 @@ SIGNIFICANT_DIGITS = 3  # Probe rates are rounded to these: stable run names and
 @dataclasses.dataclass(frozen=True)
 class Stable:
   """The one definition of a stable run, printed with every result."""
-  steps: int  # The run finishes this many steps ...
+  steps: int  # The run finishes its warm-up and this many steps at its peak rate ...
   divergence_factor: float  # ... never diverges (lnjax's rule: NaN/Inf, or loss > this × ln V) ...
   margin_nats: float  # ... and its final held-out loss is this far below the unigram baseline.
 
   def describe(self, seeds: int) -> str:
-    return (f"stable: in each of {seeds} seed(s), the run finishes {self.steps} steps, never "
-            f"diverges (lnjax's rule, exit 3: a NaN/Inf training loss or one above "
-            f"{self.divergence_factor:g} × ln V), and ends with a held-out loss at least "
-            f"{self.margin_nats:g} nats below the unigram baseline")
+    return (f"stable: in each of {seeds} seed(s), the run finishes its warm-up and "
+            f"{self.steps} steps after it, never diverges (lnjax's rule, exit 3: a NaN/Inf "
+            f"training loss or one above {self.divergence_factor:g} × ln V), and ends with a "
+            f"held-out loss at least {self.margin_nats:g} nats below the unigram baseline")
 
-  def judge(self, summary: dict) -> tuple[bool | None, str]:
-    """(stable or not, why) from one run's summary.json; None if it has not finished."""
+  def judge(self, summary: dict, warmup: int = 0) -> tuple[bool | None, str]:
+    """(stable or not, why) from the summary.json of a run with `warmup` warm-up steps; None
+    if it has not finished."""
     status = summary.get("status")
     if status == "diverged":
       return False, f"diverged at step {summary.get('step')}"
-    if status != "completed" or summary.get("num_steps") != self.steps:
+    if status != "completed" or summary.get("num_steps") != warmup + self.steps:
       return None, f"not finished ({status or 'no summary'})"
     loss, baseline = summary.get("eval_loss"), summary.get("unigram_baseline")
     if loss is None or baseline is None or not math.isfinite(loss):

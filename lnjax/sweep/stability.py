@@ -8,7 +8,8 @@ r"""The highest stable learning rate of each (placement, depth, warm-up) cell, s
 Per (placement, depth) one learning-rate range test (a run whose rate grows geometrically
 from --lr_min to --lr_max) brackets the answer; per cell a bisection in log-space with
 short probes (--seeds runs at one peak rate, constant after the cell's linear warm-up)
-narrows the bracket to a factor --tolerance (lnjax/sweep/search.py has the rules). Every
+narrows the bracket to a factor --tolerance (lnjax/sweep/search.py has the rules); a
+probe runs the cell's warm-up, then --probe_steps steps at its rate. Every
 run is an ordinary lnjax.main run in WORKDIR/runs/<name>, its name spelled from its
 settings, launched through the sweep back ends; WORKDIR/search.json holds the brackets and
 the probes' results, so the same command again continues a killed search and never runs
@@ -65,8 +66,10 @@ class Search:
         "train.checkpoint_every_steps": self.range_steps})
 
   def probe_runs(self, cell, lr: float) -> list[sweep_lib.Run]:
+    """The probe's runs: the cell's warm-up, then --probe_steps steps at the rate `lr` (every
+    cell spends as long at its peak rate)."""
     placement, depth, warmup = cell
-    steps = self.stable.steps
+    steps = warmup + self.stable.steps
     return [self._run(f"norm={placement},layers={depth},warmup={warmup},lr={lr:g},seed={s}", {
         "model.norm_position": placement, "model.num_layers": depth,
         "opt.learning_rate": lr, "opt.warmup_steps": warmup, "seed": s,
@@ -137,7 +140,7 @@ class Search:
       if outcome is None or outcome.next_lr is None:
         continue
       runs = self.probe_runs(cell, outcome.next_lr)
-      judged = [self.stable.judge(self.summary(r)) for r in runs]
+      judged = [self.stable.judge(self.summary(r), warmup=cell[2]) for r in runs]
       stable = search.probe_result([j for j, _ in judged])
       if stable is not None:
         self.state["probes"].setdefault(_key(*cell), {})[f"{outcome.next_lr:g}"] = {
@@ -197,8 +200,7 @@ def cell_name(cell) -> str:
   return f"{search.LABELS.get(placement, placement)}, {depth} layers, warm-up {warmup}"
 
 
-def check_inputs(config_arg: str, fixed: dict, placements, depths, warmups,
-                 probe_steps: int) -> None:
+def check_inputs(config_arg: str, fixed: dict, placements, depths, warmups) -> None:
   """Refuses, before any run starts, what cannot be searched (one line, exit 2)."""
   from lnjax import models  # The model's own checks: a depth it cannot build.
   if not placements:
@@ -208,10 +210,8 @@ def check_inputs(config_arg: str, fixed: dict, placements, depths, warmups,
   if not depths or not warmups:
     raise errors.ConfigError("--depths and --warmups need at least one value each")
   for w in warmups:
-    if w < 0 or w >= probe_steps:
-      raise errors.ConfigError(f"--warmups={w}: a warm-up must be >= 0 and shorter than "
-                               f"--probe_steps={probe_steps}, or the probes never reach "
-                               "their rate")
+    if w < 0:
+      raise errors.ConfigError(f"--warmups={w}: a warm-up is a number of steps, >= 0")
   for p in placements:
     for d in depths:
       config = sweep_lib.base_config(config_arg, {

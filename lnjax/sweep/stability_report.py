@@ -84,7 +84,8 @@ def write(s, command: str) -> dict:
       "cells": table}, indent=2) + "\n")
   settings = s.settings
   plot(paths["stability.png"], table,
-       caption=f"config {settings['config']}; probes of {settings['probe_steps']:,} steps,"
+       caption=f"config {settings['config']}; probes of {settings['probe_steps']:,} steps"
+               " after the warm-up,"
                f" {settings['seeds']} seed{'s' if settings['seeds'] != 1 else ''} each (stable"
                " in all); range tests of"
                f" {settings['range_steps']:,} steps")
