@@ -197,7 +197,7 @@ def test_smoke_search_writes_its_results_and_a_killed_search_resumes(tmp_path):
 
   out = _stability(workdir, *flags, timeout=900)
   assert out.returncode == 0, out.stdout + out.stderr
-  assert "stable: in each of 1 seed(s), the run finishes 20 steps" in out.stdout
+  assert "stable: in each of 1 seed(s), the run finishes its warm-up and 20 steps after it" in out.stdout
   for name in ("stability.md", "stability.json", "stability.png", "search.json"):
     assert (workdir / name).stat().st_size > 0
   result = json.loads((workdir / "stability.json").read_text())
