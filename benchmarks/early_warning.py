@@ -13,9 +13,9 @@ failures below come within the first 100), as Post-LN without warm-up at 12 and
 24 layers, at learning rates 3-10× the stable one, DeepNorm, Admin and Pre-LN at 3e-2 and
 Pre-LN at 1e-1 (4 layers; Pre-LN at 3e-2 turned out to train), three seeds (expected to
 diverge or collapse), and Pre-LN and Post-LN with warm-up (a quarter of the run) at their
-stable rates (expected to train). Each run's result is kept in its folder (result.json): a second launch with the same --out skips
-the runs already done and resumes the interrupted one from its checkpoint. After the LM's
-seeds 0 and 1 come 8 runs of the Multi30k model (configs/multi30k_de_en.py, 200 steps of
+stable rates (expected to train). Each run's result is kept in its folder (result.json):
+a second launch with the same --out skips the runs already done and resumes the
+interrupted one from its checkpoint. After the LM's seeds 0 and 1 come 8 runs of the Multi30k model (configs/multi30k_de_en.py, 200 steps of
 2048 target tokens): Post-LN without warm-up at 1e-3 and 3e-3, Pre-LN at 1e-3, Post-LN
 warmed up, two seeds each.
 
