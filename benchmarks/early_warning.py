@@ -15,9 +15,9 @@ Pre-LN at 1e-1 (4 layers; Pre-LN at 3e-2 turned out to train), three seeds (expe
 diverge or collapse), and Pre-LN and Post-LN with warm-up (a quarter of the run) at their
 stable rates (expected to train). Each run's result is kept in its folder (result.json):
 a second launch with the same --out skips the runs already done and resumes the
-interrupted one from its checkpoint. After the LM's seeds 0 and 1 come 8 runs of the Multi30k model (configs/multi30k_de_en.py, 200 steps of
-2048 target tokens): Post-LN without warm-up at 1e-3 and 3e-3, Pre-LN at 1e-3, Post-LN
-warmed up, two seeds each.
+interrupted one from its checkpoint. After the LM's seeds 0 and 1 come 8 runs of the
+Multi30k model (configs/multi30k_de_en.py, 200 steps of 2048 target tokens): Post-LN
+without warm-up at 1e-3 and 3e-3, Pre-LN at 1e-3, Post-LN warmed up, two seeds each.
 
 Definitions, made once here:
   failed    the run ended diverged (NaN/Inf, lnjax's exit 3), or its train loss went above
@@ -136,7 +136,7 @@ def run_one(spec: dict, out: str) -> dict:
   if os.path.exists(done):
     with open(done) as f:
       result = json.load(f)
-    return {**result, **replay_rules(metrics.read_metrics(wd))}
+    return {**result, **replay_rules(metrics.read_metrics(wd), SENSITIVITY)}
   summary = train.train_and_evaluate(make_config(spec), wd)
   jax.clear_caches()  # (44 models in one process: keep one's executables at a time.)
   records = metrics.read_metrics(wd)
@@ -154,25 +154,34 @@ def run_one(spec: dict, out: str) -> dict:
   if summary["status"] in ("completed", "diverged"):  # (Not a preempted run's.)
     with open(done, "w") as f:
       json.dump(result, f)
-  return {**result, **replay_rules(records)}
+  return {**result, **replay_rules(records, SENSITIVITY)}
 
 
-def replay_rules(records: list[dict], spike: health.EarlyWarning | None = None) -> dict:
+def replay_rules(records: list[dict], spike_settings=()) -> dict:
   """The steps at which each of lnjax's rules fires, replayed on the run's logged health
   statistics (every step is logged): the same decisions the Health hook takes during a
   run, for the rules of the current code, whatever code the run was trained with.
-  `records`: the run's metrics.jsonl; `spike`: the spike rule (default: the Health hook's)."""
+  `records`: the run's metrics.jsonl. With `spike_settings` ((factor, min_history) pairs),
+  also "sensitivity": {setting: steps where the spike rule so set or the vanishing-gradient
+  rule fires}, in the same pass."""
   lr = {r["step"]: r["learning_rate"] for r in records if "learning_rate" in r}
   stats = {r["step"]: r for r in records if any(k.startswith("health/") for k in r)}
-  spike, depth = spike or health.EarlyWarning(), health.VanishingGradient()
+  spike, depth = health.EarlyWarning(), health.VanishingGradient()
+  variants = {setting: health.EarlyWarning(factor=setting[0], min_history=setting[1])
+              for setting in spike_settings}
   fired = {"spike_warnings": [], "depth_warnings": []}
+  by_setting = {setting: [] for setting in variants}
   for step in sorted(stats):
     values = {k: v for k, v in stats[step].items() if k.startswith("health/") and v is not None}
     if spike(step, values, lr.get(step, 0.0)):
       fired["spike_warnings"].append(step)
-    if depth(step, values):
+    vanishing = bool(depth(step, values))
+    if vanishing:
       fired["depth_warnings"].append(step)
-  return fired
+    for setting, rule in variants.items():
+      if rule(step, values, lr.get(step, 0.0)) or vanishing:
+        by_setting[setting].append(step)
+  return {**fired, "sensitivity": by_setting} if spike_settings else fired
 
 
 def outcome(r: dict) -> tuple[bool, int, bool]:
@@ -248,6 +257,10 @@ def score(results: list[dict], firings_of) -> dict:
           "failed_runs": failed_n, "trained_runs": len(results) - failed_n}
 
 
+def _fmt(v, spec: str) -> str:
+  return "n/a" if v is None else format(v, spec)
+
+
 RULES = {"lnjax, spikes (health.EarlyWarning)": lambda r: r["spike_warnings"],
          "lnjax, vanishing gradient (health.VanishingGradient)": lambda r: r["depth_warnings"],
          "lnjax, either (train.health=warn)": lambda r: sorted(set(r["spike_warnings"])
@@ -261,47 +274,38 @@ RULES = {"lnjax, spikes (health.EarlyWarning)": lambda r: r["spike_warnings"],
 SENSITIVITY = [(factor, history) for factor in (3.0, 4.0, 6.0) for history in (20, 100)]
 
 
-def sensitivity(results: list[dict], out: str) -> str:
-  """A Markdown table: the either-rule's scores for each SENSITIVITY setting."""
-  firings = {setting: {} for setting in SENSITIVITY}
-  for r in results:
-    records = metrics.read_metrics(os.path.join(out, r["name"]))
-    for factor, history in SENSITIVITY:
-      spike = health.EarlyWarning(factor=factor, min_history=history)
-      fired = replay_rules(records, spike)
-      firings[(factor, history)][r["name"]] = sorted(set(fired["spike_warnings"])
-                                                     | set(fired["depth_warnings"]))
-  fmt = lambda v, f: "n/a" if v is None else format(v, f)
+def sensitivity(results: list[dict]) -> str:
+  """A Markdown table: the either-rule's scores for each SENSITIVITY setting (replayed by
+  run_one)."""
   lines = ["| spike rule: factor × median | after steps of history | precision | recall | "
            "median lead (steps) | false warnings / 1000 steps |", "|---:|---:|---:|---:|---:|---:|"]
-  for (factor, history), fired in firings.items():
-    s = score(results, lambda r: fired[r["name"]])
-    lines.append(f"| {factor:g} | {history} | {fmt(s['precision'], '.2f')} | "
-                 f"{fmt(s['recall'], '.2f')} | {fmt(s['median_lead_steps'], '.0f')} | "
-                 f"{fmt(s['false_per_1000_steps'], '.2f')} |")
+  for factor, history in SENSITIVITY:
+    s = score(results, lambda r: r["sensitivity"][(factor, history)])
+    lines.append(f"| {factor:g} | {history} | {_fmt(s['precision'], '.2f')} | "
+                 f"{_fmt(s['recall'], '.2f')} | {_fmt(s['median_lead_steps'], '.0f')} | "
+                 f"{_fmt(s['false_per_1000_steps'], '.2f')} |")
   return "\n".join(lines)
 
 
 def report(results: list[dict], planned: int) -> tuple[str, dict]:
   """The Markdown report (a table per rule, then one row per run) and the scores."""
   scores = {name: score(results, f) for name, f in RULES.items()}
-  fmt = lambda v, f: "n/a" if v is None else format(v, f)
   lines = [f"{len(results)} of the grid's {planned} runs.", "",
            "| rule | precision | recall | warned blow-ups | warned collapses | median lead "
            "(steps) | on blow-ups | false warnings / 1000 steps | failed / trained runs |",
            "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
   for name, s in scores.items():
-    lines.append(f"| {name} | {fmt(s['precision'], '.2f')} | {fmt(s['recall'], '.2f')} | "
+    lines.append(f"| {name} | {_fmt(s['precision'], '.2f')} | {_fmt(s['recall'], '.2f')} | "
                  f"{'/'.join(map(str, s['blow_ups_warned']))} | "
                  f"{'/'.join(map(str, s['collapses_warned']))} | "
-                 f"{fmt(s['median_lead_steps'], '.0f')} | {fmt(s['median_lead_blow_ups'], '.0f')} | "
-                 f"{fmt(s['false_per_1000_steps'], '.2f')} | {s['failed_runs']} / {s['trained_runs']} |")
+                 f"{_fmt(s['median_lead_steps'], '.0f')} | {_fmt(s['median_lead_blow_ups'], '.0f')} | "
+                 f"{_fmt(s['false_per_1000_steps'], '.2f')} | {s['failed_runs']} / {s['trained_runs']} |")
   lines += ["", "| run | outcome | event step | held-out loss − unigram (nats) | first firing: "
             "spikes | vanishing gradient | 6σ |", "|---|---|---:|---:|---:|---:|---:|"]
   for r in results:
     failed, event, blew_up = outcome(r)
     kind = ("blew up" if blew_up else "collapsed") if failed else "trained"
-    gap = (fmt(r["eval_loss"] - r["unigram"], "+.3f")
+    gap = (_fmt(r["eval_loss"] - r["unigram"], "+.3f")
            if r["eval_loss"] is not None and r["unigram"] is not None else "n/a")
     first = [str(f[0]) if f else "–" for f in (r["spike_warnings"], r["depth_warnings"],
                                                 sigma_firings(r))]
@@ -334,7 +338,7 @@ def main(argv=None) -> int:
   table, scores = report(results, len(specs))
   if not args.quick:
     table += ("\n\nlnjax's two rules together (train.health=warn) with other settings of the "
-              "spike rule, replayed on the same runs (in-sample):\n\n" + sensitivity(results, args.out))
+              "spike rule, replayed on the same runs (in-sample):\n\n" + sensitivity(results))
   print(table)
   with open(os.path.join(args.out, "early_warning.md"), "w") as f:
     f.write(table + "\n")
