@@ -129,6 +129,9 @@ def test_every_run_of_the_grid_resolves(ew):
     run_lib.resolve_config(c)
     assert c.train.log_every_steps == 1 and c.train.health == "warn"
   mt = ew.make_config(next(s for s in specs if s.get("config") == "mt"))
-  assert [s.get("config") for s in specs[24:32]] == ["mt"] * 8  # After seeds 0 and 1 of the LM.
+  # Seeds 0 and 1 of the LM, Multi30k's seed 0, the LM's seed 2, Multi30k's seed 1.
+  kinds = [s.get("config") for s in specs]
+  assert kinds == [None] * 24 + ["mt"] * 4 + [None] * 12 + ["mt"] * 4
+  assert [s["name"].endswith("_s2") for s in specs[28:40]] == [True] * 12
   assert (mt.data.name, mt.model.num_layers, mt.decode.bleu_in_training) == (
       "multi30k_de_en", 3, False)
