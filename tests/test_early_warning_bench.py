@@ -133,5 +133,7 @@ def test_every_run_of_the_grid_resolves(ew):
   kinds = [s.get("config") for s in specs]
   assert kinds == [None] * 24 + ["mt"] * 4 + [None] * 12 + ["mt"] * 4
   assert [s["name"].endswith("_s2") for s in specs[28:40]] == [True] * 12
+  # The held-out part of the sensitivity table: exactly the runs after the first 28.
+  assert [ew.held_out(s["name"]) for s in specs] == [False] * 28 + [True] * 16
   assert (mt.data.name, mt.model.num_layers, mt.decode.bleu_in_training) == (
       "multi30k_de_en", 3, False)
