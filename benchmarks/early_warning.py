@@ -24,18 +24,22 @@ Definitions, made once here:
   failed    the run ended diverged (NaN/Inf, lnjax's exit 3), or its train loss went above
             the unigram baseline + 1 nat after having been below the baseline, or its final
             held-out loss is within 0.1 nat of the unigram baseline (collapsed);
-  event     the first step whose loss is non-finite or more than 1 nat above the lowest
-            loss so far (a blow-up); a failed run without such a step collapsed, and its
+  event     the step the run diverged by the definition above: its first non-finite loss,
+            lnjax's exit-3 step, or its first loss above the baseline + 1 nat after having
+            been below it (a blow-up); a failed run without such a step collapsed, and its
             event is the step its train loss settled at the baseline: the first step where
             the mean loss of the last 10 steps is within 0.1 nat of it and from which that
-            mean never again falls more than 0.1 nat below it (its last step if none);
+            mean never again falls more than 0.1 nat below it (its last step if none).
+            (Until 2026-12-02 a blow-up was any loss 1 nat above the lowest so far, which
+            made Adam's first-step transients, e.g. 4.9 -> 6.9 -> 4.7 nats at steps 1-3, the
+            event of runs that then collapsed: see BENCHMARKS.md);
   warned    a rule fired at some step before the event (on a failed run) or at all;
   lead      event step − first firing step, on failed warned runs;
   precision warned failed runs / warned runs; recall: warned failed runs / failed runs;
   false warnings per 1000 steps: firings on runs that trained, per 1000 of their steps.
 Rules, each replayed on the runs' logged statistics (every step is logged): lnjax's two
 (health.EarlyWarning: a layer's update RMS per unit of learning rate or attention/output
-logit ≥ 3× its 100-step median; health.VanishingGradient: layer 0's gradient RMS below
+logit ≥ 6× its 100-step median, after 100 steps; health.VanishingGradient: layer 0's gradient RMS below
 1e-3 × the largest layer's for 3 steps), either of them (what train.health=warn prints),
 and the 6σ rule on the loss and gradient norm.
 Prints and writes (`--out`) a Markdown table per rule and results.json.
@@ -190,20 +194,18 @@ def outcome(r: dict) -> tuple[bool, int, bool]:
   """(failed, event step, blew up) by the module's definitions; a failed run that did not
   blow up collapsed."""
   u, steps, loss = r["unigram"], r["steps"], r["loss"]
-  failed = r["status"] == "diverged"
   below = False
-  event, lowest = None, math.inf
+  event = None
   for s, x in zip(steps, loss):
-    if not math.isfinite(x) or x > lowest + 1.0:
-      event = event or s
-    lowest = min(lowest, x) if math.isfinite(x) else lowest
+    if not math.isfinite(x) or (below and x > u + 1.0):
+      event = s
+      break
     below = below or (u is not None and x < u)
-    failed = failed or (below and u is not None and x > u + 1.0)
   if r["diverged_at"] is not None:
     event = min(event or r["diverged_at"], r["diverged_at"])
   collapsed = u is not None and r["eval_loss"] is not None and r["eval_loss"] >= u - 0.1
-  failed = failed or collapsed or r["eval_loss"] is None
-  blew_up = event is not None
+  blew_up = event is not None or r["status"] == "diverged"
+  failed = blew_up or collapsed or r["eval_loss"] is None
   if failed and not blew_up and u is not None:
     event = settled_at_baseline(steps, loss, u)
   return failed, event or (steps[-1] if steps else 0), blew_up

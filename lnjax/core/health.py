@@ -109,9 +109,14 @@ class EarlyWarning:
   A ratio to its own median, not a z-score: a layer's update RMS is steady for hundreds of
   steps and then jumps by integer factors before a loss spike, and the median ignores the
   jump itself once it is in the window.
+
+  Defaults chosen on the first 28 runs of benchmarks/early_warning.py (2026-12-02): 6× after
+  100 steps warned of as many failures as 3× after 20 and fired 4.5× less often on runs
+  that trained (5.0 against 22.4 per 1000 steps); the grid's 16 later runs score the choice
+  (BENCHMARKS.md, "Early warning").
   """
 
-  def __init__(self, factor: float = 3.0, window: int = 100, min_history: int = 20,
+  def __init__(self, factor: float = 6.0, window: int = 100, min_history: int = 100,
                watched: tuple[str, ...] = WATCHED):
     self.factor, self.window, self.min_history, self.watched = factor, window, min_history, watched
     self._history: dict[str, list[float]] = {}
