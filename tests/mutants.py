@@ -25,7 +25,7 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COPIED = ("lnjax", "tests", "configs", "pyproject.toml")
+COPIED = ("lnjax", "tests", "configs", "benchmarks", "pyproject.toml")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -406,6 +406,11 @@ MUTANTS = [
       "if ratio >= self.factor and name not in self._alarmed:", "if ratio >= self.factor:",
       ("tests/test_health.py::test_warning_fires_once_per_excursion_with_its_ratio",),
       "the early warning repeated at every step of one excursion"),
+    M("early_warning_transient_is_a_blow_up", "benchmarks/early_warning.py",
+      "if not math.isfinite(x) or (below and x > u + 1.0):",
+      "if not math.isfinite(x) or x > min(loss[:steps.index(s) + 1]) + 1.0:",
+      ("tests/test_early_warning_bench.py::test_outcome_and_scores_by_hand",),
+      "a first-step transient taken for the divergence of a run that collapsed"),
     M("warning_ignores_learning_rate", "lnjax/core/health.py",
       "return value / lr if lr > 0 else None", "return value",
       ("tests/test_health.py::test_warning_needs_history_and_ignores_the_learning_rate_schedule",),
@@ -541,7 +546,8 @@ MUTANTS = [
 
 
 def copy_repo(dest: str) -> str:
-  """lnjax/, tests/ (with its fixture corpora), configs/, pyproject.toml under dest/repo."""
+  """lnjax/, tests/ (with its fixture corpora), configs/, benchmarks/, pyproject.toml under
+  dest/repo."""
   root = os.path.join(dest, "repo")
   os.makedirs(root)
   ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")

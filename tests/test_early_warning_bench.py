@@ -53,6 +53,10 @@ def test_outcome_and_scores_by_hand(ew):
   assert ew.outcome(spike) == (True, 21, True)
   assert ew.outcome(collapse) == (True, 15, False)  # Warned 14 steps before.
   assert ew.outcome(trained)[0] is False and ew.outcome(quiet)[0] is False
+  # Adam's first-step transient (+2 nats before the loss was ever below the baseline) is
+  # no divergence: this run collapsed, at the step it settled.
+  transient = run("transient", [4.9, 6.9, 4.7] + [3.3] * 20, eval_loss=3.31)
+  assert ew.outcome(transient) == (True, 13, False)
   s = ew.score([blow_up, spike, collapse, trained, quiet], lambda r: r["firings"])
   assert s["failed_runs"] == 3 and s["trained_runs"] == 2
   assert s["precision"] == pytest.approx(2 / 3)  # Warned: blow_up, collapse, trained.
@@ -86,18 +90,19 @@ def test_a_warning_after_the_event_does_not_count(ew):
 
 def test_rules_replayed_on_logged_statistics(ew, tmp_path):
   """A run whose layer 0 gradient vanishes from step 5 and whose layer 1 update spikes
-  at step 30: the replay finds the vanishing-gradient warning at step 7 (3 steps below)
-  and the spike at 30, as the Health hook would."""
+  10× at steps 50 and 120: the replay finds the vanishing-gradient warning at step 7 (3
+  steps below) and the spike at 120 (the rule's 100 steps of history), as the Health hook
+  would."""
   writer = metrics.MetricWriter(str(tmp_path), tensorboard=False)
-  for step in range(1, 41):
+  for step in range(1, 131):
     g0 = 1e-3 if step < 5 else 1e-9
-    update = 1e-3 * (10.0 if step == 30 else 1.0)
+    update = 1e-3 * (10.0 if step in (50, 120) else 1.0)
     writer.write(step, {"train_loss": 3.0, "learning_rate": 1e-3, "grad_norm": 1.0})
     writer.write(step, {"health/layer_0/ffn/grad_rms": g0, "health/layer_1/ffn/grad_rms": 1e-3,
                         "health/layer_1/ffn/update_rms": update})
   writer.close()
   replayed = ew.replay_rules(metrics.read_metrics(str(tmp_path)))
-  assert replayed == {"spike_warnings": [30], "depth_warnings": [7]}
+  assert replayed == {"spike_warnings": [120], "depth_warnings": [7]}
 
 
 def test_the_report_has_a_row_per_rule_and_per_run(ew):
