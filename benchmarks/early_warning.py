@@ -5,6 +5,7 @@ SkipStepConfig: a value > mean + 6σ of its trailing 128 steps)?
   python benchmarks/early_warning.py --out /tmp/ew            # the grid below (hours on 2 cores)
   python benchmarks/early_warning.py --quick --out /tmp/ew_q  # 3 short runs: a self-check
   python benchmarks/early_warning.py --out /tmp/ew --report_only  # score the finished runs
+  python benchmarks/early_warning.py --out /tmp/ew --report_only --plot ew.png  # and draw them
 
 Runs (each `lnjax.core.train.train_and_evaluate` in this process, every step logged, health=warn,
 no recovery): the CPU-size LM (lnjax/configs/common.py's lm_config: D 128, 4 heads, F 512,
@@ -167,7 +168,9 @@ def replay_rules(records: list[dict], spike_settings=()) -> dict:
   """The steps at which each of lnjax's rules fires, replayed on the run's logged health
   statistics (every step is logged): the same decisions the Health hook takes during a
   run, for the rules of the current code, whatever code the run was trained with.
-  `records`: the run's metrics.jsonl. With `spike_settings` ((factor, min_history) pairs),
+  `records`: the run's metrics.jsonl. Also "first_layer_ratio": [(step, layer 0's gradient
+  RMS / the largest layer's)], the vanishing-gradient rule's input (the smallest over the
+  stacks). With `spike_settings` ((factor, min_history) pairs),
   also "sensitivity": {setting: steps where the spike rule so set or the vanishing-gradient
   rule fires}, in the same pass."""
   lr = {r["step"]: r["learning_rate"] for r in records if "learning_rate" in r}
@@ -175,10 +178,14 @@ def replay_rules(records: list[dict], spike_settings=()) -> dict:
   spike, depth = health.EarlyWarning(), health.VanishingGradient()
   variants = {setting: health.EarlyWarning(factor=setting[0], min_history=setting[1])
               for setting in spike_settings}
-  fired = {"spike_warnings": [], "depth_warnings": []}
+  fired = {"spike_warnings": [], "depth_warnings": [], "first_layer_ratio": []}
   by_setting = {setting: [] for setting in variants}
   for step in sorted(stats):
     values = {k: v for k, v in stats[step].items() if k.startswith("health/") and v is not None}
+    ratios = [g[0] / max(g.values()) for g in depth.layer_gradients(values).values()
+              if 0 in g and len(g) > 1 and max(g.values()) > 0]
+    if ratios:  # What VanishingGradient reads: layer 0's gradient RMS / the largest layer's.
+      fired["first_layer_ratio"].append((step, min(ratios)))
     if spike(step, values, lr.get(step, 0.0)):
       fired["spike_warnings"].append(step)
     vanishing = bool(depth(step, values))
@@ -328,11 +335,64 @@ def report(results: list[dict], planned: int) -> tuple[str, dict]:
   return "\n".join(lines), scores
 
 
+def plot(results: list[dict], path: str) -> None:
+  """The LM runs over their first 60 steps: above, the vanishing-gradient rule's input
+  (layer 0's gradient RMS / the largest layer's) with its threshold; below, the train loss
+  against the unigram baseline (10-step mean), each failed run's event marked."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  from matplotlib.lines import Line2D
+
+  from lnjax.analysis import plotting
+
+  fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True)
+  colors = {"collapsed": "tab:red", "blew up": "tab:orange", "trained": "tab:blue"}
+  shown = {kind: 0 for kind in colors}
+  for r in results:
+    if r["name"].startswith("mt_") or r["unigram"] is None:
+      continue
+    failed, event, blew_up = outcome(r)
+    kind = ("blew up" if blew_up else "collapsed") if failed else "trained"
+    shown[kind] += 1
+    ratio = [(s, x) for s, x in r["first_layer_ratio"] if s <= 60 and x > 0]
+    if ratio:
+      top.plot(*zip(*ratio), color=colors[kind], lw=0.9, alpha=0.6)
+    steps = [s for s in r["steps"] if s <= 60]
+    mean = [float(np.mean(r["loss"][max(0, i - 9):i + 1])) - r["unigram"]
+            for i in range(len(steps))]
+    bottom.plot(steps, mean, color=colors[kind], lw=0.9, alpha=0.6)
+    if failed and event <= 60:
+      bottom.plot([event], [mean[steps.index(event)] if event in steps else 0.0], "o",
+                  color=colors[kind], ms=4)
+  top.axhline(health.VanishingGradient().ratio, color="black", ls="--", lw=0.8)
+  top.set_yscale("log")
+  plotting.plain_log_ticks(top)
+  top.set_ylabel("layer 0's gradient RMS /\nthe largest layer's (log scale)")
+  bottom.legend(handles=[Line2D([], [], color=c, label=f"{k} ({shown[k]} runs)")
+                      for k, c in colors.items() if shown[k]]
+             + [Line2D([], [], color="black", ls="--", lw=0.8,
+                       label="vanishing-gradient threshold (3 steps below: a warning)")],
+             fontsize=8, loc="upper right")
+  bottom.axhline(0.0, color="black", lw=0.8)
+  bottom.set_ylabel("train loss − unigram baseline\n(nats, mean of 10 steps)")
+  bottom.set_xlabel("training step (dots: where a failed run's loss settled at the baseline)")
+  for ax in (top, bottom):
+    ax.grid(alpha=0.3)
+  top.set_title("The CPU-size LM runs of benchmarks/early_warning.py, first 60 steps",
+                fontsize=10)
+  fig.tight_layout()
+  plotting.add_caption(fig, "tiny_shakespeare characters, batch 16×128, Adam, constant lr, "
+                       "every run of the grid's LM part")
+  plotting.save(fig, path, dpi=120)
+
+
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--out", required=True)
   p.add_argument("--quick", action="store_true")
   p.add_argument("--steps", type=int, default=400, help="steps per run of the full grid")
+  p.add_argument("--plot", default="", help="also draw the LM runs' figure to this PNG")
   p.add_argument("--report_only", action="store_true",
                  help="score the runs already finished in --out, train nothing")
   args = p.parse_args(argv)
@@ -355,6 +415,8 @@ def main(argv=None) -> int:
               "spike rule, replayed on the same runs: the first runs (read when choosing) and the "
               "held-out ones (the LM's seed 2, Multi30k's seed 1):\n\n" + sensitivity(results))
   print(table)
+  if args.plot:
+    plot(results, args.plot)
   with open(os.path.join(args.out, "early_warning.md"), "w") as f:
     f.write(table + "\n")
   with open(os.path.join(args.out, "results.json"), "w") as f:

@@ -102,7 +102,9 @@ def test_rules_replayed_on_logged_statistics(ew, tmp_path):
                         "health/layer_1/ffn/update_rms": update})
   writer.close()
   replayed = ew.replay_rules(metrics.read_metrics(str(tmp_path)))
-  assert replayed == {"spike_warnings": [120], "depth_warnings": [7]}
+  assert (replayed["spike_warnings"], replayed["depth_warnings"]) == ([120], [7])
+  ratio = dict(replayed["first_layer_ratio"])  # The vanishing rule's input, as plotted.
+  assert ratio[4] == 1.0 and ratio[5] == pytest.approx(1e-6) and len(ratio) == 130
 
 
 def test_the_report_has_a_row_per_rule_and_per_run(ew):
@@ -142,3 +144,14 @@ def test_every_run_of_the_grid_resolves(ew):
   assert [ew.held_out(s["name"]) for s in specs] == [False] * 28 + [True] * 16
   assert (mt.data.name, mt.model.num_layers, mt.decode.bleu_in_training) == (
       "multi30k_de_en", 3, False)
+
+
+def test_the_figure_draws_the_lm_runs_and_leaves_out_multi30k(ew, tmp_path):
+  collapse = {**run("collapse", [5.3] * 5 + [3.3] * 35, eval_loss=3.31),
+              "first_layer_ratio": [(s, 10.0 ** -s) for s in range(1, 41)]}
+  trained = {**run("trained", [3.0 - 0.01 * i for i in range(50)], eval_loss=2.5),
+             "first_layer_ratio": [(s, 0.5) for s in range(1, 51)]}
+  mt = {**run("mt_post", [9.0] * 10, eval_loss=None, unigram=None), "first_layer_ratio": []}
+  path = str(tmp_path / "ew.png")
+  ew.plot([collapse, trained, mt], path)
+  assert open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
