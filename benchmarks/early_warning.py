@@ -62,7 +62,7 @@ import numpy as np  # noqa: E402
 
 from lnjax.configs import common as config_lib  # noqa: E402
 from lnjax.configs import multi30k_de_en  # noqa: E402
-from lnjax.core import health, metrics, train
+from lnjax.core import health, metrics, preemption, train  # noqa: E402
 
 
 MT_STEPS = 200  # The Multi30k runs' length (the suite's 4096-token step takes 2.4 s on 2 cores).
@@ -403,7 +403,12 @@ def main(argv=None) -> int:
     if args.report_only and not os.path.exists(os.path.join(args.out, spec["name"], "result.json")):
       continue
     t0 = time.perf_counter()
-    results.append(run_one(spec, args.out))
+    try:
+      results.append(run_one(spec, args.out))
+    except preemption.Preempted:  # Stopped before its loop began (compiling, initializing).
+      print(f"early_warning: run {i + 1}/{len(specs)} {spec['name']}: stopped before its first "
+            "step; the same command resumes the grid", flush=True)
+      return 128 + 15
     print(f"early_warning: run {i + 1}/{len(specs)} {spec['name']}: {results[-1]['status']}, "
           f"{len(results[-1]['warnings'])} warning steps ({time.perf_counter() - t0:.0f} s)",
           flush=True)
