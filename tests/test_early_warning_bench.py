@@ -117,6 +117,9 @@ def test_the_report_has_a_row_per_rule_and_per_run(ew):
   assert lines[0] == "2 of the grid's 5 runs."
   assert "| collapse | collapsed | 15 | +0.010 | 12 | 4 | – |" in lines
   assert "| trained | trained | – | -0.800 | – | – | – |" in lines
+  # The 6σ rule never fires on these flat losses: nothing to pair; 15 − 4 against 0 steps.
+  assert ("train.health=warn against the 6σ rule: no failure that both warned of; over all 1 "
+          "failures, a missed one counted as 0, median lead 11 against 0 steps.") in lines
   assert [line.split(" | ")[0] for line in lines if line.startswith("| lnjax") or "6σ" in line[:8]] \
       == ["| lnjax, spikes (health.EarlyWarning)",
           "| lnjax, vanishing gradient (health.VanishingGradient)",
