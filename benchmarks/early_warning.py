@@ -40,8 +40,9 @@ Definitions, made once here:
   false warnings per 1000 steps: firings on runs that trained, per 1000 of their steps.
 Rules, each replayed on the runs' logged statistics (every step is logged): lnjax's two
 (health.EarlyWarning: a layer's update RMS per unit of learning rate or attention/output
-logit ≥ 6× its 100-step median, after 100 steps; health.VanishingGradient: layer 0's gradient RMS below
-1e-3 × the largest layer's for 3 steps), either of them (what train.health=warn prints),
+logit ≥ 6× its 100-step median, after 100 steps; health.VanishingGradient: layer 0's
+gradient RMS below 1e-3 × the largest layer's for 3 steps), either of them (what
+train.health=warn prints),
 and the 6σ rule on the loss and gradient norm.
 Prints and writes (`--out`) a Markdown table per rule and results.json.
 """
@@ -294,7 +295,8 @@ def held_out(name: str) -> bool:
 def sensitivity(results: list[dict]) -> str:
   """A Markdown table: the either-rule's scores for each SENSITIVITY setting (replayed by
   run_one), on the first runs and on the held-out ones."""
-  parts = [[r for r in results if not held_out(r["name"])], [r for r in results if held_out(r["name"])]]
+  parts = [[r for r in results if not held_out(r["name"])],
+           [r for r in results if held_out(r["name"])]]
   lines = [f"| spike rule: factor × median | after steps of history | first {len(parts[0])} runs: "
            "precision / recall / median lead / false per 1000 steps | "
            f"held-out {len(parts[1])} runs: the same |", "|---:|---:|---|---|"]
