@@ -42,8 +42,7 @@ Rules, each replayed on the runs' logged statistics (every step is logged): lnja
 (health.EarlyWarning: a layer's update RMS per unit of learning rate or attention/output
 logit ≥ 6× its 100-step median, after 100 steps; health.VanishingGradient: layer 0's
 gradient RMS below 1e-3 × the largest layer's for 3 steps), either of them (what
-train.health=warn prints),
-and the 6σ rule on the loss and gradient norm.
+train.health=warn prints), and the 6σ rule on the loss and gradient norm.
 Prints and writes (`--out`) a Markdown table per rule and results.json.
 """
 
