@@ -182,9 +182,8 @@ def replay_rules(records: list[dict], spike_settings=()) -> dict:
   by_setting = {setting: [] for setting in variants}
   for step in sorted(stats):
     values = {k: v for k, v in stats[step].items() if k.startswith("health/") and v is not None}
-    ratios = [g[0] / max(g.values()) for g in depth.layer_gradients(values).values()
-              if 0 in g and len(g) > 1 and max(g.values()) > 0]
-    if ratios:  # What VanishingGradient reads: layer 0's gradient RMS / the largest layer's.
+    ratios = [ratio for ratio, _ in depth.first_layer_ratios(values).values()]
+    if ratios:
       fired["first_layer_ratio"].append((step, min(ratios)))
     if spike(step, values, lr.get(step, 0.0)):
       fired["spike_warnings"].append(step)

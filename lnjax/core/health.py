@@ -202,15 +202,23 @@ class VanishingGradient:
         layers[layer] = max(layers.get(layer, 0.0), float(value))
     return stacks
 
+  @classmethod
+  def first_layer_ratios(cls, stats: dict[str, float]) -> dict[str, tuple[float, dict]]:
+    """{stack prefix: (layer 0's gradient RMS / the largest layer's, {layer: grad RMS})} of
+    the stacks with a layer 0 and another layer: what the rule compares with `ratio`."""
+    out = {}
+    for stack, layers in cls.layer_gradients(stats).items():
+      if len(layers) >= 2 and 0 in layers:
+        top = max(layers.values())
+        out[stack] = (layers[0] / top if top > 0 else 1.0, layers)
+    return out
+
   def __call__(self, step: int, stats: dict[str, float]) -> list[dict]:
     """This step's warnings: [{'step', 'name' (the first layer's grad_rms), 'value',
     'top' (the largest layer's), 'ratio', 'line'}]."""
     warnings = []
-    for stack, layers in sorted(self.layer_gradients(stats).items()):
-      if len(layers) < 2 or 0 not in layers:
-        continue
+    for stack, (ratio, layers) in sorted(self.first_layer_ratios(stats).items()):
       top = max(layers.values())
-      ratio = layers[0] / top if top > 0 else 1.0
       below = self._below[stack] = self._below.get(stack, 0) + 1 if ratio < self.ratio else 0
       if below == 0:
         self._alarmed.discard(stack)
