@@ -150,6 +150,35 @@ def test_every_cell_probes_as_long_at_its_peak_rate(tmp_path):
     assert {r.overrides["opt.warmup_steps"] for r in runs} == {warmup}
 
 
+def test_an_unfinished_search_reports_its_bounds_so_far_and_its_next_probe(tmp_path):
+  """The table of a search still running (--report_only, or a killed one): each cell's
+  highest stable and lowest unstable rate probed so far, the probe it runs next, and how
+  many cells are measured; the figure leaves unfinished cells out."""
+  from lnjax.sweep import stability, stability_report
+  s = stability.Search(f"{REPO}/configs/lm.py:smoke", {}, str(tmp_path), placements=["pre", "post"],
+                       depths=[2], warmups=[0, 50], seeds=1, range_steps=20, lr_min=1e-4,
+                       lr_max=1.0, tolerance=2.0, widen=10.0, stable=search.Stable(30, 2.0, 0.1))
+  s.state["range_tests"]["pre/2"] = {"lo": 1e-3, "hi": 1e-1, "note": "n", "run": "r",
+                                     "steps": 20}
+  # Pre-LN, no warm-up: bisection at √(1e-3 · 1e-1) = 0.01 held, at √(0.01 · 0.1) failed.
+  s.state["probes"]["pre/2/0"] = {
+      f"{lr:g}": {"stable": ok, "runs": ["a"], "seeds": ["why"], "steps": 30}
+      for lr, ok in ((0.01, True), (0.0316, False))}
+  rows = {(r["placement"], r["warmup"]): r for r in stability_report.rows(s)}
+  pre = rows["pre", 0]
+  assert pre["status"] == "unfinished" and pre["next_lr"] == 0.0178  # √(0.01 · 0.0316)
+  assert (pre["highest_stable_lr"], pre["lowest_unstable_lr"]) == (0.01, 0.0316)
+  assert rows["pre", 50]["next_lr"] == 0.01 and rows["pre", 50]["highest_stable_lr"] is None
+  assert rows["post", 0]["range_test_bracket"] is None
+  result = stability_report.write(s, command="python -m lnjax.cli.stability --report_only")
+  md = "\n".join(result["markdown"])
+  assert "| Pre-LN | 2 | 0 | ≥ 0.01 so far | 0.0316 |" in md
+  assert "unfinished: next probe 0.0178" in md and "unfinished: next probe 0.01 |" in md
+  assert md.count("unfinished: range test not yet run") == 2  # Post-LN's two cells.
+  assert "0 of 4 cells measured; 4 still searching" in md
+  assert os.path.getsize(result["paths"]["stability.png"]) > 0
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--placements="], "--placements is empty"),
     pytest.param(["--depths=0"], "--depths=0: the model cannot be built with Post-LN: "
@@ -164,6 +193,19 @@ def test_refusals_are_one_line_and_exit_2(tmp_path, flags, message):
   assert out.stderr.strip().splitlines() == [f"lnjax.cli.stability: error: {message}"] or (
       len(out.stderr.strip().splitlines()) == 1 and message in out.stderr), out.stderr
   assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.slow
+def test_report_only_writes_the_table_and_launches_nothing(tmp_path):
+  workdir = tmp_path / "search"
+  out = _stability(workdir, "--placements=pre,post", "--probe_steps=20", "--report_only",
+                   timeout=300)
+  assert out.returncode == 0, out.stderr
+  assert "0 of 2 cells measured; 2 still searching" in out.stdout
+  assert out.stdout.count("unfinished: range test not yet run") == 2
+  assert "-- round" not in out.stdout and not (workdir / "runs").exists()
+  for name in ("stability.md", "stability.json", "stability.png", "search.json"):
+    assert (workdir / name).stat().st_size > 0
 
 
 def _launches(run_dir) -> int:

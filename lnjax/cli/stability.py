@@ -45,6 +45,8 @@ _MARGIN = flags.DEFINE_float("margin_nats", 0.1, "Stable runs end at least this 
 _DIVERGENCE = flags.DEFINE_float("divergence_factor", 2.0, "train.divergence_factor of every "
                                  "run: a loss above this × ln V ends it as diverged.")
 _BACKEND = flags.DEFINE_enum("backend", "local", ["local", "slurm", "ray"], "As lnjax.sweep's.")
+_REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Write the table and figure from the "
+                                  "runs finished so far; launch nothing.")
 _PARALLEL = flags.DEFINE_integer("parallel", 1, "Runs at once (local: each on its own devices).")
 _DEVICES_PER_RUN = flags.DEFINE_integer("devices_per_run", None, "local, ray: devices per run.")
 _RAY_ADDRESS = flags.DEFINE_string("ray_address", None, "ray: the cluster's HEAD:PORT.")
@@ -108,7 +110,10 @@ def main(argv):
                          widen=_WIDEN.value, stable=stable)
     s.save()
     print(stable.describe(s.seeds), flush=True)
-    stability.run_search(s, launch)
+    if _REPORT_ONLY.value:
+      s.record()
+    else:
+      stability.run_search(s, launch)
   except errors.LnjaxError as e:
     cli.fail(str(e), e.exit_code, prog=PROG)
   from lnjax.sweep import stability_report  # matplotlib only at the end.

@@ -17,11 +17,14 @@ def rows(s) -> list[dict]:
     start, outcome = s.bracket(placement, depth), s.outcome(cell)
     probes = s.state["probes"].get("/".join(map(str, cell)), {})
     range_test = s.state["range_tests"].get(f"{placement}/{depth}", {})
+    lower, upper = (outcome.lower, outcome.upper) if outcome else (None, None)
+    if not (outcome and outcome.status):  # Still searching: the bounds measured so far.
+      lower, upper = _so_far(s.results(cell))
     out.append({
         "placement": placement, "label": _label(placement), "depth": depth, "warmup": warmup,
         "status": outcome.status if outcome and outcome.status else "unfinished",
-        "highest_stable_lr": outcome.lower if outcome else None,
-        "lowest_unstable_lr": outcome.upper if outcome else None,
+        "highest_stable_lr": lower, "lowest_unstable_lr": upper,
+        "next_lr": outcome.next_lr if outcome else None,
         "range_test_bracket": [start.lo, start.hi] if start else None,
         "range_test_note": start.note if start else None,
         "range_test_steps": range_test.get("steps"),
@@ -30,6 +33,15 @@ def rows(s) -> list[dict]:
         "probe_steps_trained": sum(p["steps"] for p in probes.values()),
         "events": list(outcome.events) if outcome else []})
   return out
+
+
+def _so_far(results: dict[float, bool]) -> tuple[float | None, float | None]:
+  """An unfinished cell's probes (rate -> stable): the highest stable rate, and the lowest
+  unstable rate above it."""
+  lower = max((lr for lr, ok in results.items() if ok), default=None)
+  upper = min((lr for lr, ok in results.items() if not ok and (lower is None or lr > lower)),
+              default=None)
+  return lower, upper
 
 
 def _label(placement: str) -> str:
@@ -45,7 +57,15 @@ def answer(row: dict) -> str:
     return f"≥ {_lr(row['highest_stable_lr'])}"
   if row["status"] == search.BELOW:
     return f"< {_lr(row['lowest_unstable_lr'])}"
+  if row["status"] == "unfinished":
+    return "—" if row["highest_stable_lr"] is None else f"≥ {_lr(row['highest_stable_lr'])} so far"
   return _lr(row["highest_stable_lr"])
+
+
+def _unfinished(row: dict) -> str:
+  if row["range_test_bracket"] is None:
+    return "unfinished: range test not yet run"
+  return f"unfinished: next probe {row['next_lr']:g}"
 
 
 def markdown(s, table: list[dict], command: str) -> list[str]:
@@ -60,7 +80,7 @@ def markdown(s, table: list[dict], command: str) -> list[str]:
            "|---|---:|---:|---:|---:|---|---:|---:|---:|---|"]
   for r in table:
     bracket = r["range_test_bracket"]
-    notes = "; ".join(r["events"] + ([r["status"]] if r["status"] == "unfinished" else []))
+    notes = "; ".join(r["events"] + ([_unfinished(r)] if r["status"] == "unfinished" else []))
     lines.append(
         f"| {r['label']} | {r['depth']} | {r['warmup']} | {answer(r)} | "
         f"{_lr(r['lowest_unstable_lr'])} | "
@@ -70,6 +90,10 @@ def markdown(s, table: list[dict], command: str) -> list[str]:
   probe_steps = sum(r["probe_steps_trained"] for r in table)
   lines += ["", f"Training steps: {range_steps} in {len(s.state['range_tests'])} range "
             f"test(s), {probe_steps} in probes, {range_steps + probe_steps} in all."]
+  searching = sum(r["status"] == "unfinished" for r in table)
+  if searching:
+    lines += ["", f"{len(table) - searching} of {len(table)} cells measured; {searching} "
+              "still searching (their bounds so far; the same command goes on)."]
   return lines
 
 
