@@ -157,23 +157,24 @@ def test_an_unfinished_search_reports_its_bounds_so_far_and_its_next_probe(tmp_p
   from lnjax.sweep import stability, stability_report
   s = stability.Search(f"{REPO}/configs/lm.py:smoke", {}, str(tmp_path), placements=["pre", "post"],
                        depths=[2], warmups=[0, 50], seeds=1, range_steps=20, lr_min=1e-4,
-                       lr_max=1.0, tolerance=2.0, widen=10.0, stable=search.Stable(30, 2.0, 0.1))
+                       lr_max=1.0, tolerance=1.4, widen=10.0, stable=search.Stable(30, 2.0, 0.1))
   s.state["range_tests"]["pre/2"] = {"lo": 1e-3, "hi": 1e-1, "note": "n", "run": "r",
                                      "steps": 20}
-  # Pre-LN, no warm-up: bisection at √(1e-3 · 1e-1) = 0.01 held, at √(0.01 · 0.1) failed.
+  # Pre-LN, no warm-up: the bisection's probes at √(1e-3 · 1e-1) = 0.01 and √(0.01 · 0.1)
+  # held, at √(0.0316 · 0.1) failed.
   s.state["probes"]["pre/2/0"] = {
       f"{lr:g}": {"stable": ok, "runs": ["a"], "seeds": ["why"], "steps": 30}
-      for lr, ok in ((0.01, True), (0.0316, False))}
+      for lr, ok in ((0.01, True), (0.0316, True), (0.0562, False))}
   rows = {(r["placement"], r["warmup"]): r for r in stability_report.rows(s)}
   pre = rows["pre", 0]
-  assert pre["status"] == "unfinished" and pre["next_lr"] == 0.0178  # √(0.01 · 0.0316)
-  assert (pre["highest_stable_lr"], pre["lowest_unstable_lr"]) == (0.01, 0.0316)
+  assert pre["status"] == "unfinished" and pre["next_lr"] == 0.0421  # √(0.0316 · 0.0562)
+  assert (pre["highest_stable_lr"], pre["lowest_unstable_lr"]) == (0.0316, 0.0562)
   assert rows["pre", 50]["next_lr"] == 0.01 and rows["pre", 50]["highest_stable_lr"] is None
   assert rows["post", 0]["range_test_bracket"] is None
   result = stability_report.write(s, command="python -m lnjax.cli.stability --report_only")
   md = "\n".join(result["markdown"])
-  assert "| Pre-LN | 2 | 0 | ≥ 0.01 so far | 0.0316 |" in md
-  assert "unfinished: next probe 0.0178" in md and "unfinished: next probe 0.01 |" in md
+  assert "| Pre-LN | 2 | 0 | ≥ 0.0316 so far | 0.0562 |" in md
+  assert "unfinished: next probe 0.0421" in md and "unfinished: next probe 0.01 |" in md
   assert md.count("unfinished: range test not yet run") == 2  # Post-LN's two cells.
   assert "0 of 4 cells measured; 4 still searching" in md
   assert os.path.getsize(result["paths"]["stability.png"]) > 0
