@@ -153,11 +153,12 @@ def test_every_cell_probes_as_long_at_its_peak_rate(tmp_path):
 def test_an_unfinished_search_reports_its_bounds_so_far_and_its_next_probe(tmp_path):
   """The table of a search still running (--report_only, or a killed one): each cell's
   highest stable and lowest unstable rate probed so far, the probe it runs next, and how
-  many cells are measured; the figure leaves unfinished cells out."""
+  many cells are measured; the figure is drawn all the same."""
   from lnjax.sweep import stability, stability_report
-  s = stability.Search(f"{REPO}/configs/lm.py:smoke", {}, str(tmp_path), placements=["pre", "post"],
-                       depths=[2], warmups=[0, 50], seeds=1, range_steps=20, lr_min=1e-4,
-                       lr_max=1.0, tolerance=1.4, widen=10.0, stable=search.Stable(30, 2.0, 0.1))
+  s = stability.Search(f"{REPO}/configs/lm.py:smoke", {}, str(tmp_path),
+                       placements=["pre", "post"], depths=[2], warmups=[0, 50], seeds=1,
+                       range_steps=20, lr_min=1e-4, lr_max=1.0, tolerance=1.4, widen=10.0,
+                       stable=search.Stable(30, 2.0, 0.1))
   s.state["range_tests"]["pre/2"] = {"lo": 1e-3, "hi": 1e-1, "note": "n", "run": "r",
                                      "steps": 20}
   # Pre-LN, no warm-up: the bisection's probes at √(1e-3 · 1e-1) = 0.01 and √(0.01 · 0.1)

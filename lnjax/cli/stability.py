@@ -4,6 +4,7 @@ of each (placement, depth, warm-up) cell, searched (lnjax/sweep/stability.py).
   python -m lnjax.cli.stability --config=configs/lm.py --workdir=/tmp/stab \
       --placements=post,pre --depths=4,8 --warmups=0,500 --seeds=3 --probe_steps=600 \
       [--parallel=2] [--backend=local|slurm|ray] [--config.data.batch_size=16]
+  ... the same flags --report_only   # the table so far, while it runs; launches nothing
 
 Exit codes: 0 the search ended (a cell without a stable rate is a result too, with one
 line on stderr); 1 a run failed (its error line; the same command retries it); 2 a

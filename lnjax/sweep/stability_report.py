@@ -58,7 +58,8 @@ def answer(row: dict) -> str:
   if row["status"] == search.BELOW:
     return f"< {_lr(row['lowest_unstable_lr'])}"
   if row["status"] == "unfinished":
-    return "—" if row["highest_stable_lr"] is None else f"≥ {_lr(row['highest_stable_lr'])} so far"
+    lower = row["highest_stable_lr"]
+    return "—" if lower is None else f"≥ {_lr(lower)} so far"
   return _lr(row["highest_stable_lr"])
 
 
