@@ -44,12 +44,16 @@ SETTINGS = {"glibc": {"LNJAX_MALLOPT": "0"}, "tuned": {"LNJAX_MALLOC_RELEASE": "
 PHASES = ("import", "state", "compile", "eval", "first step", "steady", "checkpoint")
 
 
-def status_mib() -> dict:
+def status_mib(pid="self") -> dict:
+  """{'VmRSS': MiB, 'VmHWM': MiB} of a process (this one by default); {} once it is gone."""
   out = {}
-  with open("/proc/self/status") as f:
-    for line in f:
-      if line.startswith(("VmRSS:", "VmHWM:")):
-        out[line[:5]] = int(line.split()[1]) / 1024
+  try:
+    with open(f"/proc/{pid}/status") as f:
+      for line in f:
+        if line.startswith(("VmRSS:", "VmHWM:")):
+          out[line[:5]] = int(line.split()[1]) / 1024
+  except (FileNotFoundError, ProcessLookupError):
+    pass
   return out
 
 

@@ -14,16 +14,7 @@ import sys
 import threading
 import time
 
-
-def status_mib(pid: int) -> tuple[int, int] | None:
-  """(VmRSS, VmHWM) of `pid` in MiB, or None once it is gone."""
-  try:
-    with open(f"/proc/{pid}/status") as f:
-      fields = dict(line.split(":", 1) for line in f if line.startswith(("VmRSS", "VmHWM")))
-  except (FileNotFoundError, ProcessLookupError):
-    return None
-  mib = lambda name: int(fields.get(name, "0 kB").split()[0]) // 1024
-  return mib("VmRSS"), mib("VmHWM")
+from memory import status_mib  # (benchmarks/memory.py: VmRSS and VmHWM of a process)
 
 
 def main():
@@ -47,14 +38,15 @@ def main():
   while proc.poll() is None:
     sample = status_mib(proc.pid)
     if sample:
-      peak = max(peak, sample[1])
+      peak = max(peak, sample["VmHWM"])
       now = time.monotonic() - t0
       if now - printed >= args.print_every:
-        print(f"{now:7.1f}  rss {sample[0]} MiB, peak so far {sample[1]} MiB", flush=True)
+        print(f"{now:7.1f}  rss {sample['VmRSS']:.0f} MiB, peak so far {sample['VmHWM']:.0f} MiB",
+              flush=True)
         printed = now
     time.sleep(args.every)
   reader.join()
-  print(f"exit {proc.returncode}; peak RSS {peak} MiB (sampled every {args.every:g} s)")
+  print(f"exit {proc.returncode}; peak RSS {peak:.0f} MiB (sampled every {args.every:g} s)")
   sys.exit(proc.returncode)
 
 

@@ -218,7 +218,6 @@ class VanishingGradient:
     'top' (the largest layer's), 'ratio', 'line'}]."""
     warnings = []
     for stack, (ratio, layers) in sorted(self.first_layer_ratios(stats).items()):
-      top = max(layers.values())
       below = self._below[stack] = self._below.get(stack, 0) + 1 if ratio < self.ratio else 0
       if below == 0:
         self._alarmed.discard(stack)
@@ -227,7 +226,7 @@ class VanishingGradient:
         last = max(layers, key=layers.get)
         warnings.append({
             "step": step, "name": f"{PREFIX}/{stack}layer_0/grad_rms", "value": layers[0],
-            "top": top, "ratio": ratio,
+            "top": layers[last], "ratio": ratio,
             "line": (f"warning: step {step}: {stack.replace('/', ' ')}layer 0 grad_rms "
                      f"{layers[0]:.2g} is {ratio:.1e}× layer {last}'s for {below} steps; the "
                      "lower layers have stopped learning (the loss may stall at the "
