@@ -181,6 +181,33 @@ def test_an_unfinished_search_reports_its_bounds_so_far_and_its_next_probe(tmp_p
   assert os.path.getsize(result["paths"]["stability.png"]) > 0
 
 
+def test_a_state_kept_apart_continues_in_a_new_workdir(tmp_path):
+  """--state: the search's state outlives its WORKDIR (a repository keeps it); a new WORKDIR
+  with no runs in it asks for the next probe, never one the state records, and keeps
+  every recorded result."""
+  from lnjax.sweep import stability
+
+  def make(workdir):
+    return stability.Search(f"{REPO}/configs/lm.py:smoke", {}, str(workdir),
+                            placements=["pre"], depths=[2], warmups=[0], seeds=2,
+                            range_steps=20, lr_min=1e-4, lr_max=1.0, tolerance=1.4,
+                            widen=10.0, stable=search.Stable(30, 2.0, 0.1),
+                            state_path=str(tmp_path / "kept" / "atlas.json"))
+  first = make(tmp_path / "machine_a")
+  first.state["range_tests"]["pre/2"] = {"lo": 1e-3, "hi": 1e-1, "note": "n", "run": "r",
+                                         "steps": 20}
+  first.state["probes"]["pre/2/0"] = {"0.01": {"stable": True, "runs": ["a"],
+                                               "seeds": ["why"], "steps": 60}}
+  first.save()
+  assert not (tmp_path / "machine_a" / stability.STATE).exists()
+  second = make(tmp_path / "machine_b")
+  second.record()  # No run folder: nothing to add, nothing lost.
+  assert second.state == first.state
+  (run_a, run_b) = second.next_runs()  # The range test is recorded: the next probe only.
+  assert {r.overrides["opt.learning_rate"] for r in (run_a, run_b)} == {0.0316}
+  assert run_a.name.startswith("norm=pre,layers=2,warmup=0,lr=0.0316,seed=")
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--placements="], "--placements is empty"),
     pytest.param(["--depths=0"], "--depths=0: the model cannot be built with Post-LN: "

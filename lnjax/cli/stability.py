@@ -5,6 +5,7 @@ of each (placement, depth, warm-up) cell, searched (lnjax/sweep/stability.py).
       --placements=post,pre --depths=4,8 --warmups=0,500 --seeds=3 --probe_steps=600 \
       [--parallel=2] [--backend=local|slurm|ray] [--config.data.batch_size=16]
   ... the same flags --report_only   # the table so far, while it runs; launches nothing
+  ... --state=experiments/atlas/x.json  # the state kept apart: a new workdir continues it
 
 Exit codes: 0 the search ended (a cell without a stable rate is a result too, with one
 line on stderr); 1 a run failed (its error line; the same command retries it); 2 a
@@ -27,6 +28,9 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file[:presets]
                                           "runs (an LM: configs/lm.py).", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Folder of the search: search.json, runs/, "
                                "the results.")
+_STATE = flags.DEFINE_string("state", None, "The search's state file (default "
+                             "WORKDIR/search.json): the brackets and the probes' results. "
+                             "Kept apart from WORKDIR, a new WORKDIR continues the search.")
 _PLACEMENTS = flags.DEFINE_list("placements", ["post", "pre"], "model.norm_position values.")
 _DEPTHS = flags.DEFINE_list("depths", None, "model.num_layers values (default: the config's).")
 _WARMUPS = flags.DEFINE_list("warmups", ["0"], "Linear warm-up lengths in steps.")
@@ -108,7 +112,7 @@ def main(argv):
                          depths=depths, warmups=warmups, seeds=_SEEDS.value,
                          range_steps=range_steps, lr_min=_LR_MIN.value, lr_max=_LR_MAX.value,
                          tolerance=_TOLERANCE.value,
-                         widen=_WIDEN.value, stable=stable)
+                         widen=_WIDEN.value, stable=stable, state_path=_STATE.value)
     s.save()
     print(stable.describe(s.seeds), flush=True)
     if _REPORT_ONLY.value:

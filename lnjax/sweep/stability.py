@@ -13,7 +13,10 @@ probe runs the cell's warm-up, then --probe_steps steps at its rate. Every
 run is an ordinary lnjax.main run in WORKDIR/runs/<name>, its name spelled from its
 settings, launched through the sweep back ends; WORKDIR/search.json holds the brackets and
 the probes' results, so the same command again continues a killed search and never runs
-a finished probe again. Results: WORKDIR/stability.md, stability.json, stability.png.
+a finished probe again. `--state=FILE` keeps that file elsewhere (in a repository, say):
+a search's state is all it needs to go on, so a new WORKDIR on another machine continues
+it from the probes recorded there. Results: WORKDIR/stability.md, stability.json,
+stability.png.
 
 Exit codes: 0 the search ended (a cell without a stable rate is a result too, with one
 line on stderr); 1 a run failed (its error line; the same command retries it); 2 a
@@ -33,11 +36,13 @@ STATE = "search.json"
 
 
 class Search:
-  """The cells of one search, their runs and its state file (WORKDIR/search.json)."""
+  """The cells of one search, their runs and its state file (WORKDIR/search.json, or
+  `state_path`)."""
 
   def __init__(self, config_arg: str, fixed: dict, workdir: str, *, placements, depths,
                warmups, seeds: int, range_steps: int, lr_min: float, lr_max: float,
-               tolerance: float, widen: float, stable: search.Stable):
+               tolerance: float, widen: float, stable: search.Stable,
+               state_path: str | None = None):
     self.config_arg, self.fixed, self.workdir = config_arg, dict(fixed), workdir
     self.placements, self.depths, self.warmups = placements, depths, warmups
     self.seeds, self.range_steps, self.stable = seeds, range_steps, stable
@@ -48,6 +53,7 @@ class Search:
                      "widen": widen, "margin_nats": stable.margin_nats,
                      "divergence_factor": stable.divergence_factor}
     self.root = os.path.join(workdir, "runs")
+    self.state_path = state_path or fileio.join(workdir, STATE)
     self.state = self._load()
 
   # ---- Cells and runs.
@@ -87,18 +93,19 @@ class Search:
   # ---- The state.
 
   def _load(self) -> dict:
-    state = launcher_lib.read_json(os.path.join(self.workdir, STATE))
+    state = launcher_lib.read_json(self.state_path)
     if state is None:
       return {"settings": self.settings, "range_tests": {}, "probes": {}}
     changed = [f"--{k}={state['settings'].get(k)}" for k in self.settings
                if state["settings"].get(k) != self.settings[k]]
     if changed:
-      raise errors.WorkdirError(f"{self.workdir} holds a search with {', '.join(changed)}: "
-                                "run it with those settings, or use another --workdir")
+      raise errors.WorkdirError(f"{self.state_path} holds a search with "
+                                f"{', '.join(changed)}: run it with those settings, or use "
+                                "another --workdir (--state)")
     return state
 
   def save(self) -> None:
-    fileio.write_text(fileio.join(self.workdir, STATE), json.dumps(self.state, indent=2) + "\n")
+    fileio.write_text(self.state_path, json.dumps(self.state, indent=2) + "\n")
 
   def bracket(self, placement: str, depth: int) -> search.Bracket | None:
     entry = self.state["range_tests"].get(_key(placement, depth))
@@ -123,7 +130,7 @@ class Search:
     return runs
 
   def record(self) -> None:
-    """Records every finished range test and probe that search.json lacks."""
+    """Records every finished range test and probe that the state lacks."""
     for p in self.placements:
       for d in self.depths:
         run = self.range_run(p, d)
