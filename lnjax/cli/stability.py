@@ -61,8 +61,9 @@ PROG = "lnjax.cli.stability"
 
 
 def launch(s: stability.Search, runs: list[sweep_lib.Run]) -> int:
-  """The runs through the chosen sweep back end; its exit code (0: all finished)."""
-  view = {"table_every_seconds": 600.0}
+  """The runs through the chosen sweep back end; its exit code (0: all finished). The state
+  records each probe as its last seed finishes, not at the end of the round."""
+  view = {"table_every_seconds": 600.0, "on_finished": lambda run: s.record()}
   if _BACKEND.value == "slurm":
     from lnjax.sweep import slurm
     return slurm.SlurmLauncher(s.config_arg, "stability", runs, s.root, s.fixed,

@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Callable
 
 from lnjax.core import errors, fileio, lock
 from lnjax.sweep import Run, flag_value
@@ -230,18 +231,20 @@ class _Active:
 class Launcher:
   """Runs `runs` of `config_arg` under `root`, `len(slots)` at a time.
 
-  `fixed` overrides go to every run but not into names (--config.train.num_steps=300).
+  `fixed` overrides go to every run but not into names (--config.train.num_steps=300);
+  `on_finished(run)` is called as each run finishes (completed or diverged).
   """
 
   def __init__(self, config_arg: str, sweep_arg: str | None, runs: list[Run], root: str,
                slots: list[Slot], fixed: dict | None = None, *, out=None,
                refresh_seconds: float = 2.0, table_every_seconds: float = 60.0,
-               grace_seconds: float = 600.0):
+               grace_seconds: float = 600.0,
+               on_finished: Callable[[Run], None] | None = None):
     self.config_arg, self.sweep_arg, self.runs, self.root = config_arg, sweep_arg, runs, root
     self.slots, self.fixed = slots, dict(fixed or {})
     self.out = out or sys.stdout
     self.refresh_seconds, self.table_every_seconds = refresh_seconds, table_every_seconds
-    self.grace_seconds = grace_seconds
+    self.grace_seconds, self.on_finished = grace_seconds, on_finished
     self.states = {r.name: PENDING for r in runs}
     self.active: dict[str, _Active] = {}
     self.view = ProgressView(self, self.out)
@@ -278,6 +281,8 @@ class Launcher:
     entry.update(state=state, **fields)
     text = json.dumps(self.manifest, indent=2) + "\n"
     fileio.write_text(fileio.join(self.root, MANIFEST), text)
+    if state in FINISHED and self.on_finished:
+      self.on_finished(run)
 
   # ---- The loop.
 
