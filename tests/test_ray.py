@@ -8,10 +8,13 @@ the run in one process on 8; the second node killed (kill -9, every process of i
 session: raylet, workers, the run) while a run trains there: Ray reschedules the run on
 the head, it resumes from its checkpoint and ends with the uninterrupted run's metrics;
 the whole cluster stopped mid-sweep: the launcher exits with one line and the relaunch on
-a new cluster resumes. A sweep into a bucket (tests/test_gcs.py's GCS emulator) on a
-cluster of its own, whose nodes have the emulator's client settings: its files and report
+a new cluster resumes. A sweep into a bucket (tests/test_gcs.py's GCS emulator) on the same
+cluster, whose nodes were started with the emulator's client settings: its files and report
 in the bucket, a relaunch starts none of its runs. Bad input: an address nobody answers, a
 run no node fits.
+
+One cluster serves the module (starting one takes seconds of both cores); the tests that
+kill its nodes come last.
 
 Loopback: Ray's CLI takes 127.0.0.1 for "this machine" and replaces it with the
 machine's routable address; RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 keeps the head (and the
@@ -176,7 +179,9 @@ def _two_node_cluster():
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(gcs):
+  """The module's cluster, started with the GCS emulator's client settings in its
+  environment (as a real cluster's nodes have their bucket credentials)."""
   yield from _two_node_cluster()
 
 
@@ -251,16 +256,8 @@ def test_two_runs_spread_over_both_nodes_and_a_relaunch_starts_none(cluster, ref
   assert all(r["attempts"] == 1 for r in _manifest(root)["runs"].values())
 
 
-@pytest.fixture(scope="module")
-def bucket_cluster(gcs):
-  """A second cluster, started with the emulator's client settings in its environment, as a
-  real cluster's nodes have their bucket credentials."""
-  yield from _two_node_cluster()
-
-
 @pytest.mark.slow
-def test_a_sweep_in_a_bucket_reports_there_and_a_relaunch_starts_none(
-    bucket_cluster, gcs, tmp_path):
+def test_a_sweep_in_a_bucket_reports_there_and_a_relaunch_starts_none(cluster, gcs, tmp_path):
   """--workdir=gs://...: every file of the sweep and its runs in the bucket (each run's
   log copied there from its node), the report written there, and the same command again
   starts no run."""
@@ -268,7 +265,7 @@ def test_a_sweep_in_a_bucket_reports_there_and_a_relaunch_starts_none(
   config, prefix = _config(str(tmp_path)), f"{test_gcs.BUCKET}/ray_sweep"
   fixed = {"train.num_steps": 20, "train.eval_every_steps": 20}
   short = [f"--config.{k}={v}" for k, v in fixed.items()]
-  code, out = _sweep(bucket_cluster, config, "two", f"gs://{prefix}", *short)
+  code, out = _sweep(cluster, config, "two", f"gs://{prefix}", *short)
   assert code == 0, out[-3000:]
   manifest = json.loads(fs.cat(f"{prefix}/sweep.json"))
   runs = manifest["runs"]
@@ -292,7 +289,7 @@ def test_a_sweep_in_a_bucket_reports_there_and_a_relaunch_starts_none(
 
   # The same command again: every run finished, none starts.
   task_files = {n: fs.cat(f"{prefix}/{n}/.ray_task.json") for n in runs}
-  code, again = _sweep(bucket_cluster, config, "two", f"gs://{prefix}", *short)
+  code, again = _sweep(cluster, config, "two", f"gs://{prefix}", *short)
   assert code == 0 and "2 already finished, 0 to run" in again and "start " not in again
   assert task_files == {n: fs.cat(f"{prefix}/{n}/.ray_task.json") for n in runs}
   assert all(r["attempts"] == 1 for r in json.loads(fs.cat(f"{prefix}/sweep.json"))[
@@ -307,18 +304,27 @@ def test_a_sweep_in_a_bucket_reports_there_and_a_relaunch_starts_none(
 @pytest.mark.slow
 def test_a_run_on_two_nodes_equals_the_run_in_one_process(cluster, reference):
   """--nodes_per_run=2: one process per node (a STRICT_SPREAD placement group), joined by
-  jax.distributed, against the same run in one process on 8 devices."""
+  jax.distributed, against the same run in one process on 8 devices (trained meanwhile,
+  beside the cluster: its start-up overlaps the sweep's)."""
   tmp = reference["tmp"]
   one = os.path.join(tmp, "mp_one")
   flags = [f"--config.{k}={v}" for k, v in MP.items()]
   env = {**os.environ, "JAX_PLATFORMS": "cpu"}  # 8 virtual devices (tests/conftest.py).
-  r = subprocess.run([sys.executable, "-m", "lnjax.main", f"--config={reference['config']}",
-                      f"--workdir={one}", *flags, "--config.mesh.fsdp=4"], cwd=REPO, env=env,
-                     capture_output=True, text=True, timeout=300)
-  assert r.returncode == 0, r.stderr[-3000:]
-  root = os.path.join(tmp, "mp")
-  code, out = _sweep(cluster, reference["config"], "one", root, "--nodes_per_run=2",
-                     *flags, "--config.mesh.fsdp=2", "--config.mesh.dcn_fsdp=2")
+  with open(os.path.join(tmp, "mp_one.log"), "w+") as log:
+    single = subprocess.Popen([sys.executable, "-m", "lnjax.main",
+                               f"--config={reference['config']}", f"--workdir={one}", *flags,
+                               "--config.mesh.fsdp=4"], cwd=REPO, env=env, stdout=log,
+                              stderr=subprocess.STDOUT)
+    try:
+      root = os.path.join(tmp, "mp")
+      code, out = _sweep(cluster, reference["config"], "one", root, "--nodes_per_run=2",
+                         *flags, "--config.mesh.fsdp=2", "--config.mesh.dcn_fsdp=2")
+      single.wait(timeout=300)
+    finally:
+      if single.poll() is None:
+        single.kill()
+    log.seek(0)
+    assert single.returncode == 0, log.read()[-3000:]
   assert code == 0, out[-3000:] + open(os.path.join(root, "norm=pre", "log.txt")).read()[-3000:]
   two = os.path.join(root, "norm=pre")
   # Both processes trained, process 1 on the other node; only process 0 wrote metrics.

@@ -43,7 +43,7 @@ def test_grid_refuses_bad_items(text, message):
 
 
 def _sweep(tmp_path, *args):
-  return subprocess.run([sys.executable, "-m", "lnjax.cli.sweep", "--config=lm:smoke",
+  return subprocess.run([sys.executable, "-m", "lnjax.cli.sweep",
                          f"--workdir={tmp_path / 'grid'}", *args], cwd=tmp_path,
                         capture_output=True, text=True, timeout=300,
                         env={**os.environ, "PYTHONPATH": REPO})
@@ -51,7 +51,11 @@ def _sweep(tmp_path, *args):
 
 @pytest.mark.slow
 def test_grid_on_the_command_line_without_sweep(tmp_path):
-  r = _sweep(tmp_path, "--grid", "model.norm_position=pre,post opt.learning_rate=1e-3,3e-3",
+  """--grid without --sweep: the runs and their commands (--dry_run, the smoke preset named
+  as lm:smoke from another folder); --grid with --sweep is refused, whatever the config (a
+  config file without JAX: the refusal comes before any run is built)."""
+  r = _sweep(tmp_path, "--config=lm:smoke", "--grid",
+             "model.norm_position=pre,post opt.learning_rate=1e-3,3e-3",
              "--config.train.num_steps=9", "--dry_run")
   assert r.returncode == 0, r.stderr[-2000:]
   names = [l for l in r.stdout.splitlines() if l and not l.startswith(" ")]
@@ -59,5 +63,12 @@ def test_grid_on_the_command_line_without_sweep(tmp_path):
                    "norm=post,lr=0.003"], r.stdout
   assert "--config.model.norm_position=post --config.opt.learning_rate=0.003" in r.stdout
   assert r.stdout.count("--config.train.num_steps=9") == 4
-  both = _sweep(tmp_path, "--grid=opt.learning_rate=1e-3", "--sweep=seeds", "--dry_run")
-  assert both.returncode == 2 and "not both" in both.stderr, both.stderr
+  plain = tmp_path / "plain_config.py"
+  plain.write_text("import ml_collections\n\n\ndef get_config(arg=None):\n"
+                   "  return ml_collections.ConfigDict({'opt': {'learning_rate': 1e-3}})\n")
+  both = _sweep(tmp_path, f"--config={plain}", "--grid=opt.learning_rate=1e-3",
+                "--sweep=seeds", "--dry_run")
+  assert both.returncode == 2, both.stderr
+  assert both.stderr.strip().splitlines() == [
+      "lnjax.cli.sweep: error: give --sweep=NAME (the config's get_sweep) or "
+      "--grid='KEY=V1,V2 ...', not both"], both.stderr
