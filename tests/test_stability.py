@@ -208,19 +208,30 @@ def test_a_state_kept_apart_continues_in_a_new_workdir(tmp_path):
   assert run_a.name.startswith("norm=pre,layers=2,warmup=0,lr=0.0316,seed=")
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--placements="], "--placements is empty"),
-    pytest.param(["--depths=0"], "--depths=0: the model cannot be built with Post-LN: "
-                 "model.num_layers=0", marks=pytest.mark.slow),
-    pytest.param(["--warmups=-5"], "--warmups=-5: a warm-up is a number of steps, >= 0",
-                 marks=pytest.mark.slow),
+@pytest.mark.parametrize("inputs, message", [
+    ({"placements": []}, "--placements is empty: name at least one, e.g. post,pre"),
+    ({"depths": [0]}, "--depths=0: the model cannot be built with Post-LN: "
+     "model.num_layers=0"),
+    ({"warmups": [-5]}, "--warmups=-5: a warm-up is a number of steps, >= 0"),
 ])
+def test_inputs_that_cannot_be_searched_are_refused_before_any_run(inputs, message):
+  """stability.check_inputs, what the command checks before it writes or starts anything:
+  no placement, a depth the model refuses (its own error), a negative warm-up."""
+  from lnjax.core import errors
+  from lnjax.sweep import stability
+  args = {"placements": ["post", "pre"], "depths": [2], "warmups": [0], **inputs}
+  with pytest.raises(errors.ConfigError) as refused:
+    stability.check_inputs(f"{REPO}/configs/lm.py:smoke", {}, **args)
+  assert str(refused.value).startswith(message)
+
+
 @pytest.mark.slow
-def test_refusals_are_one_line_and_exit_2(tmp_path, flags, message):
-  out = _stability(tmp_path / "s", *flags, timeout=300)
+def test_a_refusal_is_one_line_exit_2_and_writes_nothing(tmp_path):
+  """The command's refusal (--placements= is no placement): one line, exit 2, no WORKDIR."""
+  out = _stability(tmp_path / "s", "--placements=", timeout=300)
   assert out.returncode == 2, out.stderr
-  assert out.stderr.strip().splitlines() == [f"lnjax.cli.stability: error: {message}"] or (
-      len(out.stderr.strip().splitlines()) == 1 and message in out.stderr), out.stderr
+  assert out.stderr.strip().splitlines() == [
+      "lnjax.cli.stability: error: --placements is empty: name at least one, e.g. post,pre"]
   assert not (tmp_path / "s").exists()
 
 
@@ -243,10 +254,11 @@ def _launches(run_dir) -> int:
 
 
 @pytest.mark.slow
-def test_smoke_search_writes_its_results_and_a_killed_search_resumes(tmp_path):
+def test_smoke_search_writes_its_results_and_a_killed_search_resumes(tmp_path, monkeypatch):
   """One placement on the LM smoke preset, one seed, a tolerance wide enough that the range
   test's bracket is only checked at its ends (2 probes): killed once the range test is
-  recorded, relaunched to the end, then launched again (nothing left to run)."""
+  recorded, relaunched to the end, then continued again from what it recorded (the
+  command's stability.run_search, in this process): nothing left to run."""
   workdir = tmp_path / "search"
   flags = ["--placements=pre", "--seeds=1", "--probe_steps=20", "--tolerance=1000",
            "--margin_nats=-1"]
@@ -285,7 +297,16 @@ def test_smoke_search_writes_its_results_and_a_killed_search_resumes(tmp_path):
   launches = {p: _launches(workdir / "runs" / p) for p in probes}
   assert sum(launches.values()) <= len(probes) + 1, launches
 
-  again = _stability(workdir, *flags, timeout=600)
-  assert again.returncode == 0 and "-- round" not in again.stdout, again.stdout
+  from lnjax.sweep import stability
+  monkeypatch.chdir(REPO)  # The config as the command named it, relative to its folder.
+  settled = stability.Search(
+      "configs/lm.py:smoke", {}, str(workdir), placements=["pre"], depths=[2], warmups=[0],
+      seeds=1, range_steps=20, lr_min=1e-5, lr_max=1.0, tolerance=1000.0, widen=10.0,
+      stable=search.Stable(20, 2.0, -1.0))  # The command's settings (else WorkdirError).
+  assert settled.state == json.loads(state_path.read_text())
+
+  def launch(_, again):
+    raise AssertionError(f"a finished search launched {[r.name for r in again]}")
+  stability.run_search(settled, launch)
   assert sorted(os.listdir(workdir / "runs")) == runs
   assert {p: _launches(workdir / "runs" / p) for p in probes} == launches
