@@ -356,18 +356,18 @@ def _stop(proc):
 @pytest.mark.slow
 def test_killed_sweep_finishes_on_relaunch_without_redoing_finished_runs(tmp_path):
   """Three runs, two at a time: `seed=0` finishes, `norm=middle` fails (a value the run
-  refuses), `seed=1,steps=400` is running when the launcher gets SIGTERM. The next
+  refuses), `seed=1,steps=200` is running when the launcher gets SIGTERM. The next
   launch skips seed=0, resumes seed=1 from its checkpoint and retries (and records) the
   failing run."""
   config = _config_file(
       tmp_path, "[{'seed': 0}, {'model.norm_position': 'middle'}, "
-      "{'seed': 1, 'train.num_steps': 400}]",
-      # 400 steps: still running when seed=0 ends (it starts once norm=middle has failed,
+      "{'seed': 1, 'train.num_steps': 200}]",
+      # 200 steps: still running when seed=0 ends (it starts once norm=middle has failed,
       # at about the time seed=0 finishes; stopped after a few steps), and few to finish.
       "  c.train.log_every_steps = 1\n  c.train.checkpoint_every_steps = 100000\n"
       "  c.train.eval_every_steps = 100000\n")
   root = tmp_path / "sweep"
-  done, long = root / "seed=0", root / "seed=1,steps=400"
+  done, long = root / "seed=0", root / "seed=1,steps=200"
 
   proc = _launch(config, root)
   try:
@@ -383,12 +383,12 @@ def test_killed_sweep_finishes_on_relaunch_without_redoing_finished_runs(tmp_pat
     _stop(proc)
   assert proc.returncode == 128 + signal.SIGTERM, out
   manifest = json.load(open(root / "sweep.json"))["runs"]
-  assert [manifest[n]["state"] for n in ("seed=0", "norm=middle", "seed=1,steps=400")] == [
+  assert [manifest[n]["state"] for n in ("seed=0", "norm=middle", "seed=1,steps=200")] == [
       "completed", "failed", "interrupted"], out
   assert manifest["norm=middle"]["exit_code"] == 2
   assert "norm_position='middle' is not one of" in manifest["norm=middle"]["error"]
   stopped = json.load(open(long / "summary.json"))
-  assert stopped["status"] == "preempted" and 0 < stopped["step"] < 400
+  assert stopped["status"] == "preempted" and 0 < stopped["step"] < 200
   finished = os.stat(done / "summary.json").st_mtime_ns
 
   proc = _launch(config, root)
@@ -405,14 +405,14 @@ def test_killed_sweep_finishes_on_relaunch_without_redoing_finished_runs(tmp_pat
   assert f"from step {stopped['step']}" in log
   assert json.load(open(long / "summary.json"))["status"] == "completed"
   steps = [r["step"] for r in launcher.read_metrics(str(long)) if "train_loss" in r]
-  assert sorted(steps) == list(range(1, 401))  # Every step logged once, none lost.
+  assert sorted(steps) == list(range(1, 201))  # Every step logged once, none lost.
   manifest = json.load(open(root / "sweep.json"))["runs"]
   assert manifest["norm=middle"]["state"] == "failed" and manifest["norm=middle"]["attempts"] == 2
-  assert manifest["seed=1,steps=400"]["state"] == "completed"
+  assert manifest["seed=1,steps=200"]["state"] == "completed"
   table = out[out.rindex("-- 3 runs"):]
   assert "seed=0" in table and "completed" in table and "20/20" in table
   assert "norm=middle" in table and "failed" in table
-  assert re.search(r"seed=1,steps=400 +completed +400/400", table), table
+  assert re.search(r"seed=1,steps=200 +completed +200/200", table), table
 
   # --report on what the real runs wrote: states, results and plots.
   r = subprocess.run([sys.executable, "-m", "lnjax.cli.sweep", f"--config={config}", "--sweep=all",
@@ -422,8 +422,8 @@ def test_killed_sweep_finishes_on_relaunch_without_redoing_finished_runs(tmp_pat
   with open(root / "results.csv") as f:
     rows = {row["name"]: row for row in csv.DictReader(f)}
   assert {n: row["state"] for n, row in rows.items()} == {
-      "seed=0": "completed", "norm=middle": "failed", "seed=1,steps=400": "completed"}
-  for name in ("seed=0", "seed=1,steps=400"):
+      "seed=0": "completed", "norm=middle": "failed", "seed=1,steps=200": "completed"}
+  for name in ("seed=0", "seed=1,steps=200"):
     summary = json.load(open(root / name / "summary.json"))
     assert float(rows[name]["eval_loss"]) == pytest.approx(summary["eval_loss"])
     assert float(rows[name]["unigram_baseline"]) == pytest.approx(summary["unigram_baseline"])
@@ -431,7 +431,7 @@ def test_killed_sweep_finishes_on_relaunch_without_redoing_finished_runs(tmp_pat
   assert rows["norm=middle"]["exit_code"] == "2"
   assert "norm_position='middle' is not one of" in rows["norm=middle"]["error"]
   md = (root / "report.md").read_text()
-  assert "3 runs:" in md and "| seed=1,steps=400 | completed |" in md
+  assert "3 runs:" in md and "| seed=1,steps=200 | completed |" in md
   assert "report.md" in r.stdout
   for png in ("loss_curves.png", "stability_map.png"):
     assert (root / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -441,12 +441,14 @@ def test_killed_sweep_finishes_on_relaunch_without_redoing_finished_runs(tmp_pat
 def test_a_run_of_a_killed_launcher_is_never_started_twice(tmp_path):
   """The launcher is SIGKILLed while its run trains (the run, in its own session, goes
   on); a second launch finds the run's lock held, waits for it rather than starting it
-  again, and records it completed once it ends: one launch in its log, every step once."""
-  config = _config_file(tmp_path, "[{'seed': 3, 'train.num_steps': 600}]",
+  again, and records it completed once it ends: one launch in its log, every step once.
+  The run's 200 steps outlast the launcher's kill (the run is paused, SIGSTOP, from then
+  until the second launch has seen it)."""
+  config = _config_file(tmp_path, "[{'seed': 3, 'train.num_steps': 200}]",
                         "  c.train.log_every_steps = 1\n  c.train.eval_every_steps = 100000\n"
                         "  c.train.checkpoint_every_steps = 100000\n")
   root = tmp_path / "sweep"
-  run = root / "seed=3,steps=600"
+  run = root / "seed=3,steps=200"
   first = _launch(config, root, "--parallel=1", "--devices_per_run=1")
   second = None
   try:
@@ -458,7 +460,7 @@ def test_a_run_of_a_killed_launcher_is_never_started_twice(tmp_path):
     first.wait(timeout=60)
     holders = _holders(run)
     assert holders, "the run died with its launcher"
-    # The orphan is paused until the second launch has looked at it: 600 small steps can
+    # The orphan is paused until the second launch has looked at it: its steps could
     # otherwise end while the second launcher is still importing (seen once in CI).
     for pid in holders:
       os.kill(pid, signal.SIGSTOP)
@@ -484,10 +486,10 @@ def test_a_run_of_a_killed_launcher_is_never_started_twice(tmp_path):
   assert log.count("sweep launch") == 1, log
   assert re.search(r"sweep launch on cpu \d+:", log)  # One core: --devices_per_run=1.
   steps = [r["step"] for r in launcher.read_metrics(str(run)) if "train_loss" in r]
-  assert steps == list(range(1, 601))
+  assert steps == list(range(1, 201))
   manifest = json.load(open(root / "sweep.json"))["runs"]
-  assert manifest["seed=3,steps=600"]["state"] == "completed"
-  assert manifest["seed=3,steps=600"]["attempts"] == 1
+  assert manifest["seed=3,steps=200"]["state"] == "completed"
+  assert manifest["seed=3,steps=200"]["attempts"] == 1
 
 
 def _holders(workdir):
