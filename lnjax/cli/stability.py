@@ -114,7 +114,8 @@ def main(argv):
                          range_steps=range_steps, lr_min=_LR_MIN.value, lr_max=_LR_MAX.value,
                          tolerance=_TOLERANCE.value,
                          widen=_WIDEN.value, stable=stable, state_path=_STATE.value)
-    s.save()
+    if s.is_new or not _REPORT_ONLY.value:  # (--report_only never rewrites a search's state.)
+      s.save()
     print(stable.describe(s.seeds), flush=True)
     if _REPORT_ONLY.value:
       s.record()

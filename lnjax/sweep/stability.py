@@ -94,6 +94,7 @@ class Search:
 
   def _load(self) -> dict:
     state = launcher_lib.read_json(self.state_path)
+    self.is_new = state is None
     if state is None:
       return {"settings": self.settings, "range_tests": {}, "probes": {}}
     changed = [f"--{k}={state['settings'].get(k)}" for k in self.settings
@@ -130,7 +131,10 @@ class Search:
     return runs
 
   def record(self) -> None:
-    """Records every finished range test and probe that the state lacks."""
+    """Records every finished range test and probe that the state lacks; writes the state
+    only if that added something (a --report_only beside a running search never
+    overwrites what the search has just written)."""
+    before = json.dumps(self.state, sort_keys=True)
     for p in self.placements:
       for d in self.depths:
         run = self.range_run(p, d)
@@ -154,7 +158,8 @@ class Search:
             "stable": stable, "runs": [r.name for r in runs],
             "seeds": [why for _, why in judged],
             "steps": sum(self.summary(r).get("step") or 0 for r in runs)}
-    self.save()
+    if json.dumps(self.state, sort_keys=True) != before:
+      self.save()
 
 
 def _key(*parts) -> str:
