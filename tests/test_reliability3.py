@@ -138,12 +138,23 @@ def test_checkpoint_specs_take_ascii_digits_only(spec):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("module, flag", [("lnjax.cli.translate", "--checkpoint"),
-                                          ("lnjax.cli.export", "--checkpoint"),
-                                          ("lnjax.cli.analyze", "--step")])
-def test_a_superscript_checkpoint_is_one_line(tmp_path, module, flag):
+def test_a_superscript_checkpoint_is_one_line(tmp_path):
+  """lnjax.cli.analyze --step=²: one line. lnjax.cli.translate's and lnjax.cli.export's
+  --checkpoint=²: the same one-line LnjaxError (exit code 2) from the functions they run,
+  which those commands print as one line (their command lines:
+  test_translate_and_export_commands_refuse_the_workdir_in_one_line)."""
+  from lnjax.inference import translate
+
   wd = _run_workdir(tmp_path / "run")
-  _one_line_error(_cli(module, f"--workdir={wd}", f"{flag}=²"), "must be best, latest")
+  _one_line_error(_cli("lnjax.cli.analyze", f"--workdir={wd}", "--step=²"),
+                  "must be best, latest")
+  before = _files(wd)
+  for refused in (lambda: translate.translate_run(wd, [], "²"),
+                  lambda: export.export(wd, str(tmp_path / "export"), "²")):
+    with pytest.raises(errors.LnjaxError, match="--checkpoint='²' must be best, latest") as e:
+      refused()
+    assert e.value.exit_code == 2 and "\n" not in str(e.value), str(e.value)
+  assert _files(wd) == before and not os.path.exists(tmp_path / "export")
 
 
 def test_analyze_refuses_zero_batches_and_a_bad_rate(tmp_path):

@@ -166,9 +166,10 @@ def test_divergence_exits_with_code_3(tmp_path):
 
 @pytest.mark.slow
 def test_restore_onto_another_mesh(tmp_path):
-  """Trained on a data×model mesh of 8 devices; restored onto one device and onto 2×2×2."""
+  """Trained on a data×model mesh of 8 devices (2 steps: the checkpoint's layout, not the
+  training, is the point); restored onto one device and onto 2×2×2."""
   wd = str(tmp_path / "mesh")
-  c = smoke_config(**{"train.num_steps": 10})
+  c = smoke_config(**{"train.num_steps": 2})
   c.mesh.data, c.mesh.model = 4, 2
   train.train_and_evaluate(c, wd)
   one = checkpoint.restore_run(wd)
@@ -179,20 +180,23 @@ def test_restore_onto_another_mesh(tmp_path):
   assert wi.addressable_shards[0].data.shape == (32 // 2, 64 // 2)
   for x, y in zip(jax.tree.leaves(one.state), jax.tree.leaves(eight.state)):
     np.testing.assert_array_equal(x, y)
-  assert one.step == 10 and int(one.state.step) == 10
+  assert one.step == 2 and int(one.state.step) == 2
 
 
 @pytest.mark.slow
 def test_corrupt_latest_checkpoint_falls_back_to_the_previous(uninterrupted, tmp_path, capsys):
+  """The latest checkpoint (20) unreadable: it is moved aside, the run resumes from step 10
+  and trains steps 11..20 again, as the uninterrupted run did."""
   import shutil
   wd = str(tmp_path / "corrupt")
   shutil.copytree(uninterrupted, wd)  # Checkpoints at 10 and 20.
   _corrupt(os.path.join(wd, "checkpoints", "20"))
-  summary = train.train_and_evaluate(smoke_config(**UNINTERRUPTED, **{"train.num_steps": 30}),
-                                     wd)
+  summary = train.train_and_evaluate(smoke_config(**UNINTERRUPTED), wd)
   out = capsys.readouterr().out
   assert "checkpoint at step 20" in out and "Resuming" in out and "from step 10" in out
-  assert summary["status"] == "completed" and summary["step"] == 30
+  assert summary["status"] == "completed" and summary["step"] == 20
+  assert "step     11/20" in out  # Trained again from step 11, not taken as finished.
+  assert train_losses(wd) == train_losses(uninterrupted)
   assert os.path.isdir(os.path.join(wd, "corrupt_checkpoints", "20"))
 
 
@@ -221,12 +225,25 @@ def snapshot(path):
   return out
 
 
+def default_smoke_config(**overrides):
+  """configs/default.py:smoke on one device, as `--config=configs/default.py:smoke
+  --config.mesh.data=1` gives it, with `overrides` ({'train.num_steps': 30, ...})."""
+  from configs import default
+  c = default.get_config("smoke")
+  with c.unlocked():
+    c.mesh.data = 1
+    for key, value in overrides.items():
+      section, name = key.split(".")
+      c[section][name] = value
+  return c
+
+
 @pytest.fixture(scope="module")
 def finished_workdir(tmp_path_factory):
+  """A finished configs/default.py:smoke run (trained in this process; the command lines
+  below find it as their own)."""
   wd = str(tmp_path_factory.mktemp("cli") / "run")
-  r = run_cli("--config=configs/default.py:smoke", f"--workdir={wd}", "--config.mesh.data=1")
-  assert r.returncode == 0, r.stderr[-2000:]
-  assert "held-out loss" in r.stdout and "unigram baseline" in r.stdout
+  assert train.train_and_evaluate(default_smoke_config(), wd)["status"] == "completed"
   return wd
 
 
@@ -239,19 +256,27 @@ def _one_line_error(r, *needles):
     assert n in lines[0], lines[0]
 
 
-@pytest.mark.parametrize("args, needles", [
-    (["--config.model.norm_place=pre"], ["unknown config key model.norm_place"]),
-    (["--config.model.norm_position=middle"],
-     ["model.norm_position='middle' is not one of: post, pre"]),
-    (["--config.opt.warmup_steps=-5"], ["opt.warmup_steps=-5"]),
-    (["--config.opt.schedule=noam"], ["opt.schedule='noam'", "inverse_sqrt"]),
-])
 @pytest.mark.slow
-def test_cli_refuses_bad_config_before_compute(finished_workdir, args, needles):
+def test_cli_refuses_bad_config_before_compute(finished_workdir):
+  """A key no section has: one line from the command line's parsing, the workdir untouched.
+  A bad value of a known key: a one-line ConfigError (exit code 2) from
+  train.train_and_evaluate, the function the command line hands its config to (and whose
+  LnjaxErrors it reports in one line: the refusals below), before anything is written."""
   before = snapshot(finished_workdir)
-  r = run_cli("--config=configs/default.py:smoke", f"--workdir={finished_workdir}", *args)
-  _one_line_error(r, *needles)
+  r = run_cli("--config=configs/default.py:smoke", f"--workdir={finished_workdir}",
+              "--config.model.norm_place=pre")
+  _one_line_error(r, "unknown config key model.norm_place")
   assert snapshot(finished_workdir) == before
+  for key, value, needles in (
+      ("model.norm_position", "middle", ["model.norm_position='middle' is not one of: post, pre"]),
+      ("opt.warmup_steps", -5, ["opt.warmup_steps=-5"]),
+      ("opt.schedule", "noam", ["opt.schedule='noam'", "inverse_sqrt"])):
+    with pytest.raises(errors.ConfigError) as e:
+      train.train_and_evaluate(default_smoke_config(**{key: value}), finished_workdir)
+    assert e.value.exit_code == 2 and "\n" not in str(e.value), str(e.value)
+    for n in needles:
+      assert n in str(e.value), str(e.value)
+    assert snapshot(finished_workdir) == before
 
 
 @pytest.mark.slow
@@ -263,6 +288,9 @@ def test_cli_refuses_unknown_preset(tmp_path):
 
 @pytest.mark.slow
 def test_cli_missing_and_empty_corpus(tmp_path):
+  """A missing corpus: one line on the command line. An empty one: the same DataError
+  path, raised by train.train_and_evaluate in this process. Neither leaves a file."""
+  from lnjax.data import paths
   empty_dir = tmp_path / "nodata"
   empty_dir.mkdir()
   r = run_cli("--config=configs/default.py:smoke", f"--workdir={tmp_path}/a",
@@ -270,9 +298,10 @@ def test_cli_missing_and_empty_corpus(tmp_path):
   _one_line_error(r, str(empty_dir), "tiny_shakespeare")
   (empty_dir / "tiny_shakespeare").mkdir()
   (empty_dir / "tiny_shakespeare" / "input.txt").write_text("  \n")
-  r = run_cli("--config=configs/default.py:smoke", f"--workdir={tmp_path}/a",
-              f"--config.data.data_dir={empty_dir}", f"--config.data.cache_dir={tmp_path}/c")
-  _one_line_error(r, "empty")
+  with pytest.raises(paths.DataError, match="empty") as e:
+    train.train_and_evaluate(default_smoke_config(**{
+        "data.data_dir": str(empty_dir), "data.cache_dir": f"{tmp_path}/c"}), f"{tmp_path}/a")
+  assert e.value.exit_code == 2 and "\n" not in str(e.value), str(e.value)
   assert not os.path.exists(tmp_path / "a") or os.listdir(tmp_path / "a") == []
 
 
@@ -331,9 +360,9 @@ def test_cli_sigterm_saves_and_the_same_command_resumes(tmp_path):
   args = ["--config=configs/default.py:smoke", f"--workdir={wd}", "--config.mesh.data=1",
           "--config.train.num_steps=100000", "--config.train.log_every_steps=1",
           "--config.train.eval_every_steps=100000", "--config.train.checkpoint_every_steps=100000"]
-  sigterm_when("lnjax.main", args, lambda: len(train_losses(wd)) >= 5)
+  sigterm_when("lnjax.main", args, lambda: len(train_losses(wd)) >= 2)
   saved = json.load(open(os.path.join(wd, "summary.json")))
-  assert saved["status"] == "preempted" and saved["step"] >= 5
+  assert saved["status"] == "preempted" and saved["step"] >= 2
   assert os.listdir(os.path.join(wd, "checkpoints")) == [str(saved["step"])]
   r = run_cli(*args[:-4], f"--config.train.num_steps={saved['step'] + 3}",
               "--config.train.log_every_steps=1")
@@ -380,7 +409,8 @@ def test_resume_accepts_fields_added_since_at_their_defaults(tmp_path):
 @pytest.mark.slow
 def test_cli_compilation_cache_and_profile(tmp_path):
   """train.compilation_cache_dir: a second launch finds its programs compiled (its first
-  step is faster); train.profile_steps: a jax.profiler trace in the workdir."""
+  step is faster); train.profile_steps: a jax.profiler trace in the workdir. Each run's
+  summary on stdout gives its held-out loss against the unigram baseline."""
   cache = str(tmp_path / "cache")
   first_steps = []
   for name in ("a", "b"):
@@ -389,6 +419,7 @@ def test_cli_compilation_cache_and_profile(tmp_path):
                 "--config.train.num_steps=6", f"--config.train.compilation_cache_dir={cache}",
                 "--config.train.profile_steps=2,4")
     assert r.returncode == 0, r.stderr[-2000:]
+    assert "held-out loss" in r.stdout and "unigram baseline" in r.stdout
     first_steps.append(json.load(open(os.path.join(wd, "summary.json")))["first_step_seconds"])
     traces = [f for _, _, fs in os.walk(os.path.join(wd, "profile")) for f in fs]
     assert any(f.endswith(".xplane.pb") for f in traces), traces
