@@ -277,14 +277,21 @@ def test_statistics_under_sharding_equal_one_device():
     np.testing.assert_allclose(eight[k], one[k], rtol=2e-5, atol=1e-8, err_msg=k)
 
 
+# A rollback's checkpoints: every 20 steps. The other runs save once, at the end (saving
+# changes no value of the run).
+ROLLBACK = {"train.on_instability": "rollback", "train.rollback_steps": 20,
+            "train.rollback_skip_batches": 4, "train.checkpoint_every_steps": 20}
+
+
 def _run(tmp_path, name, **overrides):
   from lnjax.configs import common as config_lib
   from lnjax.core import metrics, train
   c = config_lib.lm_config()
   config_lib.apply_smoke(c)
   c.mesh.data = 1
-  base = {"train.num_steps": 160, "train.checkpoint_every_steps": 20, "train.keep_checkpoints": 10,
-          "train.eval_every_steps": 160, "train.log_every_steps": 20, "opt.learning_rate": 3e-3}
+  base = {"train.num_steps": 160, "train.checkpoint_every_steps": 160,
+          "train.keep_checkpoints": 10, "train.eval_every_steps": 160,
+          "train.log_every_steps": 20, "opt.learning_rate": 3e-3}
   c.update_from_flattened_dict({**base, **overrides})
   wd = str(tmp_path / name)
   summary = train.train_and_evaluate(c, wd)
@@ -309,9 +316,7 @@ def test_rollback_recovers_from_a_learning_rate_spike(tmp_path, clean_run):
   clean = clean_run
   fault = {"train.inject_fault": "lr_spike:110:3:300"}
   broken, _ = _run(tmp_path, "broken", **fault)
-  rescued, records = _run(tmp_path, "rescued", **fault, **{
-      "train.on_instability": "rollback", "train.rollback_steps": 20,
-      "train.rollback_skip_batches": 4})
+  rescued, records = _run(tmp_path, "rescued", **fault, **ROLLBACK)
   assert abs(rescued["eval_loss"] - clean["eval_loss"]) <= 0.01 * clean["eval_loss"], (
       rescued["eval_loss"], clean["eval_loss"])
   assert broken["status"] == "diverged" or (
@@ -351,9 +356,7 @@ def test_rollback_recovers_from_garbage_batches(tmp_path, clean_run):
   broken, _ = _run(tmp_path, "broken", **GARBAGE)
   assert broken["status"] == "diverged" or not _within_1_percent(broken, clean_run), (
       broken["eval_loss"], clean_run["eval_loss"])
-  rescued, records = _run(tmp_path, "rescued", **GARBAGE, **{
-      "train.on_instability": "rollback", "train.rollback_steps": 20,
-      "train.rollback_skip_batches": 4})
+  rescued, records = _run(tmp_path, "rescued", **GARBAGE, **ROLLBACK)
   assert _within_1_percent(rescued, clean_run), (rescued["eval_loss"], clean_run["eval_loss"])
   actions = rescued["instability_actions"]
   assert actions and all(a["rollback_to_step"] == 120 and "loss 6σ spike" in a["why"]

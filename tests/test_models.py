@@ -235,26 +235,34 @@ def test_causal_attention_skips_only_masked_blocks():
     np.testing.assert_allclose(a, b, atol=1e-5)
 
 
-@pytest.mark.slow  # The GPU kernels' stand-ins (the CPU trains on the plain kernel).
-@pytest.mark.parametrize("impl", ["xla", "reference"])
-def test_attention_impl_equals_the_plain_path(impl):
-  """model.attention_impl='xla' (jax.nn.dot_product_attention, the reference for cuDNN's
-  flash attention on a GPU) and 'reference' (the textbook formula, autodiff) give the plain
-  kernel's loss and gradients: causal self-attention of 64 positions (the plain kernel's
-  halves), padded sources, cross-attention."""
+@pytest.fixture(scope="module")
+def attention_case():
+  """The encoder-decoder, its inputs and parameters, and a jitted loss-and-gradients of a
+  given attention_impl; with the plain kernel's (computed once for both impls below)."""
   from lnjax.models import EncoderDecoder, ModelConfig as Cfg
   src = jax.random.randint(jax.random.key(0), (2, 64), 1, 50).at[1, 40:].set(0)  # padded
   tgt = jax.random.randint(jax.random.key(1), (2, 64), 1, 50)
   cfg = Cfg(**{**CFG.__dict__, "max_len": 64})
-  model = EncoderDecoder(cfg)
-  params = nn.unbox(model.init(jax.random.key(2), src, tgt)["params"])
+  params = nn.unbox(EncoderDecoder(cfg).init(jax.random.key(2), src, tgt)["params"])
 
   def loss(params, impl):
     m = EncoderDecoder(Cfg(**{**cfg.__dict__, "attention_impl": impl}))
     return jnp.mean(jax.nn.log_softmax(m.apply({"params": params}, src, tgt))[..., 7])
 
   grad = jax.jit(jax.value_and_grad(loss), static_argnums=1)
-  (plain, g_plain), (xla, g_xla) = (grad(params, i) for i in ("plain", impl))
+  return cfg, params, grad, grad(params, "plain")
+
+
+@pytest.mark.slow  # The GPU kernels' stand-ins (the CPU trains on the plain kernel).
+@pytest.mark.parametrize("impl", ["xla", "reference"])
+def test_attention_impl_equals_the_plain_path(impl, attention_case):
+  """model.attention_impl='xla' (jax.nn.dot_product_attention, the reference for cuDNN's
+  flash attention on a GPU) and 'reference' (the textbook formula, autodiff) give the plain
+  kernel's loss and gradients: causal self-attention of 64 positions (the plain kernel's
+  halves), padded sources, cross-attention."""
+  from lnjax.models import ModelConfig as Cfg
+  cfg, params, grad, (plain, g_plain) = attention_case
+  xla, g_xla = grad(params, impl)
   np.testing.assert_allclose(xla, plain, rtol=1e-6)
   for a, b in zip(jax.tree.leaves(g_xla), jax.tree.leaves(g_plain)):
     np.testing.assert_allclose(a, b, atol=1e-6)
