@@ -151,10 +151,10 @@ def test_job_array_requeues_its_stopped_runs_and_keeps_cancelled_ones(slurm_env,
       "  c = lm.get_config('smoke')\n  c.mesh.data = 1\n  c.train.num_steps = 4\n"
       "  c.train.log_every_steps = 1\n  c.train.eval_every_steps = 100000\n"
       "  c.train.checkpoint_every_steps = 100000\n  c.data.eval_batches = 1\n  return c\n\n"
-      "def get_sweep(arg=None):\n  return [{'seed': 0}, {'seed': 1, 'train.num_steps': 400},"
-      " {'seed': 2, 'train.num_steps': 300}]\n")
+      "def get_sweep(arg=None):\n  return [{'seed': 0}, {'seed': 1, 'train.num_steps': 200},"
+      " {'seed': 2, 'train.num_steps': 150}]\n")
   root = tmp_path / "sweep"
-  requeued, cancelled = root / "seed=1,steps=400", root / "seed=2,steps=300"
+  requeued, cancelled = root / "seed=1,steps=200", root / "seed=2,steps=150"
 
   proc = _sweep(slurm_env, config, root)
   try:
@@ -184,11 +184,11 @@ def test_job_array_requeues_its_stopped_runs_and_keeps_cancelled_ones(slurm_env,
   assert [f"(restart {i})" in log for i in range(3)] == [True] * 3, log
   assert log.count("=== time limit near: requeued") == 1
   first, second = _resumed_from(requeued)
-  assert 0 < first < second < 400, log
+  assert 0 < first < second < 200, log
   steps = [r["step"] for r in launcher.read_metrics(str(requeued)) if "train_loss" in r]
-  assert sorted(steps) == list(range(1, 401))  # Every step logged once, none lost.
+  assert sorted(steps) == list(range(1, 201))  # Every step logged once, none lost.
   stopped = json.load(open(cancelled / "summary.json"))  # scancel: no requeue.
-  assert stopped["status"] == "preempted" and 0 < stopped["step"] < 300, out
+  assert stopped["status"] == "preempted" and 0 < stopped["step"] < 150, out
   assert os.listdir(cancelled / "checkpoints") == [str(stopped["step"])]
 
   proc = _sweep(slurm_env, config, root)
@@ -205,5 +205,5 @@ def test_job_array_requeues_its_stopped_runs_and_keeps_cancelled_ones(slurm_env,
   log = open(cancelled / "log.txt").read()
   assert log.count("slurm job") == 2 and _resumed_from(cancelled) == [stopped["step"]], log
   steps = [r["step"] for r in launcher.read_metrics(str(cancelled)) if "train_loss" in r]
-  assert sorted(steps) == list(range(1, 301))
+  assert sorted(steps) == list(range(1, 151))
   assert len(os.listdir(root / "slurm")) == 2 + 4  # Two scripts, four array tasks' output.
