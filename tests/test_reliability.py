@@ -212,12 +212,16 @@ def test_3_flipped_bytes_fall_back_to_the_previous_checkpoint(reference, tmp_pat
 # ---- 4. Run files: atomic writes; an empty config.json or a cut metrics line.
 
 def test_4_empty_config_json_is_one_line_and_nothing_is_overwritten(reference, tmp_path):
+  """A one-line WorkdirError (exit code 2) from train.train_and_evaluate, the function
+  lnjax.main hands its config to and whose errors it reports in one line (test_1's
+  refusal on the command line); nothing in the workdir changed."""
   wd = str(tmp_path / "empty_config")
   shutil.copytree(reference, wd)
   open(os.path.join(wd, "config.json"), "w").close()
   before = snapshot(wd)
-  r = run_cli(*cli_args(wd))
-  _one_line_error(r, "config.json is empty")
+  with pytest.raises(errors.WorkdirError, match="config.json is empty") as e:
+    train.train_and_evaluate(smoke_config(**RESUMABLE), wd)
+  assert e.value.exit_code == 2 and "\n" not in str(e.value), str(e.value)
   assert snapshot(wd) == before
 
 
@@ -258,9 +262,12 @@ def test_5_missing_config_file(tmp_path):
 
 
 def test_5_analyze_step_that_is_not_a_number(reference):
-  r = subprocess.run([sys.executable, "-m", "lnjax.cli.analyze", f"--workdir={reference}",
-                      "--step=abc"], cwd=REPO, capture_output=True, text=True, timeout=240)
-  _one_line_error(r, "--step='abc'")
+  """report.analyze, what lnjax.cli.analyze runs and reports in one line (its command line:
+  test_reliability3.py's superscript step), refuses the step of a trained run at once."""
+  from lnjax.analysis import report
+  with pytest.raises(errors.LnjaxError, match="--step='abc'") as e:
+    report.analyze(reference, "abc")
+  assert e.value.exit_code == 2 and "\n" not in str(e.value), str(e.value)
 
 
 

@@ -63,61 +63,79 @@ def _sources_and_refs(wd):
   return t.data.sources(SPLIT), t.data.references(SPLIT)
 
 
+@pytest.fixture(scope="module")
+def predicted(mt_run):
+  """SPLIT decoded by `lnjax.main --mode=predict` with the run's own settings (checkpoint
+  best, beam 2): (its result JSON, its hypotheses)."""
+  r = cli("lnjax.main", "--mode=predict", f"--workdir={mt_run}", f"--split={SPLIT}")
+  hyp = r.stdout.rsplit("hypotheses in ", 1)[1].strip()
+  result = json.load(open(hyp[:-4] + ".json"))
+  assert result["beam_size"] == 2 and result["checkpoint"] == "best", result
+  return result, open(hyp).read().splitlines()
+
+
 # ---- Translate anything.
 
 @pytest.mark.slow
-def test_translate_on_stdin_and_on_a_file_reproduces_predict(mt_run, tmp_path):
-  cli("lnjax.main", "--mode=predict", f"--workdir={mt_run}", f"--split={SPLIT}")
-  [result_file] = glob.glob(os.path.join(mt_run, "predictions", f"{SPLIT}.step*.json"))
-  result = json.load(open(result_file))
-  predicted = open(result["hypotheses_file"]).read().splitlines()
-  assert len(predicted) == 100
+def test_translate_on_stdin_and_on_a_file_reproduces_predict(mt_run, predicted, tmp_path):
+  result, hypotheses = predicted
+  assert len(hypotheses) == 100
   sources, refs = _sources_and_refs(mt_run)
   src_file, ref_file = tmp_path / "src.de", tmp_path / "ref.en"
   src_file.write_text("\n".join(sources) + "\n")
   ref_file.write_text("\n".join(refs) + "\n")
 
-  piped = cli("lnjax.cli.translate", f"--workdir={mt_run}", stdin=src_file.read_text())
-  assert piped.stdout.splitlines() == predicted
+  # On stdin, with an empty line among them: an empty line out there, the others predict's.
+  piped = cli("lnjax.cli.translate", f"--workdir={mt_run}",
+              stdin="\n".join(sources[:50] + [""] + sources[50:]) + "\n")
+  assert piped.stdout.splitlines() == hypotheses[:50] + [""] + hypotheses[50:]
   from_file = cli("lnjax.cli.translate", f"--workdir={mt_run}", f"--input={src_file}",
                   f"--reference={ref_file}")
-  assert from_file.stdout.splitlines() == predicted
-  # The score on stderr, with sacreBLEU's signature, is predict's.
+  assert from_file.stdout.splitlines() == hypotheses
+  # The score on stderr, with sacreBLEU's signature, is predict's; the run's beam size.
   line = from_file.stderr.strip().splitlines()[-1]
   assert line.startswith(f"BLEU {result['bleu']:.2f} (nrefs:1|case:mixed|eff:no|tok:13a"), line
+  assert line.endswith("beam 2"), line
   # ... and sacreBLEU's own score of the printed translations against the references.
   score = sacrebleu.corpus_bleu(from_file.stdout.splitlines(), [refs]).score
   assert score == pytest.approx(result["bleu"], abs=1e-6)
-  # An empty line in, an empty line out, the others untouched.
-  gaps = cli("lnjax.cli.translate", f"--workdir={mt_run}",
-             stdin=f"{sources[0]}\n\n{sources[1]}\n").stdout.splitlines()
-  assert len(gaps) == 3 and gaps[1] == ""
 
 
 @pytest.mark.slow
-def test_a_beam_size_override_is_used_or_refused(mt_run):
-  # Nine command lines, independent of each other: run side by side.
+def test_a_beam_size_override_is_used_or_refused(mt_run, predicted):
+  """--beam_size (translate) and --config.decode.beam_size (--mode=predict, without
+  --config) decode with beam 1: the same hypotheses, not all the beam-2 ones. Bad
+  settings are refused in one line, exit 2: on lnjax.main's command line, and by
+  translate_run (what lnjax.cli.translate reports in one line, exit code and all)."""
+  from lnjax.core import errors
+  from lnjax.inference import translate
+
   refusals = (
-      (["lnjax.cli.translate", "--beam_size=0"], "decode.beam_size=0 must be an integer >= 1"),
-      (["lnjax.cli.translate", "--max_len=100000"], "--max_len=100000 must be in 1..256"),
-      (["lnjax.main", "--mode=predict", "--config.decode.beam_size=0"], "beam_size=0"),
-      (["lnjax.main", "--mode=predict", "--config.decode.bleu_split=x"], "training only"),
-      (["lnjax.main", "--mode=predict", "--config=configs/multi30k_de_en.py:smoke",
+      (["--mode=predict", "--config.decode.beam_size=0"], "beam_size=0"),
+      (["--mode=predict", "--config.decode.bleu_split=x"], "training only"),
+      (["--mode=predict", "--config=configs/multi30k_de_en.py:smoke",
         "--config.decode.beam_size=1"], "drop --config"),
-      (["lnjax.cli.translate", "--checkpoint=avg:9"], "keeps 2 checkpoint(s) (10, 20)"),
   )
   with concurrent.futures.ThreadPoolExecutor(4) as pool:
     used = [pool.submit(cli, *args) for args in (
-        ("lnjax.cli.translate", f"--workdir={mt_run}", f"--split={SPLIT}"),
         ("lnjax.cli.translate", f"--workdir={mt_run}", f"--split={SPLIT}", "--beam_size=1"),
         # --mode=predict uses --config.decode.beam_size (given without --config) ...
         ("lnjax.main", "--mode=predict", f"--workdir={mt_run}", f"--split={SPLIT}",
          "--config.decode.beam_size=1"))]
-    refused = [pool.submit(cli, args[0], f"--workdir={mt_run}", *args[1:], stdin="", code=2)
+    refused = [pool.submit(cli, "lnjax.main", f"--workdir={mt_run}", *args, stdin="", code=2)
                for args, _ in refusals]
-  beam2, beam1, r = (f.result() for f in used)
-  assert "beam 2" in beam2.stderr and "beam 1" in beam1.stderr
-  changed = sum(a != b for a, b in zip(beam1.stdout.splitlines(), beam2.stdout.splitlines()))
+    # lnjax.cli.translate's refusals are translate_run's errors (cli.fail(str(e), e.exit_code)).
+    for kwargs, message in (
+        ({"overrides": {"beam_size": 0}}, "decode.beam_size=0 must be an integer >= 1"),
+        ({"max_len": 100000}, "--max_len=100000 must be in 1..256"),
+        ({"checkpoint": "avg:9"}, "keeps 2 checkpoint(s) (10, 20)")):
+      with pytest.raises(errors.LnjaxError) as e:
+        translate.translate_run(mt_run, [""], **kwargs)
+      assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
+      assert e.value.exit_code == 2
+  beam1, r = (f.result() for f in used)
+  assert "beam 1" in beam1.stderr
+  changed = sum(a != b for a, b in zip(beam1.stdout.splitlines(), predicted[1]))
   assert changed > 0
   assert "beam 1" in r.stdout
   hyp = r.stdout.rsplit("hypotheses in ", 1)[1].strip()
