@@ -105,14 +105,14 @@ def test_translate_on_stdin_and_on_a_file_reproduces_predict(mt_run, predicted, 
 def test_a_beam_size_override_is_used_or_refused(mt_run, predicted):
   """--beam_size (translate) and --config.decode.beam_size (--mode=predict, without
   --config) decode with beam 1: the same hypotheses, not all the beam-2 ones. Bad
-  settings are refused in one line, exit 2: on lnjax.main's command line, and by
-  translate_run (what lnjax.cli.translate reports in one line, exit code and all)."""
+  settings are refused in one line, exit 2: on lnjax.main's command line (--config with
+  --mode=predict), and by predict.predict and translate_run, the functions lnjax.main
+  --mode=predict and lnjax.cli.translate hand the decode settings to (and whose errors
+  they print as one line, exit code and all)."""
   from lnjax.core import errors
-  from lnjax.inference import translate
+  from lnjax.inference import predict, translate
 
   refusals = (
-      (["--mode=predict", "--config.decode.beam_size=0"], "beam_size=0"),
-      (["--mode=predict", "--config.decode.bleu_split=x"], "training only"),
       (["--mode=predict", "--config=configs/multi30k_de_en.py:smoke",
         "--config.decode.beam_size=1"], "drop --config"),
   )
@@ -124,13 +124,19 @@ def test_a_beam_size_override_is_used_or_refused(mt_run, predicted):
          "--config.decode.beam_size=1"))]
     refused = [pool.submit(cli, "lnjax.main", f"--workdir={mt_run}", *args, stdin="", code=2)
                for args, _ in refusals]
-    # lnjax.cli.translate's refusals are translate_run's errors (cli.fail(str(e), e.exit_code)).
-    for kwargs, message in (
-        ({"overrides": {"beam_size": 0}}, "decode.beam_size=0 must be an integer >= 1"),
-        ({"max_len": 100000}, "--max_len=100000 must be in 1..256"),
-        ({"checkpoint": "avg:9"}, "keeps 2 checkpoint(s) (10, 20)")):
+    # Their refusals are these functions' errors (cli.fail(str(e), e.exit_code)).
+    for call, message in (
+        (lambda: predict.predict(mt_run, SPLIT, overrides={"beam_size": 0}), "beam_size=0"),
+        (lambda: predict.predict(mt_run, SPLIT, overrides={"bleu_split": "x"}),
+         "training only"),
+        (lambda: translate.translate_run(mt_run, [""], overrides={"beam_size": 0}),
+         "decode.beam_size=0 must be an integer >= 1"),
+        (lambda: translate.translate_run(mt_run, [""], max_len=100000),
+         "--max_len=100000 must be in 1..256"),
+        (lambda: translate.translate_run(mt_run, [""], "avg:9"),
+         "keeps 2 checkpoint(s) (10, 20)")):
       with pytest.raises(errors.LnjaxError) as e:
-        translate.translate_run(mt_run, [""], **kwargs)
+        call()
       assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
       assert e.value.exit_code == 2
   beam1, r = (f.result() for f in used)
