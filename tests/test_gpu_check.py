@@ -8,6 +8,7 @@ cuDNN's flash attention against XLA's (a GPU only).
 """
 
 import dataclasses
+import functools
 import importlib.util
 import os
 import re
@@ -51,12 +52,18 @@ def _lm_losses(cfg: ModelConfig, mesh) -> np.ndarray:
   return np.array(losses)
 
 
+@functools.cache  # The bf16 one-device run is the reference of both tests below.
+def _one_device_losses(dtype: str) -> np.ndarray:
+  one = sharding.make_mesh(sharding.MeshConfig(data=1), jax.devices()[:1])
+  losses = _lm_losses(dataclasses.replace(CFG, dtype=dtype), one)
+  losses.setflags(write=False)
+  return losses
+
+
 @pytest.mark.slow
 def test_bf16_steps_track_float32():
   """bf16 compute (float32 parameters and optimizer) follows the float32 run's losses."""
-  one = sharding.make_mesh(sharding.MeshConfig(data=1), jax.devices()[:1])
-  f32 = _lm_losses(CFG, one)
-  bf16 = _lm_losses(dataclasses.replace(CFG, dtype="bfloat16"), one)
+  f32, bf16 = _one_device_losses("float32"), _one_device_losses("bfloat16")
   assert np.isfinite(bf16).all() and f32[-1] < f32[0]
   np.testing.assert_allclose(bf16, f32, rtol=2e-2)
   assert not np.array_equal(bf16, f32)  # The compute really is bf16.
@@ -68,9 +75,9 @@ def test_sharded_bf16_steps_equal_one_device():
   n = jax.device_count()
   if n < 2 or n % 2:
     pytest.skip(f"{n} device(s): sharding needs an even count of 2 or more")
-  cfg = dataclasses.replace(CFG, dtype="bfloat16")
-  one = _lm_losses(cfg, sharding.make_mesh(sharding.MeshConfig(data=1), jax.devices()[:1]))
-  many = _lm_losses(cfg, sharding.make_mesh(sharding.MeshConfig(data=2, fsdp=n // 2)))
+  one = _one_device_losses("bfloat16")
+  many = _lm_losses(dataclasses.replace(CFG, dtype="bfloat16"),
+                    sharding.make_mesh(sharding.MeshConfig(data=2, fsdp=n // 2)))
   np.testing.assert_allclose(many, one, rtol=1e-2)
 
 
