@@ -25,7 +25,6 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Callable
 
 from lnjax.core import errors, fileio, lock
 from lnjax.sweep import Run, flag_value
@@ -238,8 +237,7 @@ class Launcher:
   def __init__(self, config_arg: str, sweep_arg: str | None, runs: list[Run], root: str,
                slots: list[Slot], fixed: dict | None = None, *, out=None,
                refresh_seconds: float = 2.0, table_every_seconds: float = 60.0,
-               grace_seconds: float = 600.0,
-               on_finished: Callable[[Run], None] | None = None):
+               grace_seconds: float = 600.0, on_finished=None):
     self.config_arg, self.sweep_arg, self.runs, self.root = config_arg, sweep_arg, runs, root
     self.slots, self.fixed = slots, dict(fixed or {})
     self.out = out or sys.stdout
@@ -279,8 +277,7 @@ class Launcher:
     self.states[run.name] = state
     entry = self.manifest["runs"][run.name]
     entry.update(state=state, **fields)
-    text = json.dumps(self.manifest, indent=2) + "\n"
-    fileio.write_text(fileio.join(self.root, MANIFEST), text)
+    fileio.write_text(fileio.join(self.root, MANIFEST), json.dumps(self.manifest, indent=2) + "\n")
     if state in FINISHED and self.on_finished:
       self.on_finished(run)
 
