@@ -181,6 +181,35 @@ def test_an_unfinished_search_reports_its_bounds_so_far_and_its_next_probe(tmp_p
   assert os.path.getsize(result["paths"]["stability.png"]) > 0
 
 
+def test_a_probe_is_recorded_as_its_last_seed_finishes(tmp_path):
+  """The launchers call on_finished as each run finishes; the search records a probe then,
+  so a search stopped mid-round keeps in its state every probe whose seeds all finished."""
+  import io
+  from lnjax.sweep import launcher as launcher_lib, stability
+  s = stability.Search(f"{REPO}/configs/lm.py:smoke", {}, str(tmp_path / "w"),
+                       placements=["pre"], depths=[2], warmups=[0], seeds=2, range_steps=20,
+                       lr_min=1e-4, lr_max=1.0, tolerance=1.4, widen=10.0,
+                       stable=search.Stable(30, 2.0, 0.1),
+                       state_path=str(tmp_path / "kept.json"))
+  s.state["range_tests"]["pre/2"] = {"lo": 1e-3, "hi": 1e-1, "note": "n", "run": "r",
+                                     "steps": 20}
+  s.save()
+  runs = s.next_runs()
+  for run, loss in zip(runs, (2.9, 3.0)):  # Both seeds finished, 0.49 and 0.39 below 3.39.
+    os.makedirs(os.path.join(s.root, run.name))
+    with open(os.path.join(s.root, run.name, "summary.json"), "w") as f:
+      json.dump({"status": "completed", "step": 30, "num_steps": 30, "eval_loss": loss,
+                 "unigram_baseline": 3.39}, f)
+  seen = []
+  code = launcher_lib.Launcher(s.config_arg, "stability", runs, s.root,
+                               launcher_lib.make_slots("auto", 1, None), out=io.StringIO(),
+                               on_finished=lambda run: (seen.append(run.name), s.record())).run()
+  assert code == 0 and seen == [r.name for r in runs]
+  kept = json.loads((tmp_path / "kept.json").read_text())
+  assert kept["probes"]["pre/2/0"]["0.01"]["stable"] is True  # On disk, no round's end needed.
+  assert kept["probes"]["pre/2/0"]["0.01"]["runs"] == [r.name for r in runs]
+
+
 def test_a_state_kept_apart_continues_in_a_new_workdir(tmp_path):
   """--state: the search's state outlives its WORKDIR (a repository keeps it); a new WORKDIR
   with no runs in it asks for the next probe, never one the state records, and keeps
