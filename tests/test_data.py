@@ -179,8 +179,8 @@ def test_unknown_tokenizer_kind():
 def test_sentencepiece_deterministic(shakespeare, tmp_path):
   """Two trainings on the same text give the same model and ids; the ids decode to the exact
   text; a cached model is reused. (Trained on the train split's first 200,000 characters,
-  which hold every character of the 20,000 validation characters encoded: a fifth of the
-  trainer's time on the whole split.)"""
+  which hold every character of the 20,000 validation characters encoded: 0.7 s of trainer
+  CPU time against 2.8 s on the whole split.)"""
   train = "".join(builders.load_split_texts(shakespeare, "train"))[:200_000]
   valid = "".join(builders.load_split_texts(shakespeare, "validation"))[:20000]
   assert set(valid) <= set(train)
