@@ -34,8 +34,7 @@ PENDING, RUNNING, COMPLETED, DIVERGED, FAILED, INTERRUPTED, ELSEWHERE = (
     "pending", "running", "completed", "diverged", "failed", "interrupted", "elsewhere")
 FINISHED = (COMPLETED, DIVERGED)
 EXIT_DIVERGED, EXIT_PREEMPTED = 3, 143  # lnjax.main's exit codes.
-MANIFEST = "sweep.json"
-LOG = "log.txt"
+MANIFEST, LOG = "sweep.json", "log.txt"
 
 
 # ---------------------------------------------------------------------------------------
@@ -129,12 +128,13 @@ def make_slots(platform: str, parallel: int, devices_per_run: int | None) -> lis
 
 
 def run_to_the_end(config: str, sweep_arg: str, runs: list[Run], root: str, fixed: dict, *,
-                   parallel: int, devices_per_run: int | None, platform: str = "auto") -> int:
+                   parallel: int, devices_per_run: int | None, platform: str = "auto",
+                   on_finished=None) -> int:
   """Launches `runs` (skipping finished ones) on this machine's device slots and waits for
   them; the experiments' entry to the launcher. Exits with the launcher's code when a signal
   stopped it (the runs saved; the same command resumes), else returns it."""
   slots = make_slots(platform, parallel, devices_per_run)
-  code = Launcher(config, sweep_arg, runs, root, slots, fixed).run()
+  code = Launcher(config, sweep_arg, runs, root, slots, fixed, on_finished=on_finished).run()
   if code >= 128:
     sys.exit(code)
   return code
