@@ -20,6 +20,7 @@ import textwrap
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from lnjax.data import DataError, paths
 from lnjax.data import mt_builders
@@ -343,6 +344,27 @@ def test_ladder_and_plan():
   assert plan.counts.tolist() == [64, 36, 32, 32, 9]
   assert plan.lens.tolist() == [8, 8, 16, 16, 32]
   assert plan.rows.tolist() == [64, 64, 32, 32, 16]
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 5000), per_octave=st.sampled_from([1, 2, 4, 8]))
+def test_the_ladder_at_every_resolution(n, per_octave):
+  """data.buckets_per_octave: the smallest length >= n on a ladder of `per_octave` equal
+  steps an octave, from 8; so padding stays below one step: < n / per_octave."""
+  padded = ladder_len(n, per_octave)
+  assert padded >= max(n, 8)
+  if n > 8:
+    octave = 1 << (n.bit_length() - 1)  # The octave [octave, 2 · octave) holding n.
+    assert padded % (octave // per_octave) == 0 and padded - n < octave // per_octave
+  assert ladder_len(padded, per_octave) == padded  # A ladder length is its own bucket.
+
+
+def test_the_octave_ladder_and_its_refusals():
+  assert [ladder_len(n, 1) for n in (1, 9, 16, 17, 33, 65)] == [8, 16, 16, 32, 64, 128]
+  assert [ladder_len(n, 2) for n in (9, 13, 17, 25)] == [12, 16, 24, 32]
+  assert bucket_len(40, 48, 1) == 48 and bucket_len(49, 48, 1) == 64  # Capped; eval goes on.
+  with pytest.raises(ConfigError, match=r"data.buckets_per_octave=3 is not one of: 1, 2, 4, 8"):
+    MTDataConfig(buckets_per_octave=3)
 
 
 # ---------------------------------------------------------------------------

@@ -103,6 +103,7 @@ def apply_translation_smoke(c: ml_collections.ConfigDict) -> None:
   c.data.vocab_size = 500
   c.data.max_tokens = 1024
   c.data.max_len = 64
+  c.data.buckets_per_octave = 1  # 8, 16, 32, 64: 3-4 shapes to compile, not 10.
   c.decode.beam_size = 2
   c.decode.max_extra_len = 10
   c.train.num_steps = 20

@@ -4,7 +4,9 @@ Length bucketing. A pair's length is max(len(source), len(target)) in
 subword tokens with EOS. Lengths are rounded up to a bucket length from a
 quarter-octave ladder (8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80,
 ..., i.e. multiples of 2 below 16, of 4 below 32, of 8 below 64...), capped
-at ``max_len`` for training, and both sides are padded to it. A batch of
+at ``max_len`` for training, and both sides are padded to it. Fewer steps an
+octave (``data.buckets_per_octave``: 2, or 1 for 8, 16, 32, 64, ...) mean
+fewer shapes to compile and more padding: the smoke presets' choice. A batch of
 bucket length L has ``rows(L) = floor(max_tokens / L)`` rounded down to a
 multiple of ``batch_multiple`` (the number of data shards), so
 ``rows x L <= max_tokens`` on each side and jit compiles one shape per bucket
@@ -40,6 +42,9 @@ from lnjax.data.tokenizers import _atomic_write_bytes
 
 # Shortest bucket length: shorter pairs are padded to it.
 MIN_BUCKET_LEN = 8
+# Bucket lengths an octave, the ladder's resolution (the default: a quarter-octave ladder).
+PER_OCTAVE = 4
+PER_OCTAVE_CHOICES = (1, 2, 4, 8)  # (Divisors of MIN_BUCKET_LEN: every length an integer.)
 
 
 # ---------------------------------------------------------------------------
@@ -47,28 +52,30 @@ MIN_BUCKET_LEN = 8
 # ---------------------------------------------------------------------------
 
 
-def ladder_len(n: int) -> int:
-  """Smallest bucket length >= n on the quarter-octave ladder: 8, 10, 12, 14,
-  16, 20, 24, 28, 32, 40, ... (steps of octave/4, so padding is <= ~25% and
-  ~12% on average at any length)."""
+def ladder_len(n: int, per_octave: int = PER_OCTAVE) -> int:
+  """Smallest bucket length >= n on the ladder of `per_octave` steps an octave;
+  the quarter-octave ladder (4): 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, ...
+  (steps of octave/4, so padding is <= ~25% and ~12% on average at any length);
+  1: 8, 16, 32, 64, ... (padding <= ~50%)."""
   if n <= MIN_BUCKET_LEN:
     return MIN_BUCKET_LEN
-  step = (1 << (int(n).bit_length() - 1)) // 4  # octave start / 4
+  step = (1 << (int(n).bit_length() - 1)) // per_octave  # octave start / per_octave
   return -(-n // step) * step
 
 
-def bucket_len(n: int, max_len: int) -> int:
+def bucket_len(n: int, max_len: int, per_octave: int = PER_OCTAVE) -> int:
   """Padded length of a pair of length n: the ladder, capped at max_len for
   pairs that fit in it (so training never pads beyond max_len); longer
   (eval-only) pairs continue on the ladder."""
-  return min(ladder_len(n), max_len) if n <= max_len else ladder_len(n)
+  padded = ladder_len(n, per_octave)
+  return min(padded, max_len) if n <= max_len else padded
 
 
-def bucket_lens(len_N: np.ndarray, max_len: int) -> np.ndarray:
+def bucket_lens(len_N: np.ndarray, max_len: int, per_octave: int = PER_OCTAVE) -> np.ndarray:
   """`bucket_len` of every entry of ``len_N`` (one table lookup)."""
   table = np.array(
-      [bucket_len(n, max_len) for n in range(int(len_N.max(initial=0)) + 1)], np.int64
-  )
+      [bucket_len(n, max_len, per_octave) for n in range(int(len_N.max(initial=0)) + 1)],
+      np.int64)
   return table[len_N]
 
 

@@ -78,6 +78,7 @@ class MTDataConfig:
   spm_path: str | None = None  # use this SentencePiece model instead of training
   max_tokens: int = 4096  # padded tokens per global batch and side (fairseq --max-tokens)
   max_len: int = 256  # drop training pairs longer (either side, tokens incl. EOS)
+  buckets_per_octave: int = batching.PER_OCTAVE  # length buckets an octave: 1, 2, 4 or 8
   eval_splits: tuple[str, ...] = ("validation",)  # Held-out loss on the first; BLEU (decode.bleu_split).
   test_split: str = "test_2016_flickr"  # What `--mode=predict` decodes by default.
   lowercase: bool = False  # lowercase all text (iwslt14's text already is)
@@ -97,6 +98,8 @@ class MTDataConfig:
     errors.check_path("data.spm_path", self.spm_path)
     errors.check_int("data.max_tokens", self.max_tokens, batching.MIN_BUCKET_LEN)
     errors.check_int("data.max_len", self.max_len, 2)
+    errors.check_choice("data.buckets_per_octave", self.buckets_per_octave,
+                        batching.PER_OCTAVE_CHOICES)
     # tfds:/hf: splits are checked on opening the data set.
     splits = None if sources.is_external(self.name) else mt_builders.MT_SPLITS[self.name]
     names = ", ".join(splits or ())

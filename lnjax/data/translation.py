@@ -232,7 +232,7 @@ class MTData:
           f" (shortest pair: {int(np.maximum(src_len_N, tgt_len_N).min())} tokens)"
       )
     max_K = np.maximum(src_len_N, tgt_len_N)[pair_ids_K]
-    padded_K = batching.bucket_lens(max_K, cfg.max_len)
+    padded_K = batching.bucket_lens(max_K, cfg.max_len, cfg.buckets_per_octave)
     plan = batching.plan_batches(np.sort(padded_K), cfg.max_tokens, self.batch_multiple)
     real = int(src_len_N[pair_ids_K].sum() + tgt_len_N[pair_ids_K].sum())
     self._train = {
@@ -353,7 +353,7 @@ class MTData:
     data = self._split(split, with_text=False)
     len_N = np.maximum(data.src.lengths, data.tgt.lengths) + 1
     order_N = np.lexsort((np.arange(len(len_N)), len_N))  # by length, then position
-    padded_N = batching.bucket_lens(len_N[order_N], cfg.max_len)
+    padded_N = batching.bucket_lens(len_N[order_N], cfg.max_len, cfg.buckets_per_octave)
     plan = batching.plan_batches(padded_N, cfg.max_tokens, self.batch_multiple)
     batches = []
     for b in range(plan.num_batches):
@@ -437,7 +437,7 @@ def make_mt_data(
         f" process count {process_count}"
     )
   batch_multiple = int(batch_multiple)
-  longest = batching.bucket_len(cfg.max_len, cfg.max_len)
+  longest = batching.bucket_len(cfg.max_len, cfg.max_len, cfg.buckets_per_octave)
   if longest * batch_multiple > cfg.max_tokens:
     raise errors.ConfigError(
         f"data.max_tokens={cfg.max_tokens} is too small: a batch of"

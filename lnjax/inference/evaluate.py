@@ -45,17 +45,19 @@ def decode_split(setup, params, data, split: str, cfg: DecodeConfig, mesh) -> li
   """Hypotheses for every sentence of `split`, in the split's original order: its source
   text decoded as `python -m lnjax.cli.translate` decodes any text (decode_lines)."""
   return decode_lines(setup.model, params, data.tokenizer, data.sources(split), cfg, mesh,
-                      max_tokens=data.cfg.max_tokens, desc=f"decoding {split}")
+                      max_tokens=data.cfg.max_tokens, per_octave=data.cfg.buckets_per_octave,
+                      desc=f"decoding {split}")
 
 
 def decode_lines(model, params, tokenizer, lines: list[str], cfg: DecodeConfig, mesh, *,
-                 max_tokens: int, max_len: int | None = None, desc: str = "decoding"
-                 ) -> list[str]:
+                 max_tokens: int, per_octave: int = batching.PER_OCTAVE,
+                 max_len: int | None = None, desc: str = "decoding") -> list[str]:
   """Detokenized hypotheses of `lines` (source text, one sentence each), in their order.
 
   Batches depend on the source alone (never on a reference): sentences sorted by
   tokenized length, padded to the length ladder of lnjax.data.batching and cut into
-  batches of about `max_tokens` source tokens. So a split decoded by --mode=predict and
+  batches of about `max_tokens` source tokens (`per_octave`: the ladder's
+  data.buckets_per_octave). So a split decoded by --mode=predict and
   the same lines decoded by lnjax.inference.translate give the same hypotheses. A hypothesis is
   at most `max_len` tokens (EOS included; default: its batch's source length +
   decode.max_extra_len), never more than model.max_len.
@@ -68,13 +70,14 @@ def decode_lines(model, params, tokenizer, lines: list[str], cfg: DecodeConfig, 
             f"{limit - 1}", file=sys.stderr, flush=True)
       ids[i] = x[:limit - 1]
   tokens = decode_ids(model, params, ids, cfg, mesh, bos_id=tokenizer.bos_id,
-                      eos_id=tokenizer.eos_id, max_tokens=max_tokens, max_len=max_len, desc=desc)
+                      eos_id=tokenizer.eos_id, max_tokens=max_tokens, per_octave=per_octave,
+                      max_len=max_len, desc=desc)
   return [tokenizer.decode(t) for t in tokens]
 
 
 def decode_ids(model, params, sources: list[np.ndarray], cfg: DecodeConfig, mesh, *,
-               bos_id: int, eos_id: int, max_tokens: int, max_len: int | None = None,
-               desc: str = "decoding") -> list[list[int]]:
+               bos_id: int, eos_id: int, max_tokens: int, per_octave: int = batching.PER_OCTAVE,
+               max_len: int | None = None, desc: str = "decoding") -> list[list[int]]:
   """Token ids of the hypothesis of every source (ids without EOS), in their order."""
   if not sources:
     return []
@@ -82,7 +85,7 @@ def decode_ids(model, params, sources: list[np.ndarray], cfg: DecodeConfig, mesh
   batch_sharding = sharding.batch_sharding(mesh)
   len_N = np.array([len(s) + 1 for s in sources], np.int64)  # EOS included.
   order_N = np.lexsort((np.arange(len(len_N)), len_N))  # By length, then position.
-  padded_N = batching.bucket_lens(len_N[order_N], model.cfg.max_len)
+  padded_N = batching.bucket_lens(len_N[order_N], model.cfg.max_len, per_octave)
   plan = batching.plan_batches(padded_N, max_tokens, batch_multiple)
   out: list[list[int] | None] = [None] * len(sources)
   bar = progress.Bar(len(sources), desc, unit="sentences")

@@ -35,7 +35,8 @@ class Translator:
                 desc: str = "decoding") -> list[str]:
     return evaluate.decode_lines(self.model, self.params, self.data.tokenizer, lines,
                                  self.decode, self.mesh, max_tokens=self.run.data.max_tokens,
-                                 max_len=max_len, desc=desc)
+                                 per_octave=self.run.data.buckets_per_octave, max_len=max_len,
+                                 desc=desc)
 
 
 def decode_config(base: evaluate.DecodeConfig, overrides: dict | None) -> evaluate.DecodeConfig:
