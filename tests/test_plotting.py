@@ -147,7 +147,7 @@ def test_compare_puts_tasks_in_separate_rows_with_baseline_and_seed_band(tmp_pat
   legend = [t.get_text() for t in lm[0].get_legend().get_texts()]
   assert not any("norm=" in t or t == "lnjax" for t in legend)
   # The setup line: sizes, steps and seeds of each task.
-  caption = " ".join(t.get_text() for t in fig.texts)
+  caption = " ".join(" ".join(t.get_text().split()) for t in fig.texts)  # (Wrapped lines.)
   assert "language model, 2 layers, d_model 64; 30 steps; 2 seeds" in caption
   assert "translation, 2 layers, d_model 64; 30 steps; 1 seed" in caption
   # The x ticks are whole steps.
@@ -175,7 +175,7 @@ def test_analyze_figure_has_units_layer_ticks_and_a_setup_line(tmp_path):
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["language model"]
   assert jac.get_xlabel() and jac.get_ylabel()
   assert fig._suptitle.get_text().startswith("Post-LN")
-  caption = " ".join(t.get_text() for t in fig.texts)
+  caption = " ".join(" ".join(t.get_text().split()) for t in fig.texts)  # (Wrapped lines.)
   assert "Post-LN, 1 layer, d_model 64; step init" in caption and "nats/token" in caption
 
 

@@ -108,12 +108,18 @@ def setup_caption(config: Mapping[str, Any] | None = None, *, steps: int | None 
 
 
 def add_caption(fig, text: str) -> None:
-  """The setup line under the figure's axes (call after tight_layout)."""
+  """The setup line under the figure's axes, wrapped to the figure's width (call after
+  tight_layout)."""
   if not text:
     return
-  fig.text(0.5, 0.01, text, ha="center", va="bottom", fontsize=8, color="#333333")
-  # tight_layout left room for the x labels; a line of 8-point text (~0.25 in) below them.
-  fig.subplots_adjust(bottom=min(0.5, fig.subplotpars.bottom + 0.28 / fig.get_figheight()))
+  import textwrap
+
+  # 8-point text: about 17 characters an inch, a line 0.135 in high.
+  lines = textwrap.wrap(text, max(30, int(fig.get_figwidth() * 17) - 4))
+  fig.text(0.5, 0.01, "\n".join(lines), ha="center", va="bottom", fontsize=8, color="#333333")
+  # tight_layout left room for the x labels; the caption's lines go below them.
+  room = 0.15 + 0.135 * len(lines)
+  fig.subplots_adjust(bottom=min(0.6, fig.subplotpars.bottom + room / fig.get_figheight()))
 
 
 def save(fig, path: str, dpi: int = 110):

@@ -128,12 +128,15 @@ def plot(path: str, table: list[dict], caption: str = ""):
   warmups = sorted({r["warmup"] for r in table})
   depths = sorted({r["depth"] for r in table})
   placements = list(dict.fromkeys(r["placement"] for r in table))
-  fig, axes = plt.subplots(1, len(warmups), figsize=(4.5 * len(warmups) + 1.5, 4),
+  # The legend's width: its longest name at about 0.09 in a character, the marker's 0.6 in.
+  legend_in = 0.6 + 0.09 * max((len(_label(p)) for p in placements), default=0)
+  fig, axes = plt.subplots(1, len(warmups), figsize=(4.5 * len(warmups) + legend_in, 4),
                            sharey=True, squeeze=False)
   width = 0.6 / max(len(placements), 1)
   for ax, warmup in zip(axes[0], warmups):
     for k, placement in enumerate(placements):
-      color = f"C{k % 10}"
+      # 10 colours × 7 markers: no two of up to 70 placements drawn alike.
+      color, marker = f"C{k % 10}", "osDPXhp"[k % 7]
       label = _label(placement)
       for r in table:
         if r["placement"] != placement or r["warmup"] != warmup or r["status"] == "unfinished":
@@ -145,10 +148,11 @@ def plot(path: str, table: list[dict], caption: str = ""):
           ax.plot([x], [r["highest_stable_lr"]], "^", color=color, label=label)
         else:
           low, high = r["highest_stable_lr"], r["lowest_unstable_lr"]
-          ax.errorbar([x], [low], yerr=[[0.0], [high - low]], fmt="o", color=color,
+          ax.errorbar([x], [low], yerr=[[0.0], [high - low]], fmt=marker, color=color,
                       capsize=3, label=label)
         label = None  # One legend entry per placement.
     ax.set_xticks(range(len(depths)), [str(d) for d in depths])
+    ax.set_xlim(-0.5, len(depths) - 0.5)  # Room for every placement's offset at each depth.
     ax.set_xlabel("depth (layers)")
     ax.set_yscale("log")
     ax.set_title(f"warm-up {warmup} steps" if warmup else "no warm-up")
@@ -156,7 +160,9 @@ def plot(path: str, table: list[dict], caption: str = ""):
   axes[0][0].set_ylabel("highest stable peak learning rate\n(bar: up to the lowest unstable)")
   handles = {h.get_label(): h for ax in axes[0] for h in ax.get_legend_handles_labels()[0]}
   order = [_label(p) for p in placements if _label(p) in handles]  # The sweep's order.
-  fig.legend([handles[n] for n in order], order, loc="center right", frameon=False)
-  fig.tight_layout(rect=(0, 0, 1 - 1.4 / fig.get_figwidth(), 1))
+  right = 1 - legend_in / fig.get_figwidth()
+  fig.legend([handles[n] for n in order], order, loc="center left", bbox_to_anchor=(right, 0.5),
+             frameon=False)
+  fig.tight_layout(rect=(0, 0, right, 1))
   plotting.add_caption(fig, caption)
   return plotting.save(fig, path, dpi=120)

@@ -1,0 +1,109 @@
+r"""The stability atlas (issue 30): the highest stable learning rate of every placement ×
+depth × warm-up measured so far, one table and one figure.
+
+  python experiments/atlas.py                      # tables every slice, trains nothing
+  python experiments/atlas.py --run=d12 --workdir=/tmp/atlas_d12   # continues one slice
+
+The atlas is measured in slices, each a `python -m lnjax.cli.stability` search on the
+CPU-size LM (configs/lm.py, size=small: D 128, character-level Tiny Shakespeare, batches of
+16) whose state lives in experiments/atlas/SLICE.json: a new workdir on another machine
+continues it from a clone, and no finished probe is run again. Without --run, each slice's
+search is asked for its table (`--report_only`: nothing is launched) and the slices are
+merged: WORKDIR/atlas.md, docs/figures/atlas.png (--figure), and which cells of the
+14 placements × depths 6, 12, 24 × warm-up 0, 500 are measured and which not yet.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+from absl import app, flags
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(1, REPO)  # lnjax from this checkout when it was not pip-installed.
+
+from lnjax import models  # noqa: E402
+from lnjax.sweep import stability_report  # noqa: E402
+
+ALL = ",".join(models.NORM_POSITIONS)
+COMMON = ["--config=configs/lm.py:size=small", "--seeds=2", "--parallel=1",
+          "--config.data.batch_size=16"]
+# name: (the search's own flags, what the slice is for). Short probes and a 2× tolerance
+# keep 14 placements to a few hours on 2 cores; the claim pair is measured finer, and a
+# later slice's cell replaces an earlier one's.
+SLICES = {
+    "d6": ([f"--placements={ALL}", "--depths=6", "--warmups=0", "--probe_steps=300",
+            "--tolerance=2"], "every placement at 6 layers, no warm-up"),
+    "d12": ([f"--placements={ALL}", "--depths=12", "--warmups=0", "--probe_steps=300",
+             "--tolerance=2"], "every placement at 12 layers, no warm-up"),
+    "claim_d12": (["--placements=post,pre", "--depths=12", "--warmups=0", "--probe_steps=600"],
+                  "the paper's claim: Post-LN against Pre-LN at 12 layers, no warm-up"),
+}
+GRID = {"depths": (6, 12, 24), "warmups": (0, 500)}
+
+_RUN = flags.DEFINE_string("run", None, f"Continue one slice ({', '.join(SLICES)}) in "
+                           "--workdir; without it, table every slice.")
+_WORKDIR = flags.DEFINE_string("workdir", "/tmp/lnjax_atlas", "The search's run folders "
+                               "(--run), or the reports of the slices (tables).")
+_STATES = flags.DEFINE_string("states", os.path.join(REPO, "experiments", "atlas"),
+                              "The folder of the slices' states.")
+_FIGURE = flags.DEFINE_string("figure", os.path.join(REPO, "docs", "figures", "atlas.png"),
+                              "Where the merged figure goes.")
+
+
+def state_path(name: str) -> str:
+  return os.path.join(_STATES.value, f"{name}.json")
+
+
+def search_command(name: str, workdir: str, report_only: bool) -> list[str]:
+  return [sys.executable, "-m", "lnjax.cli.stability", *COMMON, *SLICES[name][0],
+          f"--workdir={workdir}", f"--state={state_path(name)}",
+          *(["--report_only"] if report_only else [])]
+
+
+def main(argv):
+  del argv
+  if _RUN.value:
+    sys.exit(subprocess.run(search_command(_RUN.value, _WORKDIR.value, False), cwd=REPO).returncode)
+  cells, lines, slices = {}, [], []
+  for name in SLICES:
+    if not os.path.exists(state_path(name)):
+      lines.append(f"- {name} ({SLICES[name][1]}): not started")
+      continue
+    out = os.path.join(_WORKDIR.value, name)
+    subprocess.run(search_command(name, out, True), cwd=REPO, check=True,
+                   stdout=subprocess.DEVNULL)
+    with open(os.path.join(out, "stability.json")) as f:
+      result = json.load(f)
+    steps = result["settings"]["probe_steps"]
+    done = [c for c in result["cells"] if c["status"] != "unfinished"]
+    lines.append(f"- {name} ({SLICES[name][1]}; probes of {steps} steps): "
+                 f"{len(done)} of {len(result['cells'])} cells measured")
+    slices.append(f"{name}: {steps}-step probes, tolerance {result['settings']['tolerance']:g}×")
+    for c in done:
+      cells[(c["placement"], c["depth"], c["warmup"])] = {**c, "probe_steps": steps,
+                                                          "slice": name}
+  table = [cells[k] for k in sorted(cells, key=lambda k: (
+      k[2], k[1], list(models.NORM_POSITIONS).index(k[0])))]
+  fmt = lambda v: "—" if v is None else f"{v:.3g}"
+  md = ["| placement | layers | warm-up | highest stable lr | lowest unstable lr | "
+        "probe steps | slice |", "|---|---:|---:|---:|---:|---:|---|"]
+  md += [f"| {c['label']} | {c['depth']} | {c['warmup']} | {fmt(c['highest_stable_lr'])} | "
+         f"{fmt(c['lowest_unstable_lr'])} | {c['probe_steps']} | {c['slice']} |" for c in table]
+  total = len(models.NORM_POSITIONS) * len(GRID["depths"]) * len(GRID["warmups"])
+  lines.append(f"Cells measured: {len(table)} of the atlas's {total} (14 placements × depths "
+               f"{', '.join(map(str, GRID['depths']))} × warm-up "
+               f"{', '.join(map(str, GRID['warmups']))}).")
+  report = "\n".join(["# The stability atlas", "", *md, "", *lines]) + "\n"
+  with open(os.path.join(_WORKDIR.value, "atlas.md"), "w") as f:
+    f.write(report)
+  caption = ("configs/lm.py:size=small, batches of 16, 2 seeds a probe; stable: every seed "
+             "finishes without diverging, held-out loss ≥ 0.1 nats below the unigram "
+             "baseline; " + "; ".join(slices))
+  stability_report.plot(_FIGURE.value, table, caption)
+  print(report + f"Figure: {_FIGURE.value}")
+
+
+if __name__ == "__main__":
+  app.run(main)
