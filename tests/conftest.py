@@ -100,6 +100,27 @@ def fast_tier(values, keep):
   return [v if v in keep else pytest.param(v, marks=pytest.mark.slow) for v in values]
 
 
+def import_benchmark(name: str):
+  """benchmarks/NAME.py as a module. The scripts' first import (bench_env) tunes malloc
+  before JAX starts: not in a test process, where JAX has started (an empty module in its
+  place)."""
+  import importlib
+  import types
+
+  here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+  saved = sys.modules.get("bench_env")
+  sys.modules["bench_env"] = types.ModuleType("bench_env")
+  sys.path.insert(0, here)
+  try:
+    return importlib.import_module(name)
+  finally:
+    sys.path.remove(here)
+    if saved is None:
+      del sys.modules["bench_env"]
+    else:
+      sys.modules["bench_env"] = saved
+
+
 # Slow tests (`-m "not slow"` leaves them out) in files that other sessions own: marked
 # here, by node id prefix, until their files carry @pytest.mark.slow themselves.
 SLOW_ELSEWHERE = (

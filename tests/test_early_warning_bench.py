@@ -2,34 +2,17 @@
 where its event is, and each score (precision, recall by kind, lead, false warnings), and
 the replay of lnjax's rules on a run's logged statistics."""
 
-import importlib
 import math
-import os
-import sys
-import types
 
 import pytest
 
+from conftest import import_benchmark
 from lnjax.core import metrics
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
 def ew():
-  # The script's first import tunes malloc before JAX starts: not in a test process, where
-  # JAX has started (an empty module in its place).
-  saved = sys.modules.get("bench_env")
-  sys.modules["bench_env"] = types.ModuleType("bench_env")
-  sys.path.insert(0, os.path.join(REPO, "benchmarks"))
-  try:
-    return importlib.import_module("early_warning")
-  finally:
-    sys.path.remove(os.path.join(REPO, "benchmarks"))
-    if saved is None:
-      del sys.modules["bench_env"]
-    else:
-      sys.modules["bench_env"] = saved
+  return import_benchmark("early_warning")
 
 
 def run(name, loss, *, eval_loss, status="completed", unigram=3.3, warnings=()):

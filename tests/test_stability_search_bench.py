@@ -1,35 +1,20 @@
 """benchmarks/stability_search.py's ledger: the grid runs finished on one machine are skipped
 by the launcher in a new workdir on another, and only finished runs enter it."""
 
-import importlib
 import json
 import os
-import sys
-import types
 
 import ml_collections
 import pytest
 
+from conftest import import_benchmark
 from lnjax import sweep
 from lnjax.sweep import launcher
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
 def bench():
-  # The script's first import tunes malloc before JAX starts: an empty module in its place.
-  saved = sys.modules.get("bench_env")
-  sys.modules["bench_env"] = types.ModuleType("bench_env")
-  sys.path.insert(0, os.path.join(REPO, "benchmarks"))
-  try:
-    return importlib.import_module("stability_search")
-  finally:
-    sys.path.remove(os.path.join(REPO, "benchmarks"))
-    if saved is None:
-      del sys.modules["bench_env"]
-    else:
-      sys.modules["bench_env"] = saved
+  return import_benchmark("stability_search")
 
 
 def grid_run(name, num_steps=300):
