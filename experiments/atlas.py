@@ -24,6 +24,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(1, REPO)  # lnjax from this checkout when it was not pip-installed.
 
 from lnjax import models  # noqa: E402
+from lnjax.analysis import plotting  # noqa: E402
 from lnjax.sweep import stability_report  # noqa: E402
 
 ALL = ",".join(models.NORM_POSITIONS)
@@ -62,6 +63,15 @@ def search_command(name: str, workdir: str, report_only: bool) -> list[str]:
           *(["--report_only"] if report_only else [])]
 
 
+def verdict(cell: dict) -> str:
+  """A measured cell in a word: its highest stable rate, or where no stable or no unstable
+  rate was found, the bound the search reached."""
+  low, high = cell["highest_stable_lr"], cell["lowest_unstable_lr"]
+  if low is None:
+    return f"< {high:.3g}"
+  return f"{low:.3g}" if high is not None else f"≥ {low:.3g}"
+
+
 def main(argv):
   del argv
   if _RUN.value:
@@ -91,11 +101,20 @@ def main(argv):
         "probe steps | slice |", "|---|---:|---:|---:|---:|---:|---|"]
   md += [f"| {c['label']} | {c['depth']} | {c['warmup']} | {fmt(c['highest_stable_lr'])} | "
          f"{fmt(c['lowest_unstable_lr'])} | {c['probe_steps']} | {c['slice']} |" for c in table]
+  # Which cells are measured: a placement per row, a (depth, warm-up) per column.
+  columns = [(d, w) for w in GRID["warmups"] for d in GRID["depths"]]
+  coverage = ["| placement | " + " | ".join(f"{d} layers, warm-up {w}" for d, w in columns)
+              + " |", "|---|" + "---|" * len(columns)]
+  for p in models.NORM_POSITIONS:
+    marks = [verdict(cells[(p, d, w)]) if (p, d, w) in cells else "not yet" for d, w in columns]
+    coverage.append(f"| {plotting.placement_label(p)} | " + " | ".join(marks) + " |")
   total = len(models.NORM_POSITIONS) * len(GRID["depths"]) * len(GRID["warmups"])
   lines.append(f"Cells measured: {len(table)} of the atlas's {total} (14 placements × depths "
                f"{', '.join(map(str, GRID['depths']))} × warm-up "
                f"{', '.join(map(str, GRID['warmups']))}).")
-  report = "\n".join(["# The stability atlas", "", *md, "", *lines]) + "\n"
+  report = "\n".join(["# The stability atlas", "", *md, "", *lines, "",
+                      "Highest stable rate by cell (not yet: not measured):", "",
+                      *coverage]) + "\n"
   with open(os.path.join(_WORKDIR.value, "atlas.md"), "w") as f:
     f.write(report)
   caption = ("configs/lm.py:size=small, batches of 16, 2 seeds a probe; stable: every seed "
