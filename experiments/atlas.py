@@ -38,6 +38,11 @@ SLICES = {
             "--tolerance=2"], "every placement at 6 layers, no warm-up"),
     "d12": ([f"--placements={ALL}", "--depths=12", "--warmups=0", "--probe_steps=300",
              "--tolerance=2"], "every placement at 12 layers, no warm-up"),
+    "d24": ([f"--placements={ALL}", "--depths=24", "--warmups=0", "--probe_steps=300",
+             "--tolerance=2"], "every placement at 24 layers, no warm-up"),
+    "warmup500": ([f"--placements={ALL}", "--depths=6,12,24", "--warmups=500",
+                   "--probe_steps=300", "--tolerance=2"],
+                  "every placement at 6, 12 and 24 layers after 500 warm-up steps"),
     "claim_d12": (["--placements=post,pre", "--depths=12", "--warmups=0", "--probe_steps=600"],
                   "the paper's claim: Post-LN against Pre-LN at 12 layers, no warm-up"),
 }
@@ -74,6 +79,8 @@ def verdict(cell: dict) -> str:
 
 def main(argv):
   del argv
+  if _RUN.value and _RUN.value not in SLICES:
+    raise app.UsageError(f"--run={_RUN.value}: no such slice; the slices: {', '.join(SLICES)}")
   if _RUN.value:
     sys.exit(subprocess.run(search_command(_RUN.value, _WORKDIR.value, False), cwd=REPO).returncode)
   cells, lines, slices = {}, [], []
