@@ -198,6 +198,33 @@ def test_stability_figure_names_placements_and_its_setup(tmp_path):
   assert [t.get_text() for t in fig.texts] == ["config lm:smoke; probes of 20 steps, 2 seeds each"]
 
 
+def test_stability_figure_draws_every_placement_apart_and_wraps_a_long_caption(tmp_path):
+  """14 placements (more than matplotlib's 10 colours): no two drawn alike, the legend
+  inside the figure; a caption longer than the figure is wide wraps onto lines inside it."""
+  from matplotlib.colors import to_hex
+
+  from lnjax import models
+  from lnjax.sweep import search, stability_report
+
+  table = [{"placement": p, "depth": 6, "warmup": 0, "status": search.FOUND,
+            "highest_stable_lr": 1e-3 * (k + 1), "lowest_unstable_lr": 2e-3 * (k + 1)}
+           for k, p in enumerate(models.NORM_POSITIONS)]
+  caption = "; ".join(["probes of 300 steps, 2 seeds each, tolerance 2×"] * 6)
+  fig = stability_report.plot(str(tmp_path / "s.png"), table, caption=caption)
+  (ax,) = fig.axes
+  drawn = [(to_hex(line.get_color()), line.get_marker()) for line in ax.get_lines()
+           if line.get_marker() not in ("None", "", "_")]
+  assert len(drawn) == len(models.NORM_POSITIONS) == len(set(drawn))
+  (text,) = fig.texts
+  assert " ".join(text.get_text().split()) == " ".join(caption.split())
+  assert text.get_text().count("\n") >= 2
+  fig.canvas.draw()
+  box = text.get_window_extent()
+  assert 0 <= box.x0 and box.x1 <= fig.bbox.width and box.y1 <= ax.get_window_extent().y0
+  legend = fig.legends[0].get_window_extent()  # Beside the axes, clear of the caption.
+  assert legend.x1 <= fig.bbox.width and legend.y0 >= box.y1 and legend.x0 >= ax.bbox.x1
+
+
 def test_layer_removal_figure_has_integer_layer_ticks_and_units(tmp_path):
   from lnjax.hf import analyze as hf_analyze
 

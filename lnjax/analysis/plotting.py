@@ -114,8 +114,8 @@ def add_caption(fig, text: str) -> None:
     return
   import textwrap
 
-  # 8-point text: about 17 characters an inch, a line 0.135 in high.
-  lines = textwrap.wrap(text, max(30, int(fig.get_figwidth() * 17) - 4))
+  # 8-point DejaVu Sans: at most about 13 characters an inch, a line 0.135 in high.
+  lines = textwrap.wrap(text, max(30, int(fig.get_figwidth() * 13)))
   fig.text(0.5, 0.01, "\n".join(lines), ha="center", va="bottom", fontsize=8, color="#333333")
   # tight_layout left room for the x labels; the caption's lines go below them.
   room = 0.15 + 0.135 * len(lines)

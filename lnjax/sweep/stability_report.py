@@ -130,7 +130,9 @@ def plot(path: str, table: list[dict], caption: str = ""):
   placements = list(dict.fromkeys(r["placement"] for r in table))
   # The legend's width: its longest name at about 0.09 in a character, the marker's 0.6 in.
   legend_in = 0.6 + 0.09 * max((len(_label(p)) for p in placements), default=0)
-  fig, axes = plt.subplots(1, len(warmups), figsize=(4.5 * len(warmups) + legend_in, 4),
+  # Tall enough for the legend (about 0.27 in an entry) beside the axes, above the caption.
+  height = max(4.0, 0.27 * len(placements) + 1.6)
+  fig, axes = plt.subplots(1, len(warmups), figsize=(4.5 * len(warmups) + legend_in, height),
                            sharey=True, squeeze=False)
   width = 0.6 / max(len(placements), 1)
   for ax, warmup in zip(axes[0], warmups):
@@ -161,8 +163,9 @@ def plot(path: str, table: list[dict], caption: str = ""):
   handles = {h.get_label(): h for ax in axes[0] for h in ax.get_legend_handles_labels()[0]}
   order = [_label(p) for p in placements if _label(p) in handles]  # The sweep's order.
   right = 1 - legend_in / fig.get_figwidth()
-  fig.legend([handles[n] for n in order], order, loc="center left", bbox_to_anchor=(right, 0.5),
-             frameon=False)
   fig.tight_layout(rect=(0, 0, right, 1))
   plotting.add_caption(fig, caption)
+  top = axes[0][0].get_position().y1  # The legend from the axes' top down, clear of the caption.
+  fig.legend([handles[n] for n in order], order, loc="upper left", bbox_to_anchor=(right, top),
+             frameon=False)
   return plotting.save(fig, path, dpi=120)
