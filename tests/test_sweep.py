@@ -324,7 +324,7 @@ def test_stability_map_cell_of_several_seeds(tmp_path):
   assert list(mean.get_xdata()) == [10]  # The step all three seeds reached.
   assert mean.get_ydata()[0] == pytest.approx((5.0 + 5.2 + 9.0) / 3)
   assert ax.collections and any(l.get_label() == "unigram baseline 3.50" for l in ax.get_lines())
-  assert "3 seeds" in " ".join(t.get_text() for t in fig.texts)
+  assert "3 seeds" in " ".join(" ".join(t.get_text().split()) for t in fig.texts)  # (Wrapped.)
   fig = report.plot_stability_maps(str(tmp_path / "map.png"), [only], rows, runs)
   assert fig.axes[0].get_title() == "Pre-LN" and "3 seeds" in fig._supxlabel.get_text()
 
