@@ -190,7 +190,7 @@ def test_a_probe_is_recorded_as_its_last_seed_finishes(tmp_path):
                        placements=["pre"], depths=[2], warmups=[0], seeds=2, range_steps=20,
                        lr_min=1e-4, lr_max=1.0, tolerance=1.4, widen=10.0,
                        stable=search.Stable(30, 2.0, 0.1),
-                       state_path=str(tmp_path / "kept.json"))
+                       state_path=str(tmp_path / "kept.json"), first_seed_alone=False)
   s.state["range_tests"]["pre/2"] = {"lo": 1e-3, "hi": 1e-1, "note": "n", "run": "r",
                                      "steps": 20}
   s.save()
@@ -208,6 +208,45 @@ def test_a_probe_is_recorded_as_its_last_seed_finishes(tmp_path):
   kept = json.loads((tmp_path / "kept.json").read_text())
   assert kept["probes"]["pre/2/0"]["0.01"]["stable"] is True  # On disk, no round's end needed.
   assert kept["probes"]["pre/2/0"]["0.01"]["runs"] == [r.name for r in runs]
+
+
+def _finish(s, run, **summary):
+  os.makedirs(os.path.join(s.root, run.name), exist_ok=True)
+  with open(os.path.join(s.root, run.name, "summary.json"), "w") as f:
+    json.dump(summary, f)
+
+
+@pytest.mark.parametrize("first_seed_alone", [True, False])
+def test_a_probe_runs_seed_0_alone_and_its_other_seeds_once_it_holds(tmp_path,
+                                                                     first_seed_alone):
+  """A probe is stable only if every seed is, so seed 0 runs first: found unstable, the probe
+  is recorded from it alone (the other seeds never run, the cost counts its steps only);
+  found stable, every seed runs. --nofirst_seed_alone launches every seed at once."""
+  from lnjax.sweep import stability, stability_report
+  s = stability.Search(f"{REPO}/configs/lm.py:smoke", {}, str(tmp_path), placements=["pre"],
+                       depths=[2], warmups=[0], seeds=3, range_steps=20, lr_min=1e-4,
+                       lr_max=1.0, tolerance=1.4, widen=10.0,
+                       stable=search.Stable(30, 2.0, 0.1), first_seed_alone=first_seed_alone)
+  s.state["range_tests"]["pre/2"] = {"lo": 1e-3, "hi": 1e-1, "note": "n", "run": "r",
+                                     "steps": 20}
+  seeds = lambda runs: [(r.overrides["opt.learning_rate"], r.overrides["seed"]) for r in runs]
+  runs = s.next_runs()
+  assert seeds(runs) == ([(0.01, 0)] if first_seed_alone else [(0.01, 0), (0.01, 1), (0.01, 2)])
+  _finish(s, runs[0], status="diverged", step=7, num_steps=30)
+  s.record()
+  probe = s.state["probes"]["pre/2/0"]["0.01"]
+  assert probe["stable"] is False and probe["steps"] == 7
+  if first_seed_alone:
+    assert probe["runs"] == [runs[0].name]
+    assert probe["seeds"] == ["diverged at step 7"] + ["not run: another seed was unstable"] * 2
+    assert stability_report.rows(s)[0]["probe_runs"] == 1
+  runs = s.next_runs()  # Below 0.01: √(1e-3 · 0.01).
+  assert seeds(runs)[0] == (0.00316, 0) and len(runs) == (1 if first_seed_alone else 3)
+  _finish(s, runs[0], status="completed", step=30, num_steps=30, eval_loss=2.9,
+          unigram_baseline=3.39)
+  s.record()
+  assert "0.00316" not in s.state["probes"]["pre/2/0"]  # Seeds 1 and 2 still to run.
+  assert seeds(s.next_runs()) == [(0.00316, 0), (0.00316, 1), (0.00316, 2)]
 
 
 def test_a_state_kept_apart_continues_in_a_new_workdir(tmp_path):
@@ -232,9 +271,9 @@ def test_a_state_kept_apart_continues_in_a_new_workdir(tmp_path):
   second = make(tmp_path / "machine_b")
   second.record()  # No run folder: nothing to add, nothing lost.
   assert second.state == first.state
-  (run_a, run_b) = second.next_runs()  # The range test is recorded: the next probe only.
-  assert {r.overrides["opt.learning_rate"] for r in (run_a, run_b)} == {0.0316}
-  assert run_a.name.startswith("norm=pre,layers=2,warmup=0,lr=0.0316,seed=")
+  (run,) = second.next_runs()  # The range test is recorded: the next probe's seed 0 only.
+  assert run.overrides["opt.learning_rate"] == 0.0316
+  assert run.name == "norm=pre,layers=2,warmup=0,lr=0.0316,seed=0"
 
 
 @pytest.mark.parametrize("inputs, message", [

@@ -35,6 +35,9 @@ _PLACEMENTS = flags.DEFINE_list("placements", ["post", "pre"], "model.norm_posit
 _DEPTHS = flags.DEFINE_list("depths", None, "model.num_layers values (default: the config's).")
 _WARMUPS = flags.DEFINE_list("warmups", ["0"], "Linear warm-up lengths in steps.")
 _SEEDS = flags.DEFINE_integer("seeds", 3, "Runs per probe (seeds 0..N-1); stable in all.")
+_FIRST_SEED_ALONE = flags.DEFINE_bool(
+    "first_seed_alone", True, "Run a probe's seed 0 alone and its other seeds only once it "
+    "is stable: a failing probe costs one run. False: every seed at once (more workers busy).")
 _PROBE_STEPS = flags.DEFINE_integer("probe_steps", None, "Steps of each probe after its "
                                     "warm-up (default: the config's train.num_steps).")
 _RANGE_STEPS = flags.DEFINE_integer("range_steps", None, "Steps of the range test (default: "
@@ -113,7 +116,8 @@ def main(argv):
                          depths=depths, warmups=warmups, seeds=_SEEDS.value,
                          range_steps=range_steps, lr_min=_LR_MIN.value, lr_max=_LR_MAX.value,
                          tolerance=_TOLERANCE.value,
-                         widen=_WIDEN.value, stable=stable, state_path=_STATE.value)
+                         widen=_WIDEN.value, stable=stable, state_path=_STATE.value,
+                         first_seed_alone=_FIRST_SEED_ALONE.value)
     if s.is_new or not _REPORT_ONLY.value:  # (--report_only never rewrites a search's state.)
       s.save()
     print(stable.describe(s.seeds), flush=True)

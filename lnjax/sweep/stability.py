@@ -9,7 +9,9 @@ Per (placement, depth) one learning-rate range test (a run whose rate grows geom
 from --lr_min to --lr_max) brackets the answer; per cell a bisection in log-space with
 short probes (--seeds runs at one peak rate, constant after the cell's linear warm-up)
 narrows the bracket to a factor --tolerance (lnjax/sweep/search.py has the rules); a
-probe runs the cell's warm-up, then --probe_steps steps at its rate. Every
+probe runs the cell's warm-up, then --probe_steps steps at its rate. A probe's seed 0
+runs alone and its other seeds only once it is stable, so a probe that fails costs one
+run (--nofirst_seed_alone: every seed at once, for back ends with workers to spare). Every
 run is an ordinary lnjax.main run in WORKDIR/runs/<name>, its name spelled from its
 settings, launched through the sweep back ends; WORKDIR/search.json holds the brackets and
 the probes' results, so the same command again continues a killed search and never runs
@@ -42,7 +44,8 @@ class Search:
   def __init__(self, config_arg: str, fixed: dict, workdir: str, *, placements, depths,
                warmups, seeds: int, range_steps: int, lr_min: float, lr_max: float,
                tolerance: float, widen: float, stable: search.Stable,
-               state_path: str | None = None):
+               state_path: str | None = None, first_seed_alone: bool = True):
+    self.first_seed_alone = first_seed_alone and seeds > 1
     self.config_arg, self.fixed, self.workdir = config_arg, dict(fixed), workdir
     self.placements, self.depths, self.warmups = placements, depths, warmups
     self.seeds, self.range_steps, self.stable = seeds, range_steps, stable
@@ -127,8 +130,16 @@ class Search:
     for cell in self.cells():
       outcome = self.outcome(cell)
       if outcome is not None and outcome.next_lr is not None:
-        runs += self.probe_runs(cell, outcome.next_lr)
+        runs += self._needed(cell, self.probe_runs(cell, outcome.next_lr))
     return runs
+
+  def _needed(self, cell, runs: list[sweep_lib.Run]) -> list[sweep_lib.Run]:
+    """A probe's runs still to launch: with `first_seed_alone`, seed 0 alone until it is
+    found stable, then every seed (an unstable probe is known from one run, not `seeds`)."""
+    if not self.first_seed_alone:
+      return runs
+    first, _ = self.stable.judge(self.summary(runs[0]), warmup=cell[2])
+    return runs if first else runs[:1]
 
   def record(self) -> None:
     """Records every finished range test and probe that the state lacks; writes the state
@@ -150,14 +161,15 @@ class Search:
       outcome = self.outcome(cell)
       if outcome is None or outcome.next_lr is None:
         continue
-      runs = self.probe_runs(cell, outcome.next_lr)
-      judged = [self.stable.judge(self.summary(r), warmup=cell[2]) for r in runs]
+      summaries = [(r, self.summary(r)) for r in self.probe_runs(cell, outcome.next_lr)]
+      judged = [self.stable.judge(summary, warmup=cell[2]) for _, summary in summaries]
       stable = search.probe_result([j for j, _ in judged])
-      if stable is not None:
+      if stable is not None:  # The runs that started (an unstable probe may skip seeds).
         self.state["probes"].setdefault(_key(*cell), {})[f"{outcome.next_lr:g}"] = {
-            "stable": stable, "runs": [r.name for r in runs],
-            "seeds": [why for _, why in judged],
-            "steps": sum(self.summary(r).get("step") or 0 for r in runs)}
+            "stable": stable, "runs": [r.name for r, summary in summaries if summary],
+            "seeds": [why if summary else "not run: another seed was unstable"
+                      for (_, why), (_, summary) in zip(judged, summaries)],
+            "steps": sum(summary.get("step") or 0 for _, summary in summaries)}
     if json.dumps(self.state, sort_keys=True) != before:
       self.save()
 
