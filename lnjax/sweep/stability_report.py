@@ -155,6 +155,8 @@ def plot(path: str, table: list[dict], caption: str = ""):
         label = None  # One legend entry per placement.
     ax.set_xticks(range(len(depths)), [str(d) for d in depths])
     ax.set_xlim(-0.5, len(depths) - 0.5)  # Room for every placement's offset at each depth.
+    for edge in range(1, len(depths)):  # Each depth a band, each placement at its place in it.
+      ax.axvline(edge - 0.5, color="0.85", linewidth=0.8)
     ax.set_xlabel("depth (layers)")
     ax.set_yscale("log")
     ax.set_title(f"warm-up {warmup} steps" if warmup else "no warm-up")
