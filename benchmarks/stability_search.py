@@ -3,6 +3,7 @@ r"""The stability search's accuracy and cost against a grid (issue 30, part 2).
   python benchmarks/stability_search.py --workdir=/tmp/stab_bench [--parallel=2] \
       [--keep=experiments/stability_search]  # the results kept apart: resumes anywhere
   python benchmarks/stability_search.py --workdir=/tmp/stab_bench_quick --quick   # a self-check
+  ... the same flags, another --workdir, --report_only  # the report so far; launches nothing
 
 For every placement of lnjax.models.placement at two depths of the CPU-size LM
 (configs/lm.py, size=small: D 128, character-level Tiny Shakespeare), without warm-up:
@@ -10,10 +11,10 @@ For every placement of lnjax.models.placement at two depths of the CPU-size LM
   - an 11-point log grid of peak rates × 3 seeds (WORKDIR/grid), each run judged by the same
     definition of stable (lnjax.sweep.search.Stable); the grid's answer is its highest rate
     stable in every seed.
-Reported (WORKDIR/report.md, report.json): per cell both answers and their ratio; the
-fraction of cells where the search is within 1.5× of the grid (goal: ≥ 80%); the training
-steps the search took (range tests and probes, diverged runs counted up to their
-divergence) over the grid's (goal: ≤ 1/3). Both runs resume: the same command again
+Reported (WORKDIR/report.md, report.json): per cell both answers, their ratio and the
+training steps each took (the search's range test and probes, diverged runs counted up to
+their divergence); over the cells both have finished, the fraction where the search is
+within 1.5× of the grid (goal: ≥ 80%) and the search's steps over the grid's (goal: ≤ 1/3). Both runs resume: the same command again
 continues them and only gathers what is finished. With --keep=DIR, what a new WORKDIR
 needs to continue lives in DIR (the search's state, DIR/grid.json with every finished grid
 run's summary) and the report is written there too: the measurement goes on on another
@@ -49,6 +50,8 @@ _GRID = flags.DEFINE_list("grid", ["3e-4", "0.3", "11"], "MIN,MAX,POINTS of the 
 _BATCH = flags.DEFINE_integer("batch_size", 16, "LM sequences per batch.")
 _TOLERANCE = flags.DEFINE_float("tolerance", 1.4, "The search's --tolerance.")
 _PARALLEL = flags.DEFINE_integer("parallel", 1, "Runs at once.")
+_REPORT_ONLY = flags.DEFINE_bool("report_only", False, "The report from what has finished; "
+                                 "launches nothing (beside a running measurement, say).")
 _KEEP = flags.DEFINE_string("keep", None, "A folder for the search's state, the finished grid "
                             "runs' summaries and the report (default: WORKDIR).")
 WITHIN = 1.5  # The search's answer counts as right within this factor of the grid's.
@@ -78,6 +81,7 @@ def run_search(root, config, fixed, placements, depths, seeds, steps, margin,
          f"--tolerance={3.0 if _QUICK.value else _TOLERANCE.value}",
          f"--margin_nats={margin}", f"--divergence_factor={DIVERGENCE_FACTOR}",
          *([f"--state={state}"] if state else []),
+         *(["--report_only"] if _REPORT_ONLY.value else []),
          *[f"--config.{k}={sweep.flag_value(v)}" for k, v in fixed.items()]]
   print(" ".join(cmd), flush=True)
   code = subprocess.run(cmd, cwd=REPO).returncode
@@ -135,6 +139,78 @@ def save_ledger(path: str, runs: list[sweep.Run], grid_root: str) -> None:
   os.replace(tmp, path)
 
 
+def compare(cells: list[dict], summaries: dict, rates, seeds: int,
+            stable: search.Stable) -> list[dict]:
+  """Per cell of the search's table (stability.json's cells): its answer against the grid's,
+  and the training steps of each (the search's: its probes and its range test; diverged runs
+  up to their divergence). A cell is compared once both have finished."""
+  rows = []
+  for cell in cells:
+    p, d = cell["placement"], cell["depth"]
+    names = {lr: [f"norm={p},layers={d},lr={lr:g},seed={s}" for s in range(seeds)]
+             for lr in rates}
+    judged = {lr: [stable.judge(summaries.get(n) or {})[0] for n in ns]
+              for lr, ns in names.items()}
+    grid_done = all(j is not None for js in judged.values() for j in js)
+    stable_rates = [lr for lr, js in judged.items() if all(js)]
+    grid = max(stable_rates) if grid_done and stable_rates else None
+    found = cell["highest_stable_lr"]
+    ratio = found / grid if grid and found else None
+    at_top = grid == rates[-1]  # The grid knows only "at least its top rate".
+    done = grid_done and cell["status"] != "unfinished"
+    within = done and ((grid is None and found is None) or (
+        ratio is not None and 1 / WITHIN <= ratio and (at_top or ratio <= WITHIN)))
+    rows.append({
+        "placement": cell["label"], "depth": d, "search": found,
+        "search_status": cell["status"], "grid": grid, "grid_at_top": at_top,
+        "grid_runs_finished": sum(j is not None for js in judged.values() for j in js),
+        "grid_runs": len(rates) * seeds, "ratio": ratio, "done": done, "within": within,
+        "search_steps": cell["probe_steps_trained"] + (cell["range_test_steps"] or 0),
+        "grid_steps": sum((summaries.get(n) or {}).get("step") or 0
+                          for ns in names.values() for n in ns)})
+  return rows
+
+
+def report(rows: list[dict], config: str, rates, seeds: int, steps: int,
+           definition: str) -> tuple[list[str], dict]:
+  """The Markdown lines and the JSON of the comparison; the fraction within 1.5× and the
+  cost are over the cells both have finished."""
+  done = [r for r in rows if r["done"]]
+  right = sum(r["within"] for r in done)
+  search_steps = sum(r["search_steps"] for r in done)
+  grid_steps = sum(r["grid_steps"] for r in done)
+  fraction = right / len(done) if done else None
+  cost = search_steps / grid_steps if grid_steps else None
+  fmt = lambda v: "none" if v is None else f"{v:.3g}"
+  lines = [f"# The stability search against a grid: {config}", "",
+           f"Grid: {len(rates)} peak rates {rates[0]:g}–{rates[-1]:g} × {seeds} seed(s), "
+           f"{steps} steps a run, no warm-up; search: `python -m lnjax.cli.stability` with the "
+           "same steps and seeds.", "", definition + ".", "",
+           "| placement | layers | search | grid | search / grid | within 1.5× | "
+           "training steps: search / grid |",
+           "|---|---:|---:|---:|---:|---|---:|"]
+  for r in rows:
+    if r["done"]:
+      lines.append(f"| {r['placement']} | {r['depth']} | {fmt(r['search'])} "
+                   f"({r['search_status']}) | {'≥ ' * r['grid_at_top']}{fmt(r['grid'])} | "
+                   f"{fmt(r['ratio'])} | {'yes' if r['within'] else 'no'} | "
+                   f"{r['search_steps']} / {r['grid_steps']} |")
+    else:
+      search_part = ("searching" if r["search_status"] == "unfinished"
+                     else f"{fmt(r['search'])} ({r['search_status']})")
+      lines.append(f"| {r['placement']} | {r['depth']} | {search_part} | "
+                   f"{r['grid_runs_finished']} of {r['grid_runs']} runs | — | not yet | — |")
+  if done:
+    lines += ["", f"Within 1.5× of the grid: {right}/{len(done)} cells = {fraction:.0%} "
+              "(goal ≥ 80%).",
+              f"Training steps: search {search_steps}, grid {grid_steps}: {cost:.2f} of the "
+              "grid's (goal ≤ 0.33)."]
+  lines += ["", f"Cells compared: {len(done)} of {len(rows)}."]
+  return lines, {"rows": rows, "cells_compared": len(done), "within_fraction": fraction,
+                 "search_steps": search_steps, "grid_steps": grid_steps,
+                 "cost_fraction": cost, "grid_rates": rates}
+
+
 def main(argv):
   del argv
   config, fixed, placements, depths, seeds, steps, rates, margin = setup()
@@ -148,58 +224,22 @@ def main(argv):
   grid_root, ledger = os.path.join(root, "grid"), os.path.join(keep, "grid.json")
   if restored := restore_ledger(ledger, runs, grid_root):
     print(f"{restored} grid run(s) finished earlier, from {ledger}", flush=True)
-  try:
-    launcher.run_to_the_end(config, "grid", runs, grid_root, fixed, parallel=_PARALLEL.value,
-                            devices_per_run=None,
-                            on_finished=lambda run: save_ledger(ledger, [run], grid_root))
-  finally:
-    save_ledger(ledger, runs, grid_root)
-  stable = search.Stable(steps, DIVERGENCE_FACTOR, margin)
+  if not _REPORT_ONLY.value:
+    try:
+      launcher.run_to_the_end(config, "grid", runs, grid_root, fixed,
+                              parallel=_PARALLEL.value, devices_per_run=None,
+                              on_finished=lambda run: save_ledger(ledger, [run], grid_root))
+    finally:
+      save_ledger(ledger, runs, grid_root)
   summaries = {r.name: launcher.read_json(os.path.join(grid_root, r.name, "summary.json")) or {}
                for r in runs}
-  grid_steps = sum(s.get("step") or 0 for s in summaries.values())
-  search_steps = (sum(c["probe_steps_trained"] for c in result["cells"])
-                  + sum({(c["placement"], c["depth"]): c["range_test_steps"] or 0
-                         for c in result["cells"]}.values()))
-  rows, right = [], 0
-  for cell in result["cells"]:
-    p, d = cell["placement"], cell["depth"]
-    stable_rates = [lr for lr in rates if all(
-        stable.judge(summaries[f"norm={p},layers={d},lr={lr:g},seed={s}"])[0]
-        for s in range(seeds))]
-    grid = max(stable_rates) if stable_rates else None
-    found = cell["highest_stable_lr"]
-    ratio = found / grid if grid and found else None
-    at_top = grid == rates[-1]  # The grid knows only "at least its top rate".
-    ok = ((grid is None and found is None) or (ratio is not None and 1 / WITHIN <= ratio
-                                               and (at_top or ratio <= WITHIN)))
-    right += ok
-    rows.append({"placement": cell["label"], "depth": d, "search": found,
-                 "search_status": cell["status"], "grid": grid, "grid_at_top": at_top,
-                 "ratio": ratio, "within": ok})
-  fraction, cost = right / len(rows), search_steps / max(grid_steps, 1)
-  lines = [f"# The stability search against a grid: {config}", "",
-           f"Grid: {len(rates)} peak rates {rates[0]:g}–{rates[-1]:g} × {seeds} seed(s), "
-           f"{steps} steps a run, no warm-up; search: `python -m lnjax.cli.stability` with the "
-           "same steps and seeds.", "", result["definition"] + ".", "",
-           "| placement | layers | search | grid | search / grid | within 1.5× |",
-           "|---|---:|---:|---:|---:|---|"]
-  for r in rows:
-    fmt = lambda v: "none" if v is None else f"{v:.3g}"
-    lines.append(f"| {r['placement']} | {r['depth']} | {fmt(r['search'])} "
-                 f"({r['search_status']}) | {'≥ ' * r['grid_at_top']}{fmt(r['grid'])} | "
-                 f"{fmt(r['ratio'])} | "
-                 f"{'yes' if r['within'] else 'no'} |")
-  lines += ["", f"Within 1.5× of the grid: {right}/{len(rows)} cells = {fraction:.0%} "
-            "(goal ≥ 80%).",
-            f"Training steps: search {search_steps}, grid {grid_steps}: {cost:.2f} of the "
-            "grid's (goal ≤ 0.33)."]
+  rows = compare(result["cells"], summaries, rates, seeds,
+                 search.Stable(steps, DIVERGENCE_FACTOR, margin))
+  lines, data = report(rows, config, rates, seeds, steps, result["definition"])
   with open(os.path.join(keep, "report.md"), "w") as f:
     f.write("\n".join(lines) + "\n")
   with open(os.path.join(keep, "report.json"), "w") as f:
-    json.dump({"rows": rows, "within_fraction": fraction, "search_steps": search_steps,
-               "grid_steps": grid_steps, "cost_fraction": cost, "grid_rates": rates}, f,
-              indent=2)
+    json.dump(data, f, indent=2)
   print("\n".join(lines))
 
 

@@ -62,3 +62,52 @@ def test_a_ledger_entry_for_other_steps_does_not_count_as_finished(bench, tmp_pa
   bench.save_ledger(ledger, [grid_run("r")], str(tmp_path / "a"))
   bench.restore_ledger(ledger, [grid_run("r", num_steps=600)], str(tmp_path / "b"))
   assert launcher.finished_state(grid_run("r", num_steps=600), str(tmp_path / "b" / "r")) is None
+
+
+def test_the_report_compares_the_cells_both_have_finished(bench):
+  """Per cell the search's answer against the grid's highest rate stable in every seed; the
+  fraction within 1.5× and the cost are over the cells where both have finished, so the
+  report of a measurement still running is already true of what it has measured."""
+  from lnjax.sweep import search
+  rates, seeds, stable = [0.01, 0.03, 0.1], 2, search.Stable(100, 2.0, 0.1)
+  ok = {"status": "completed", "step": 100, "num_steps": 100, "eval_loss": 2.9,
+        "unigram_baseline": 3.3}
+  stall = {**ok, "eval_loss": 3.3}
+  diverged = {"status": "diverged", "step": 7, "num_steps": 100}
+
+  def grid(p, d, by_rate):  # rate -> the summaries of seeds 0, 1
+    return {f"norm={p},layers={d},lr={lr:g},seed={s}": summary
+            for lr, per_seed in by_rate.items() for s, summary in enumerate(per_seed)}
+
+  summaries = {
+      **grid("pre", 2, {0.01: [ok, ok], 0.03: [ok, ok], 0.1: [diverged, ok]}),  # grid 0.03
+      **grid("post", 2, {0.01: [stall, ok], 0.03: [diverged] * 2, 0.1: [diverged] * 2}),
+      **grid("pre", 6, {0.01: [ok, ok], 0.03: [ok, ok], 0.1: [ok, ok]}),  # ≥ its top
+      **grid("post", 6, {0.01: [ok, ok], 0.03: [ok], 0.1: [diverged] * 2}),  # a run missing
+  }
+
+  def cell(p, d, found, status=search.FOUND):
+    return {"placement": p, "label": p, "depth": d, "status": status,
+            "highest_stable_lr": found, "probe_steps_trained": 250, "range_test_steps": 50}
+
+  cells = [cell("pre", 2, 0.04), cell("post", 2, 0.001), cell("pre", 6, 0.2, search.ABOVE),
+           cell("post", 6, 0.02), cell("pre", 12, 0.05, "unfinished")]
+  rows = bench.compare(cells, summaries, rates, seeds, stable)
+  assert [(r["grid"], r["done"], r["within"]) for r in rows] == [
+      (0.03, True, True),     # 0.04 / 0.03 = 1.33
+      (None, True, False),    # the grid found no rate stable in both seeds; the search did
+      (0.1, True, True),      # stable at the grid's top: "≥ 0.1", the search's 0.2 agrees
+      (None, False, False),   # 5 of 6 grid runs finished
+      (None, False, False)]   # still searching
+  assert rows[0]["grid_steps"] == 5 * 100 + 7 and rows[3]["grid_runs_finished"] == 5
+  lines, data = bench.report(rows, "configs/lm.py", rates, seeds, 100, "stable: ...")
+  assert data["cells_compared"] == 3 and data["within_fraction"] == 2 / 3
+  assert data["search_steps"] == 3 * 300
+  assert data["grid_steps"] == rows[0]["grid_steps"] + rows[1]["grid_steps"] + 600
+  md = "\n".join(lines)
+  assert "| pre | 2 | 0.04 (found) | 0.03 | 1.33 | yes | 300 / 507 |" in md
+  assert "| pre | 6 | 0.2 (above) | ≥ 0.1 | 2 | yes |" in md
+  assert "| post | 6 | 0.02 (found) | 5 of 6 runs | — | not yet | — |" in md
+  assert "| pre | 12 | searching | 0 of 6 runs |" in md
+  assert "Within 1.5× of the grid: 2/3 cells = 67% (goal ≥ 80%)." in md
+  assert "Cells compared: 3 of 5." in md
