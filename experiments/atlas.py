@@ -7,7 +7,8 @@ depth × warm-up measured so far, one table and one figure.
 The atlas is measured in slices, each a `python -m lnjax.cli.stability` search on the
 CPU-size LM (configs/lm.py, size=small: D 128, character-level Tiny Shakespeare, batches of
 16) whose state lives in experiments/atlas/SLICE.json: a new workdir on another machine
-continues it from a clone, and no finished probe is run again. Without --run, each slice's
+continues it from a clone, and no finished probe is run again; the warm-up slice takes the
+range tests of the no-warm-up slices (a range test serves every warm-up). Without --run, each slice's
 search is asked for its table (`--report_only`: nothing is launched) and the slices are
 merged: WORKDIR/atlas.md, docs/figures/atlas.png (--figure), and which cells of the
 14 placements × depths 6, 12, 24 × warm-up 0, 500 are measured and which not yet.
@@ -47,6 +48,9 @@ SLICES = {
                   "the paper's claim: Post-LN against Pre-LN at 12 layers, no warm-up"),
 }
 GRID = {"depths": (6, 12, 24), "warmups": (0, 500)}
+# One range test serves every warm-up of its (placement, depth): these slices take the
+# brackets the no-warm-up slices measured (--range_tests_from) instead of running them again.
+BORROWS = {"warmup500": ("d6", "d12", "d24")}
 
 _RUN = flags.DEFINE_string("run", None, f"Continue one slice ({', '.join(SLICES)}) in "
                            "--workdir; without it, table every slice.")
@@ -63,9 +67,11 @@ def state_path(name: str) -> str:
 
 
 def search_command(name: str, workdir: str, report_only: bool) -> list[str]:
+  borrowed = [state_path(n) for n in BORROWS.get(name, ()) if os.path.exists(state_path(n))]
   return [sys.executable, "-m", "lnjax.cli.stability", *COMMON, *SLICES[name][0],
           f"--workdir={workdir}", f"--state={state_path(name)}",
-          *(["--report_only"] if report_only else [])]
+          *(["--report_only"] if report_only else
+            [f"--range_tests_from={','.join(borrowed)}"] if borrowed else [])]
 
 
 def verdict(cell: dict) -> str:

@@ -276,6 +276,34 @@ def test_a_state_kept_apart_continues_in_a_new_workdir(tmp_path):
   assert run.name == "norm=pre,layers=2,warmup=0,lr=0.0316,seed=0"
 
 
+def test_a_search_of_new_warmups_takes_the_range_tests_run_alike(tmp_path):
+  """--range_tests_from: one range test serves every warm-up of its (placement, depth), so a
+  search of a new warm-up takes the brackets another search's state holds and runs only
+  the range tests it lacks; a state whose range tests ran otherwise is refused."""
+  from lnjax.core import errors
+  from lnjax.sweep import stability
+
+  def make(name, depths, warmups, range_steps=20):
+    return stability.Search(f"{REPO}/configs/lm.py:smoke", {}, str(tmp_path / name),
+                            placements=["pre", "post"], depths=depths, warmups=warmups,
+                            seeds=1, range_steps=range_steps, lr_min=1e-4, lr_max=1.0,
+                            tolerance=1.4, widen=10.0, stable=search.Stable(30, 2.0, 0.1))
+  first = make("no_warmup", [2], [0])
+  first.state["range_tests"]["pre/2"] = {"lo": 1e-3, "hi": 1e-1, "note": "n",
+                                         "run": "range_test,norm=pre,layers=2", "steps": 20}
+  first.save()
+  later = make("warmup", [2, 4], [50])
+  assert later.borrow_range_tests([first.state_path]) == ["pre/2"]
+  assert later.bracket("pre", 2) == search.Bracket(1e-3, 1e-1, "n")
+  assert later.state["range_tests"]["pre/2"]["from"] == "search.json"
+  assert sorted(r.name for r in later.next_runs() if r.name.startswith("range_test")) == [
+      "range_test,norm=post,layers=2", "range_test,norm=post,layers=4",
+      "range_test,norm=pre,layers=4"]
+  assert later.borrow_range_tests([first.state_path]) == []  # Nothing left to take.
+  with pytest.raises(errors.ConfigError, match="its range tests ran with --range_steps=20"):
+    make("longer", [2], [50], range_steps=40).borrow_range_tests([first.state_path])
+
+
 @pytest.mark.parametrize("inputs, message", [
     ({"placements": []}, "--placements is empty: name at least one, e.g. post,pre"),
     ({"depths": [0]}, "--depths=0: the model cannot be built with Post-LN: "

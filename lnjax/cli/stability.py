@@ -6,6 +6,7 @@ of each (placement, depth, warm-up) cell, searched (lnjax/sweep/stability.py).
       [--parallel=2] [--backend=local|slurm|ray] [--config.data.batch_size=16]
   ... the same flags --report_only   # the table so far, while it runs; launches nothing
   ... --state=experiments/atlas/x.json  # the state kept apart: a new workdir continues it
+  ... --warmups=500 --range_tests_from=OTHER/search.json  # reuses OTHER's range tests
 
 Exit codes: 0 the search ended (a cell without a stable rate is a result too, with one
 line on stderr); 1 a run failed (its error line; the same command retries it); 2 a
@@ -31,6 +32,9 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Folder of the search: search.js
 _STATE = flags.DEFINE_string("state", None, "The search's state file (default "
                              "WORKDIR/search.json): the brackets and the probes' results. "
                              "Kept apart from WORKDIR, a new WORKDIR continues the search.")
+_RANGE_FROM = flags.DEFINE_list("range_tests_from", [], "Other searches' state files whose "
+                                "range tests (run with the same config, range steps and "
+                                "rates) serve this one: one range test serves every warm-up.")
 _PLACEMENTS = flags.DEFINE_list("placements", ["post", "pre"], "model.norm_position values.")
 _DEPTHS = flags.DEFINE_list("depths", None, "model.num_layers values (default: the config's).")
 _WARMUPS = flags.DEFINE_list("warmups", ["0"], "Linear warm-up lengths in steps.")
@@ -118,6 +122,9 @@ def main(argv):
                          tolerance=_TOLERANCE.value,
                          widen=_WIDEN.value, stable=stable, state_path=_STATE.value,
                          first_seed_alone=_FIRST_SEED_ALONE.value)
+    if not _REPORT_ONLY.value and (taken := s.borrow_range_tests(_RANGE_FROM.value)):
+      print(f"{len(taken)} range test(s) from {', '.join(_RANGE_FROM.value)}: "
+            f"{', '.join(taken)}", flush=True)
     if s.is_new or not _REPORT_ONLY.value:  # (--report_only never rewrites a search's state.)
       s.save()
     print(stable.describe(s.seeds), flush=True)

@@ -35,6 +35,8 @@ from lnjax.sweep import launcher as launcher_lib
 from lnjax.sweep import search
 
 STATE = "search.json"
+# A range test's settings: searches alike in these can share their range tests.
+RANGE_SETTINGS = ("config", "fixed", "range_steps", "lr_min", "lr_max")
 
 
 class Search:
@@ -110,6 +112,30 @@ class Search:
 
   def save(self) -> None:
     fileio.write_text(self.state_path, json.dumps(self.state, indent=2) + "\n")
+
+  def borrow_range_tests(self, paths: list[str]) -> list[str]:
+    """Brackets from other searches' states: a range test serves every warm-up of its
+    (placement, depth), so a search of new warm-ups takes those already run alike. Each
+    (placement, depth) of this search without one takes the first state's that has it;
+    returns their keys. A state whose range tests ran otherwise is refused."""
+    taken = []
+    for path in paths:
+      other = launcher_lib.read_json(path)
+      if other is None:
+        raise errors.ConfigError(f"--range_tests_from={path}: no search state there")
+      changed = [f"--{k}={other['settings'].get(k)}" for k in RANGE_SETTINGS
+                 if other["settings"].get(k) != self.settings[k]]
+      if changed:
+        raise errors.ConfigError(f"--range_tests_from={path}: its range tests ran with "
+                                 f"{', '.join(changed)}, not as this search's")
+      for p in self.placements:
+        for d in self.depths:
+          key = _key(p, d)
+          if key not in self.state["range_tests"] and key in other["range_tests"]:
+            self.state["range_tests"][key] = {**other["range_tests"][key],
+                                              "from": os.path.basename(path)}
+            taken.append(key)
+    return taken
 
   def bracket(self, placement: str, depth: int) -> search.Bracket | None:
     entry = self.state["range_tests"].get(_key(placement, depth))
