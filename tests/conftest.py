@@ -100,6 +100,18 @@ def fast_tier(values, keep):
   return [v if v in keep else pytest.param(v, marks=pytest.mark.slow) for v in values]
 
 
+def assert_same_final_state(workdir_a: str, workdir_b: str) -> None:
+  """The latest checkpoints of two runs hold the same train state, leaf for leaf and bit for
+  bit, and the same data position (a resumed run against the uninterrupted one)."""
+  import jax
+  import numpy as np
+  from lnjax.core import checkpoint
+  ra, rb = checkpoint.restore_run(workdir_a), checkpoint.restore_run(workdir_b)
+  for x, y in zip(jax.tree.leaves(ra.state), jax.tree.leaves(rb.state), strict=True):
+    np.testing.assert_array_equal(x, y)
+  assert ra.data_state == rb.data_state
+
+
 def import_benchmark(name: str):
   """benchmarks/NAME.py as a module. The scripts' first import (bench_env) tunes malloc
   before JAX starts: not in a test process, where JAX has started (an empty module in its

@@ -20,7 +20,7 @@ from lnjax.data import glue, mlm, paths, tokenizers
 from lnjax.models import ModelConfig
 from lnjax.models.bert import BertClassifier, BertEncoder, BertPretraining
 from lnjax.models.placement import NORM_POSITIONS
-from conftest import fast_tier
+from conftest import assert_same_final_state, fast_tier
 from test_train import sigterm_when
 
 
@@ -191,10 +191,7 @@ def test_bert_resume_reproduces_the_uninterrupted_run(pretrained, tmp_path):
                        if "train_loss" in r}
   a, b = losses(full), losses(parts)
   assert [a[s] for s in range(1, 31)] == [b[s] for s in range(1, 31)]
-  ra, rb = checkpoint.restore_run(full), checkpoint.restore_run(parts)
-  for x, y in zip(jax.tree.leaves(ra.state), jax.tree.leaves(rb.state)):
-    np.testing.assert_array_equal(x, y)
-  assert ra.data_state == rb.data_state
+  assert_same_final_state(full, parts)
 
 
 def glue_smoke_config(pretrained_workdir: str):
@@ -343,10 +340,7 @@ def test_finetune_resumes_bit_exactly_after_sigterm(finetuned, tmp_path):
   assert _train_losses(seed_wd) == _train_losses(full)
   evals = lambda w: [r for r in metrics.read_metrics(w) if "eval_loss" in r]
   assert evals(seed_wd) == evals(full) and len(evals(full)) == 2
-  ra, rb = checkpoint.restore_run(full), checkpoint.restore_run(seed_wd)
-  for a, b in zip(jax.tree.leaves(ra.state), jax.tree.leaves(rb.state), strict=True):
-    np.testing.assert_array_equal(a, b)
-  assert ra.data_state == rb.data_state
+  assert_same_final_state(full, seed_wd)
 
 
 def test_glue_data_resumes_and_splits_batches_over_processes():

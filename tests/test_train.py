@@ -13,6 +13,7 @@ import jax
 import numpy as np
 import pytest
 
+from conftest import assert_same_final_state
 from lnjax.configs import common as config_lib
 from lnjax.core import checkpoint, errors, metrics, sharding, steps, train
 
@@ -79,10 +80,7 @@ def test_resume_reproduces_the_uninterrupted_run(uninterrupted, tmp_path):
   assert again["eval_loss"] == pytest.approx(summary["eval_loss"])
   a, b = train_losses(full), train_losses(parts)
   assert [a[s] for s in range(1, 21)] == [b[s] for s in range(1, 21)]
-  ra, rb = checkpoint.restore_run(full), checkpoint.restore_run(parts)
-  for x, y in zip(jax.tree.leaves(ra.state), jax.tree.leaves(rb.state)):
-    np.testing.assert_array_equal(x, y)
-  assert ra.data_state == rb.data_state
+  assert_same_final_state(full, parts)
 
 
 @pytest.mark.slow
