@@ -11,7 +11,7 @@ For every placement of lnjax.models.placement at two depths of the CPU-size LM
   - an 11-point log grid of peak rates × 3 seeds (WORKDIR/grid), each run judged by the same
     definition of stable (lnjax.sweep.search.Stable); the grid's answer is its highest rate
     stable in every seed.
-Reported (WORKDIR/report.md, report.json): per cell both answers, their ratio and the
+Reported (WORKDIR/report.md, report.json, report.png): per cell both answers, their ratio and the
 training steps each took (the search's range test and probes, diverged runs counted up to
 their divergence); over the cells both have finished, the fraction where the search is
 within 1.5× of the grid (goal: ≥ 80%) and the search's steps over the grid's (goal: ≤ 1/3). Both runs resume: the same command again
@@ -211,6 +211,50 @@ def report(rows: list[dict], config: str, rates, seeds: int, steps: int,
                  "cost_fraction": cost, "grid_rates": rates}
 
 
+def plot(rows: list[dict], path: str, caption: str) -> None:
+  """Per compared cell the search's highest stable rate against the grid's, log-log: the
+  diagonal, the 1.5× band, a colour per placement and a marker per depth; a cell whose grid
+  was stable at its top rate (the grid knows only "at least") hollow. Cells where either
+  found no stable rate are not drawn (the caption counts them)."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  from matplotlib.lines import Line2D
+
+  from lnjax.analysis import plotting
+
+  drawn = [r for r in rows if r["done"] and r["grid"] and r["search"]]
+  values = [v for r in drawn for v in (r["grid"], r["search"])] or [1e-3, 1e-1]
+  lo, hi = min(values) / 3, max(values) * 3
+  placements = list(dict.fromkeys(r["placement"] for r in drawn))
+  depths = sorted({r["depth"] for r in drawn})
+  fig, ax = plt.subplots(figsize=(7.5, 5))
+  ax.fill_between([lo, hi], [lo / WITHIN, hi / WITHIN], [lo * WITHIN, hi * WITHIN],
+                  color="0.9", lw=0)
+  ax.plot([lo, hi], [lo, hi], color="0.5", lw=0.8)
+  for r in drawn:
+    color = f"C{placements.index(r['placement']) % 10}"
+    ax.plot([r["grid"]], [r["search"]], "osD^v"[depths.index(r["depth"]) % 5], ms=7,
+            color=color, mfc="none" if r["grid_at_top"] else color)
+  ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi),
+         xlabel="grid: highest peak rate stable in every seed",
+         ylabel="search: highest stable peak rate")
+  plotting.plain_log_ticks(ax)
+  handles = ([Line2D([], [], color=f"C{k % 10}", marker="o", ls="", label=p)
+              for k, p in enumerate(placements)]
+             + [Line2D([], [], color="0.3", marker="osD^v"[k % 5], ls="",
+                       label=plotting.layers(d)) for k, d in enumerate(depths)]
+             + [Line2D([], [], color="0.3", marker="o", mfc="none", ls="",
+                       label="grid stable at its top: ≥")]
+             + [plt.Rectangle((0, 0), 1, 1, color="0.9", label=f"within {WITHIN:g}×")])
+  ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False)
+  fig.tight_layout()
+  left_out = sum(r["done"] for r in rows) - len(drawn)
+  plotting.add_caption(fig, caption + (f"; {left_out} compared cell(s) without a stable rate "
+                                       "in the grid or the search not drawn" if left_out else ""))
+  plotting.save(fig, path)
+
+
 def main(argv):
   del argv
   config, fixed, placements, depths, seeds, steps, rates, margin = setup()
@@ -240,7 +284,15 @@ def main(argv):
     f.write("\n".join(lines) + "\n")
   with open(os.path.join(keep, "report.json"), "w") as f:
     json.dump(data, f, indent=2)
-  print("\n".join(lines))
+  batch = f", batches of {fixed['data.batch_size']}" if "data.batch_size" in fixed else ""
+  summary = (f"{data['cells_compared']} of {len(rows)} cells compared"
+             + (f", {data['within_fraction']:.0%} within {WITHIN:g}×, the search at "
+                f"{data['cost_fraction']:.2f} of the grid's steps" if data["cells_compared"] else ""))
+  plot(rows, os.path.join(keep, "report.png"),
+       f"{config}{batch}, no warm-up; grid "
+       f"{rates[0]:g}–{rates[-1]:g}, {len(rates)} rates × {seeds} seeds, {steps} steps a run; "
+       f"{summary}")
+  print("\n".join(lines) + f"\nFigure: {os.path.join(keep, 'report.png')}")
 
 
 if __name__ == "__main__":

@@ -64,7 +64,7 @@ def test_a_ledger_entry_for_other_steps_does_not_count_as_finished(bench, tmp_pa
   assert launcher.finished_state(grid_run("r", num_steps=600), str(tmp_path / "b" / "r")) is None
 
 
-def test_the_report_compares_the_cells_both_have_finished(bench):
+def test_the_report_compares_the_cells_both_have_finished(bench, tmp_path):
   """Per cell the search's answer against the grid's highest rate stable in every seed; the
   fraction within 1.5× and the cost are over the cells where both have finished, so the
   report of a measurement still running is already true of what it has measured."""
@@ -111,3 +111,5 @@ def test_the_report_compares_the_cells_both_have_finished(bench):
   assert "| pre | 12 | searching | 0 of 6 runs |" in md
   assert "Within 1.5× of the grid: 2/3 cells = 67% (goal ≥ 80%)." in md
   assert "Cells compared: 3 of 5." in md
+  bench.plot(rows, str(tmp_path / "report.png"), "configs/lm.py; 3 of 5 cells compared")
+  assert (tmp_path / "report.png").stat().st_size > 0
