@@ -100,6 +100,10 @@ def test_the_report_compares_the_cells_both_have_finished(bench, tmp_path):
       (None, False, False),   # 5 of 6 grid runs finished
       (None, False, False)]   # still searching
   assert rows[0]["grid_steps"] == 5 * 100 + 7 and rows[3]["grid_runs_finished"] == 5
+  # Seeds in turn: 0.1's seed 1 would not have run after seed 0 diverged; post/2's 0.01
+  # stalled in seed 0, so its seed 1 would not have run either.
+  assert rows[0]["lean_grid_steps"] == 4 * 100 + 7
+  assert rows[1]["lean_grid_steps"] == 100 + 7 + 7
   lines, data = bench.report(rows, "configs/lm.py", rates, seeds, 100, "stable: ...")
   assert data["cells_compared"] == 3 and data["within_fraction"] == 2 / 3
   assert data["search_steps"] == 3 * 300
