@@ -38,6 +38,7 @@ import time
 import pytest
 
 import test_gcs
+import test_stability
 
 gcs = test_gcs.gcs  # The GCS emulator on 127.0.0.1 (a module fixture).
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -254,6 +255,21 @@ def test_two_runs_spread_over_both_nodes_and_a_relaunch_starts_none(cluster, ref
   assert code == 0 and "2 already finished, 0 to run" in again and "start " not in again
   assert task_files == {n: open(os.path.join(root, n, ".ray_task.json")).read() for n in runs}
   assert all(r["attempts"] == 1 for r in _manifest(root)["runs"].values())
+
+
+@pytest.mark.slow
+def test_a_stability_search_sends_its_probe_as_a_ray_task(cluster, tmp_path):
+  """`lnjax stability --backend=ray`: a search with one probe left runs it on the cluster
+  (test_stability.one_probe_left)."""
+  state, workdir = test_stability.one_probe_left(tmp_path)
+  out = subprocess.run(
+      [sys.executable, "-m", "lnjax.cli.stability", "--backend=ray",
+       f"--ray_address={cluster.address}", *test_stability.ONE_PROBE_FLAGS,
+       f"--workdir={workdir}", f"--state={state}"],
+      cwd=REPO, env=cluster.local, capture_output=True, text=True, timeout=600)
+  assert out.returncode == 0, out.stdout + out.stderr
+  entry = test_stability.check_the_last_probe(state, workdir)
+  assert entry["node"], entry  # Run by Ray, on this node.
 
 
 @pytest.mark.slow

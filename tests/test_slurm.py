@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+import test_stability
 from lnjax.sweep import launcher
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -207,3 +208,19 @@ def test_job_array_requeues_its_stopped_runs_and_keeps_cancelled_ones(slurm_env,
   steps = [r["step"] for r in launcher.read_metrics(str(cancelled)) if "train_loss" in r]
   assert sorted(steps) == list(range(1, 151))
   assert len(os.listdir(root / "slurm")) == 2 + 4  # Two scripts, four array tasks' output.
+
+
+def test_a_stability_search_sends_its_probe_as_a_slurm_job(slurm_env, tmp_path):
+  """`lnjax stability --backend=slurm`: a search with one probe left runs it as a SLURM job
+  (test_stability.one_probe_left)."""
+  state, workdir = test_stability.one_probe_left(tmp_path)
+  env = {**slurm_env, "XLA_FLAGS": " ".join(
+      f for f in os.environ.get("XLA_FLAGS", "").split()
+      if not f.startswith("--xla_force_host_platform_device_count"))}
+  out = subprocess.run(
+      [sys.executable, "-m", "lnjax.cli.stability", "--backend=slurm",
+       *test_stability.ONE_PROBE_FLAGS, f"--workdir={workdir}", f"--state={state}"],
+      cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+  assert out.returncode == 0, out.stdout + out.stderr
+  entry = test_stability.check_the_last_probe(state, workdir)
+  assert entry["job"], entry  # Run by SLURM, as this job.

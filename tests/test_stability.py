@@ -132,6 +132,41 @@ def test_the_definition_of_stable():
   assert search.probe_result([True, None]) is None
 
 
+# A search with one probe left (one_probe_left): its bracket and low end recorded.
+ONE_PROBE_FLAGS = ["--config=configs/lm.py:smoke", "--placements=pre", "--depths=2",
+                   "--seeds=1", "--probe_steps=5", "--range_steps=5", "--tolerance=1000",
+                   "--margin_nats=-1"]
+
+
+def one_probe_left(tmp_path):
+  """(state file, workdir) of a search (ONE_PROBE_FLAGS) whose state holds Pre-LN's bracket
+  0.2-100 and 0.2 stable: it asks for one probe, the high end, which diverges; the search
+  then ends between the two. test_slurm and test_ray run it through their back ends."""
+  state = tmp_path / "state.json"
+  state.write_text(json.dumps({
+      "settings": {"config": "configs/lm.py:smoke", "fixed": {}, "seeds": 1, "probe_steps": 5,
+                   "range_steps": 5, "lr_min": 1e-05, "lr_max": 1.0, "tolerance": 1000.0,
+                   "widen": 10.0, "margin_nats": -1.0, "divergence_factor": 2.0},
+      "range_tests": {"pre/2": {"lo": 0.2, "hi": 100.0, "note": "given", "run": "r",
+                                "steps": 5}},
+      "probes": {"pre/2/0": {"0.2": {"stable": True, "runs": ["r"], "seeds": ["given"],
+                                     "steps": 5}}}}))
+  return state, tmp_path / "search"
+
+
+def check_the_last_probe(state, workdir) -> dict:
+  """The search of one_probe_left ran its probe, recorded it and ended; the probe's entry
+  in the back end's manifest."""
+  entry = json.load(open(workdir / "runs" / "sweep.json"))["runs"][
+      "norm=pre,layers=2,warmup=0,lr=100,seed=0"]
+  assert entry["state"] == "diverged", entry
+  (cell,) = json.load(open(workdir / "stability.json"))["cells"]
+  assert (cell["status"], cell["highest_stable_lr"], cell["lowest_unstable_lr"]) == (
+      search.FOUND, 0.2, 100.0)
+  assert list(json.loads(state.read_text())["probes"]["pre/2/0"]) == ["0.2", "100"]
+  return entry
+
+
 def _stability(workdir, *flags, **kw):
   return subprocess.run(
       [sys.executable, "-m", "lnjax.cli.stability", "--config=configs/lm.py:smoke",
