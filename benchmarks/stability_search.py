@@ -163,11 +163,21 @@ def compare(cells: list[dict], summaries: dict, rates, seeds: int,
     done = grid_done and cell["status"] != "unfinished"
     within = done and ((grid is None and found is None) or (
         ratio is not None and 1 / WITHIN <= ratio and (at_top or ratio <= WITHIN)))
+    # The grid's own bracket: its answer and the next grid rate up, unstable (a grid of 11
+    # rates over three decades steps 2× a point, so it cannot place an edge finer).
+    above = [lr for lr in rates if lr > (grid or 0)]
+    grid_upper = above[0] if grid_done and above else None
+    if grid is None:  # No grid rate stable: right if the search found none above them.
+      consistent = done and (found is None or found < rates[0])
+    else:
+      consistent = done and found is not None and found >= grid / 1.001 and (
+          grid_upper is None or found < grid_upper)
     rows.append({
         "placement": cell["label"], "depth": d, "search": found,
         "search_status": cell["status"], "grid": grid, "grid_at_top": at_top,
         "grid_runs_finished": sum(j is not None for js in judged.values() for j in js),
         "grid_runs": len(rates) * seeds, "ratio": ratio, "done": done, "within": within,
+        "grid_upper": grid_upper, "consistent": consistent,
         "search_steps": cell["probe_steps_trained"] + (cell["range_test_steps"] or 0),
         "grid_steps": sum(_steps(summaries, n) for ns in names.values() for n in ns),
         "lean_grid_steps": sum(_lean_steps(summaries, ns, js)
@@ -196,6 +206,7 @@ def report(rows: list[dict], config: str, rates, seeds: int, steps: int,
   cost are over the cells both have finished."""
   done = [r for r in rows if r["done"]]
   right = sum(r["within"] for r in done)
+  consistent = sum(r["consistent"] for r in done)
   search_steps = sum(r["search_steps"] for r in done)
   grid_steps = sum(r["grid_steps"] for r in done)
   lean_steps = sum(r["lean_grid_steps"] for r in done)
@@ -207,28 +218,32 @@ def report(rows: list[dict], config: str, rates, seeds: int, steps: int,
            f"{steps} steps a run, no warm-up; search: `python -m lnjax.cli.stability` with the "
            "same steps and seeds.", "", definition + ".", "",
            "| placement | layers | search | grid | search / grid | within 1.5× | "
-           "training steps: search / grid |",
-           "|---|---:|---:|---:|---:|---|---:|"]
+           "in the grid's bracket | training steps: search / grid |",
+           "|---|---:|---:|---:|---:|---|---|---:|"]
   for r in rows:
     if r["done"]:
       lines.append(f"| {r['placement']} | {r['depth']} | {fmt(r['search'])} "
                    f"({r['search_status']}) | {'≥ ' * r['grid_at_top']}{fmt(r['grid'])} | "
                    f"{fmt(r['ratio'])} | {'yes' if r['within'] else 'no'} | "
+                   f"{'yes' if r['consistent'] else 'no'} ({fmt(r['grid'] or 0)}–"
+                   f"{fmt(r['grid_upper']) if r['grid_upper'] else ''}) | "
                    f"{r['search_steps']} / {r['grid_steps']} |")
     else:
       search_part = ("searching" if r["search_status"] == "unfinished"
                      else f"{fmt(r['search'])} ({r['search_status']})")
       lines.append(f"| {r['placement']} | {r['depth']} | {search_part} | "
-                   f"{r['grid_runs_finished']} of {r['grid_runs']} runs | — | not yet | — |")
+                   f"{r['grid_runs_finished']} of {r['grid_runs']} runs | — | not yet | — | — |")
   if done:
     lines += ["", f"Within 1.5× of the grid: {right}/{len(done)} cells = {fraction:.0%} "
-              "(goal ≥ 80%).",
+              "(goal ≥ 80%). In the grid's own bracket (at or above its highest stable rate, "
+              f"below the next grid rate, unstable): {consistent}/{len(done)}.",
               f"Training steps: search {search_steps}, grid {grid_steps}: {cost:.2f} of the "
               "grid's (goal ≤ 0.33). Against a grid that runs a rate's other seeds only once "
               f"seed 0 holds, as the search's probes do ({lean_steps} steps): "
               f"{search_steps / max(lean_steps, 1):.2f}."]
   lines += ["", f"Cells compared: {len(done)} of {len(rows)}."]
   return lines, {"rows": rows, "cells_compared": len(done), "within_fraction": fraction,
+                 "in_grid_bracket": consistent,
                  "search_steps": search_steps, "grid_steps": grid_steps,
                  "lean_grid_steps": lean_steps,
                  "cost_fraction": cost, "grid_rates": rates}
