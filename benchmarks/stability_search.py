@@ -31,6 +31,7 @@ a search tolerance of 3×.
 """
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -163,15 +164,14 @@ def compare(cells: list[dict], summaries: dict, rates, seeds: int,
     done = grid_done and cell["status"] != "unfinished"
     within = done and ((grid is None and found is None) or (
         ratio is not None and 1 / WITHIN <= ratio and (at_top or ratio <= WITHIN)))
-    # The grid's own bracket: its answer and the next grid rate up, unstable (a grid of 11
-    # rates over three decades steps 2× a point, so it cannot place an edge finer).
+    # Each side's bracket of the edge: from its highest stable rate up to the lowest unstable
+    # one it saw above (the grid's: its next rate; 11 rates over three decades step 2×, so a
+    # grid cannot place the edge finer). They agree when the brackets overlap.
     above = [lr for lr in rates if lr > (grid or 0)]
     grid_upper = above[0] if grid_done and above else None
-    if grid is None:  # No grid rate stable: right if the search found none above them.
-      consistent = done and (found is None or found < rates[0])
-    else:
-      consistent = done and found is not None and found >= grid / 1.001 and (
-          grid_upper is None or found < grid_upper)
+    upper = cell.get("lowest_unstable_lr")
+    consistent = done and (max(grid or 0.0, found or 0.0)
+                           < min(grid_upper or math.inf, upper or math.inf))
     rows.append({
         "placement": cell["label"], "depth": d, "search": found,
         "search_status": cell["status"], "grid": grid, "grid_at_top": at_top,
@@ -218,15 +218,14 @@ def report(rows: list[dict], config: str, rates, seeds: int, steps: int,
            f"{steps} steps a run, no warm-up; search: `python -m lnjax.cli.stability` with the "
            "same steps and seeds.", "", definition + ".", "",
            "| placement | layers | search | grid | search / grid | within 1.5× | "
-           "in the grid's bracket | training steps: search / grid |",
+           "brackets agree | training steps: search / grid |",
            "|---|---:|---:|---:|---:|---|---|---:|"]
   for r in rows:
     if r["done"]:
       lines.append(f"| {r['placement']} | {r['depth']} | {fmt(r['search'])} "
                    f"({r['search_status']}) | {'≥ ' * r['grid_at_top']}{fmt(r['grid'])} | "
                    f"{fmt(r['ratio'])} | {'yes' if r['within'] else 'no'} | "
-                   f"{'yes' if r['consistent'] else 'no'} ({fmt(r['grid'] or 0)}–"
-                   f"{fmt(r['grid_upper']) if r['grid_upper'] else ''}) | "
+                   f"{'yes' if r['consistent'] else 'no'} | "
                    f"{r['search_steps']} / {r['grid_steps']} |")
     else:
       search_part = ("searching" if r["search_status"] == "unfinished"
@@ -235,15 +234,16 @@ def report(rows: list[dict], config: str, rates, seeds: int, steps: int,
                    f"{r['grid_runs_finished']} of {r['grid_runs']} runs | — | not yet | — | — |")
   if done:
     lines += ["", f"Within 1.5× of the grid: {right}/{len(done)} cells = {fraction:.0%} "
-              "(goal ≥ 80%). In the grid's own bracket (at or above its highest stable rate, "
-              f"below the next grid rate, unstable): {consistent}/{len(done)}.",
+              "(goal ≥ 80%). Brackets agree (the search's, from its highest stable to its "
+              "lowest unstable rate, overlaps the grid's, from its highest stable rate to the "
+              f"next grid rate): {consistent}/{len(done)}.",
               f"Training steps: search {search_steps}, grid {grid_steps}: {cost:.2f} of the "
               "grid's (goal ≤ 0.33). Against a grid that runs a rate's other seeds only once "
               f"seed 0 holds, as the search's probes do ({lean_steps} steps): "
               f"{search_steps / max(lean_steps, 1):.2f}."]
   lines += ["", f"Cells compared: {len(done)} of {len(rows)}."]
   return lines, {"rows": rows, "cells_compared": len(done), "within_fraction": fraction,
-                 "in_grid_bracket": consistent,
+                 "brackets_agree": consistent,
                  "search_steps": search_steps, "grid_steps": grid_steps,
                  "lean_grid_steps": lean_steps,
                  "cost_fraction": cost, "grid_rates": rates}

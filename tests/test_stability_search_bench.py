@@ -86,12 +86,14 @@ def test_the_report_compares_the_cells_both_have_finished(bench, tmp_path):
       **grid("post", 6, {0.01: [ok, ok], 0.03: [ok], 0.1: [diverged] * 2}),  # a run missing
   }
 
-  def cell(p, d, found, status=search.FOUND):
+  def cell(p, d, found, upper, status=search.FOUND):
     return {"placement": p, "label": p, "depth": d, "status": status,
-            "highest_stable_lr": found, "probe_steps_trained": 250, "range_test_steps": 50}
+            "highest_stable_lr": found, "lowest_unstable_lr": upper,
+            "probe_steps_trained": 250, "range_test_steps": 50}
 
-  cells = [cell("pre", 2, 0.04), cell("post", 2, 0.001), cell("pre", 6, 0.2, search.ABOVE),
-           cell("post", 6, 0.02), cell("pre", 12, 0.05, "unfinished")]
+  cells = [cell("pre", 2, 0.04, 0.05), cell("post", 2, 0.02, 0.03),
+           cell("pre", 6, 0.2, None, search.ABOVE), cell("post", 6, 0.02, 0.04),
+           cell("pre", 12, 0.05, 0.07, "unfinished")]
   rows = bench.compare(cells, summaries, rates, seeds, stable)
   assert [(r["grid"], r["done"], r["within"]) for r in rows] == [
       (0.03, True, True),     # 0.04 / 0.03 = 1.33
@@ -99,11 +101,11 @@ def test_the_report_compares_the_cells_both_have_finished(bench, tmp_path):
       (0.1, True, True),      # stable at the grid's top: "≥ 0.1", the search's 0.2 agrees
       (None, False, False),   # 5 of 6 grid runs finished
       (None, False, False)]   # still searching
-  # The grid's own bracket: its answer up to its next rate (0.03–0.1 for Pre-LN at 2 layers,
-  # where 0.04 lies; none stable at 2 layers of Post-LN, where the search's 0.001 lies below
-  # the grid's 0.01, so the two agree though their answers differ; ≥ the top at 6 layers).
+  # The brackets of the edge: Pre-LN at 2 layers, the grid's 0.03–0.1 and the search's
+  # 0.04–0.05 overlap; Post-LN at 2 layers, no grid rate stable (below 0.01) against the
+  # search's 0.02–0.03: they disagree; at 6 layers, both stable at the grid's top.
   assert [(r["grid_upper"], r["consistent"]) for r in rows] == [
-      (0.1, True), (0.01, True), (None, True), (None, False), (None, False)]
+      (0.1, True), (0.01, False), (None, True), (None, False), (None, False)]
   assert rows[0]["grid_steps"] == 5 * 100 + 7 and rows[3]["grid_runs_finished"] == 5
   # Seeds in turn: 0.1's seed 1 would not have run after seed 0 diverged; post/2's 0.01
   # stalled in seed 0, so its seed 1 would not have run either.
@@ -111,12 +113,13 @@ def test_the_report_compares_the_cells_both_have_finished(bench, tmp_path):
   assert rows[1]["lean_grid_steps"] == 100 + 7 + 7
   lines, data = bench.report(rows, "configs/lm.py", rates, seeds, 100, "stable: ...")
   assert data["cells_compared"] == 3 and data["within_fraction"] == 2 / 3
-  assert data["in_grid_bracket"] == 3 and "In the grid's own bracket" in "\n".join(lines)
+  assert data["brackets_agree"] == 2 and "Brackets agree" in "\n".join(lines)
   assert data["search_steps"] == 3 * 300
   assert data["grid_steps"] == rows[0]["grid_steps"] + rows[1]["grid_steps"] + 600
   md = "\n".join(lines)
-  assert "| pre | 2 | 0.04 (found) | 0.03 | 1.33 | yes | yes (0.03–0.1) | 300 / 507 |" in md
-  assert "| pre | 6 | 0.2 (above) | ≥ 0.1 | 2 | yes | yes (0.1–) |" in md
+  assert "| pre | 2 | 0.04 (found) | 0.03 | 1.33 | yes | yes | 300 / 507 |" in md
+  assert "| post | 2 | 0.02 (found) | none | none | no | no |" in md
+  assert "| pre | 6 | 0.2 (above) | ≥ 0.1 | 2 | yes | yes |" in md
   assert "| post | 6 | 0.02 (found) | 5 of 6 runs | — | not yet | — | — |" in md
   assert "| pre | 12 | searching | 0 of 6 runs |" in md
   assert "Within 1.5× of the grid: 2/3 cells = 67% (goal ≥ 80%)." in md
