@@ -105,6 +105,9 @@ def test_smoke_run_in_a_bucket_killed_and_resumed_equals_a_local_run(gcs, tmp_pa
   fs.pipe(f"{BUCKET}/data/tiny_shakespeare/input.txt.gz", corpus.read_bytes())
   data_dir = f"--config.data.data_dir=gs://{BUCKET}/data"
   workdir = f"gs://{BUCKET}/run"
+  tmp = tmp_path / "tmp"  # The runs' own temporary folder: the profile's local copy goes.
+  tmp.mkdir()
+  env = {**env, "TMPDIR": str(tmp)}
   first = cli("lnjax.main", *train_args(workdir), data_dir, "--config.train.profile_steps=2,3",
               env=env, wait=False)
   try:
@@ -135,6 +138,7 @@ def test_smoke_run_in_a_bucket_killed_and_resumed_equals_a_local_run(gcs, tmp_pa
   assert records(fs.cat(f"{BUCKET}/run/metrics.jsonl").decode()) == records(
       open(os.path.join(local, "metrics.jsonl")).read())
   assert any(p.endswith(".xplane.pb") for p in fs.find(f"{BUCKET}/run/profile"))
+  assert not list(tmp.glob("lnjax_profile_*"))
   steps = sorted(int(p.rsplit("/", 1)[1]) for p in fs.ls(f"{BUCKET}/run/checkpoints"))
   assert steps[-1] == 40
   assert fs.exists(f"{BUCKET}/run/checkpoints/40/lnjax_manifest.json")

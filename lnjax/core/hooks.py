@@ -41,6 +41,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import shutil
 import tempfile
 import time
 
@@ -353,11 +354,12 @@ class Profiler(Hook):
   def __init__(self, first: int, last: int, workdir: str):
     self.first, self.last = first, last
     self.trace_dir = os.path.join(workdir, "profile")
-    self.local_dir = (tempfile.mkdtemp(prefix="lnjax_profile_") if fileio.is_remote(workdir)
-                      else self.trace_dir)
+    self.local_dir = self.trace_dir
 
   def before_step(self, loop, step, batch):
     if step == self.first:
+      if fileio.is_remote(self.trace_dir):  # Traced locally, uploaded and removed at the end.
+        self.local_dir = tempfile.mkdtemp(prefix="lnjax_profile_")
       jax.profiler.start_trace(self.local_dir)
 
   def after_step(self, loop, step):
@@ -366,5 +368,6 @@ class Profiler(Hook):
       jax.profiler.stop_trace()
       if self.local_dir != self.trace_dir:
         fileio.copy_tree(self.local_dir, self.trace_dir)
+        shutil.rmtree(self.local_dir, ignore_errors=True)
       loop.log(f"Profile of steps {self.first}..{self.last} in {self.trace_dir} "
                "(TensorBoard: profile).")
