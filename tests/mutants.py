@@ -473,6 +473,11 @@ MUTANTS = [
       "    return runs if first else runs[:1]", "    return runs",
       ("tests/test_stability.py::test_a_probe_runs_seed_0_alone_and_its_other_seeds_once_it_holds",),
       "a probe's seeds all launched at once: one that seed 0 alone fails costs every seed"),
+    M("range_test_recovers_with_the_probes", "lnjax/sweep/stability.py",
+      '        "train.on_instability": "none",', "",
+      ("tests/test_stability.py::test_range_tests_never_recover_and_probes_that_roll_back_keep_checkpoints",),
+      "a range test skips or rolls back its blow-up when the probes recover: its bracket's "
+      "high end is lost"),
     M("search_benchmark_compares_an_unfinished_grid", "benchmarks/stability_search.py",
       "    grid_done = all(j is not None for js in judged.values() for j in js)",
       "    grid_done = any(j is not None for js in judged.values() for j in js)",

@@ -127,6 +127,12 @@ def test_the_definition_of_stable():
   # A warm-up cell's probe: its warm-up, then the 100 steps at the peak rate.
   assert stable.judge({**ok, "num_steps": 150}, warmup=50)[0] is True
   assert stable.judge(ok, warmup=50)[0] is None
+  # Probes that recover: the definition says so, and a stable run's reason counts the actions.
+  assert "on_instability" not in text
+  recovering = search.Stable(steps=100, divergence_factor=2.0, margin_nats=0.1, recovery="rollback")
+  assert "train.on_instability=rollback" in recovering.describe(3)
+  assert recovering.judge({**ok, "instability_actions": [{}, {}]}) == (
+      True, "held-out loss 3.000, 0.300 nats below the unigram baseline, after 2 recovery action(s)")
   assert search.probe_result([True, True, True]) is True
   assert search.probe_result([True, None, False]) is False
   assert search.probe_result([True, None]) is None
@@ -183,6 +189,22 @@ def test_every_cell_probes_as_long_at_its_peak_rate(tmp_path):
     runs = s.probe_runs(("pre", 2, warmup), 1e-3)
     assert [r.overrides["train.num_steps"] for r in runs] == [warmup + 30] * 2
     assert {r.overrides["opt.warmup_steps"] for r in runs} == {warmup}
+
+
+@pytest.mark.parametrize("recovery", ["none", "skip", "rollback"])
+def test_range_tests_never_recover_and_probes_that_roll_back_keep_checkpoints(tmp_path, recovery):
+  """A range test's loss must blow up to bracket the edge, whatever train.on_instability the
+  probes use; a probe that rolls back needs a checkpoint every rollback_steps (else one)."""
+  from lnjax.sweep import stability
+  fixed = {"train.on_instability": recovery, "train.rollback_steps": 10}
+  s = stability.Search(f"{REPO}/configs/lm.py:smoke", fixed, str(tmp_path), placements=["pre"],
+                       depths=[2], warmups=[0], seeds=1, range_steps=20, lr_min=1e-4,
+                       lr_max=1.0, tolerance=2.0, widen=10.0,
+                       stable=search.Stable(30, 2.0, 0.1, recovery=recovery))
+  assert s.range_run("pre", 2).config.train.on_instability == "none"
+  probe = s.probe_runs(("pre", 2, 0), 1e-3)[0].config.train
+  assert probe.on_instability == recovery
+  assert probe.checkpoint_every_steps == (10 if recovery == "rollback" else 30)
 
 
 def test_an_unfinished_search_reports_its_bounds_so_far_and_its_next_probe(tmp_path):
@@ -370,8 +392,11 @@ def test_a_refusal_is_one_line_exit_2_and_writes_nothing(tmp_path):
 def test_report_only_writes_the_table_and_launches_nothing(tmp_path):
   workdir = tmp_path / "search"
   out = _stability(workdir, "--placements=pre,post", "--probe_steps=20", "--report_only",
-                   timeout=300)
+                   "--config.train.on_instability=skip", timeout=300)
   assert out.returncode == 0, out.stderr
+  # The definition printed and written names the probes' recovery.
+  assert "(train.on_instability=skip)" in out.stdout
+  assert "(train.on_instability=skip)" in json.load(open(workdir / "stability.json"))["definition"]
   assert "0 of 2 cells measured; 2 still searching" in out.stdout
   assert out.stdout.count("unfinished: range test not yet run") == 2
   assert "-- round" not in out.stdout and not (workdir / "runs").exists()

@@ -37,12 +37,18 @@ class Stable:
   steps: int  # The run finishes its warm-up and this many steps at its peak rate ...
   divergence_factor: float  # ... never diverges (lnjax's rule: NaN/Inf, or loss > this × ln V) ...
   margin_nats: float  # ... and its final held-out loss is this far below the unigram baseline.
+  recovery: str = "none"  # The probes' train.on_instability: "none" measures the model alone;
+  # with skip or rollback, what a run recovered from counts as stable, and the text says so.
 
   def describe(self, seeds: int) -> str:
-    return (f"stable: in each of {seeds} seed(s), the run finishes its warm-up and "
+    text = (f"stable: in each of {seeds} seed(s), the run finishes its warm-up and "
             f"{self.steps} steps after it, never diverges (lnjax's rule, exit 3: a NaN/Inf "
             f"training loss or one above {self.divergence_factor:g} × ln V), and ends with a "
             f"held-out loss at least {self.margin_nats:g} nats below the unigram baseline")
+    if self.recovery != "none":
+      text += (f"; the probes recover (train.on_instability={self.recovery}): a run that "
+               "recovered and then met these counts as stable (the range tests do not recover)")
+    return text
 
   def judge(self, summary: dict, warmup: int = 0) -> tuple[bool | None, str]:
     """(stable or not, why) from the summary.json of a run with `warmup` warm-up steps; None
@@ -60,7 +66,9 @@ class Stable:
       where = (f"{below:.3f} nats below" if below >= 0 else f"{-below:.3f} nats above")
       return False, (f"held-out loss {loss:.3f} is {where} the unigram baseline "
                      f"{baseline:.3f}, not {self.margin_nats:g} below")
-    return True, f"held-out loss {loss:.3f}, {below:.3f} nats below the unigram baseline"
+    actions = len(summary.get("instability_actions") or [])
+    return True, (f"held-out loss {loss:.3f}, {below:.3f} nats below the unigram baseline"
+                  + (f", after {actions} recovery action(s)" if actions else ""))
 
 
 def probe_result(judgements: list[bool | None]) -> bool | None:

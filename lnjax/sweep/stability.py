@@ -58,6 +58,7 @@ class Search:
                      "widen": widen, "margin_nats": stable.margin_nats,
                      "divergence_factor": stable.divergence_factor}
     self.root = os.path.join(workdir, "runs")
+    self.rollback_steps = sweep_lib.base_config(config_arg, self.fixed).train.rollback_steps
     self.state_path = state_path or fileio.join(workdir, STATE)
     self.state = self._load()
 
@@ -72,6 +73,7 @@ class Search:
         "model.norm_position": placement, "model.num_layers": depth,
         "opt.schedule": "exponential", "opt.learning_rate": self.lr_min,
         "opt.decay_factor": gamma, "opt.warmup_steps": 0, "seed": 0,
+        "train.on_instability": "none",  # Its loss must be free to blow up: that is the bracket.
         "train.num_steps": self.range_steps, "train.log_every_steps": 1,
         "train.eval_every_steps": self.range_steps,
         "train.checkpoint_every_steps": self.range_steps})
@@ -81,11 +83,13 @@ class Search:
     cell spends as long at its peak rate)."""
     placement, depth, warmup = cell
     steps = warmup + self.stable.steps
+    # One checkpoint, at the end; a probe that rolls back needs one every rollback_steps.
+    every = min(steps, self.rollback_steps) if self.stable.recovery == "rollback" else steps
     return [self._run(f"norm={placement},layers={depth},warmup={warmup},lr={lr:g},seed={s}", {
         "model.norm_position": placement, "model.num_layers": depth,
         "opt.learning_rate": lr, "opt.warmup_steps": warmup, "seed": s,
         "train.num_steps": steps, "train.eval_every_steps": steps,
-        "train.checkpoint_every_steps": steps}) for s in range(self.seeds)]
+        "train.checkpoint_every_steps": every}) for s in range(self.seeds)]
 
   def _run(self, name: str, overrides: dict) -> sweep_lib.Run:
     overrides = {**overrides, "train.divergence_factor": self.stable.divergence_factor}
