@@ -111,9 +111,10 @@ def main(argv):
       k[2], k[1], list(models.NORM_POSITIONS).index(k[0])))]
   fmt = lambda v: "—" if v is None else f"{v:.3g}"
   md = ["| placement | layers | warm-up | highest stable lr | lowest unstable lr | "
-        "probe steps | slice |", "|---|---:|---:|---:|---:|---:|---|"]
+        "how it fails there | probe steps | slice |", "|---|---:|---:|---:|---:|---|---:|---|"]
   md += [f"| {c['label']} | {c['depth']} | {c['warmup']} | {fmt(c['highest_stable_lr'])} | "
-         f"{fmt(c['lowest_unstable_lr'])} | {c['probe_steps']} | {c['slice']} |" for c in table]
+         f"{fmt(c['lowest_unstable_lr'])} | {c.get('fails_by') or '—'} | {c['probe_steps']} | "
+         f"{c['slice']} |" for c in table]
   # Which cells are measured: a placement per row, a (depth, warm-up) per column.
   columns = [(d, w) for w in GRID["warmups"] for d in GRID["depths"]]
   coverage = ["| placement | " + " | ".join(f"{d} layers, warm-up {w}" for d, w in columns)

@@ -478,6 +478,10 @@ MUTANTS = [
       ("tests/test_stability.py::test_range_tests_never_recover_and_probes_that_roll_back_keep_checkpoints",),
       "a range test skips or rolls back its blow-up when the probes recover: its bracket's "
       "high end is lost"),
+    M("failure_above_the_baseline_read_as_below", "lnjax/sweep/search.py",
+      "{'-' if m[2] == 'below' else '+'}", "{'-' if m[2] == 'above' else '+'}",
+      ("tests/test_stability.py::test_the_definition_of_stable",),
+      "a probe that stalled above the unigram baseline is reported as having learned a little"),
     M("search_benchmark_compares_an_unfinished_grid", "benchmarks/stability_search.py",
       "    grid_done = all(j is not None for js in judged.values() for j in js)",
       "    grid_done = any(j is not None for js in judged.values() for j in js)",

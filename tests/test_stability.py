@@ -133,6 +133,13 @@ def test_the_definition_of_stable():
   assert "train.on_instability=rollback" in recovering.describe(3)
   assert recovering.judge({**ok, "instability_actions": [{}, {}]}) == (
       True, "held-out loss 3.000, 0.300 nats below the unigram baseline, after 2 recovery action(s)")
+  # An unstable probe's failure in a few words, from its seeds' reasons.
+  stall, slow = stable.judge({**ok, "eval_loss": 3.31})[1], stable.judge({**ok, "eval_loss": 3.25})[1]
+  skipped = "not run: another seed was unstable"
+  assert search.how_it_failed([stall, skipped]) == "held-out +0.010 nats vs unigram"
+  assert search.how_it_failed([slow]) == "held-out -0.050 nats vs unigram"
+  assert search.how_it_failed([slow, "diverged at step 4"]) == "diverged at step 4"
+  assert search.how_it_failed([skipped]) is None
   assert search.probe_result([True, True, True]) is True
   assert search.probe_result([True, None, False]) is False
   assert search.probe_result([True, None]) is None
@@ -221,8 +228,9 @@ def test_an_unfinished_search_reports_its_bounds_so_far_and_its_next_probe(tmp_p
   # Pre-LN, no warm-up: the bisection's probes at √(1e-3 · 1e-1) = 0.01 and √(0.01 · 0.1)
   # held, at √(0.0316 · 0.1) failed.
   s.state["probes"]["pre/2/0"] = {
-      f"{lr:g}": {"stable": ok, "runs": ["a"], "seeds": ["why"], "steps": 30}
-      for lr, ok in ((0.01, True), (0.0316, True), (0.0562, False))}
+      f"{lr:g}": {"stable": ok, "runs": ["a"], "seeds": [why], "steps": 30}
+      for lr, ok, why in ((0.01, True, "why"), (0.0316, True, "why"),
+                          (0.0562, False, "diverged at step 5"))}
   rows = {(r["placement"], r["warmup"]): r for r in stability_report.rows(s)}
   pre = rows["pre", 0]
   assert pre["status"] == "unfinished" and pre["next_lr"] == 0.0421  # √(0.0316 · 0.0562)
@@ -231,7 +239,7 @@ def test_an_unfinished_search_reports_its_bounds_so_far_and_its_next_probe(tmp_p
   assert rows["post", 0]["range_test_bracket"] is None
   result = stability_report.write(s, command="python -m lnjax.cli.stability --report_only")
   md = "\n".join(result["markdown"])
-  assert "| Pre-LN | 2 | 0 | ≥ 0.0316 so far | 0.0562 |" in md
+  assert "| Pre-LN | 2 | 0 | ≥ 0.0316 so far | 0.0562 | diverged at step 5 |" in md
   assert "unfinished: next probe 0.0421" in md and "unfinished: next probe 0.01 |" in md
   assert md.count("unfinished: range test not yet run") == 2  # Post-LN's two cells.
   assert "0 of 4 cells measured; 4 still searching" in md

@@ -22,6 +22,7 @@ runs a probe whose result is recorded.
 
 import dataclasses
 import math
+import re
 
 from lnjax.analysis import plotting
 
@@ -69,6 +70,19 @@ class Stable:
     actions = len(summary.get("instability_actions") or [])
     return True, (f"held-out loss {loss:.3f}, {below:.3f} nats below the unigram baseline"
                   + (f", after {actions} recovery action(s)" if actions else ""))
+
+
+def how_it_failed(reasons: list[str]) -> str | None:
+  """An unstable probe's failure in a few words, from its seeds' `judge` reasons: the first
+  divergence ("diverged at step 5"), else how far the first seed that did not learn enough
+  ended from the unigram baseline ("held-out +0.009 nats vs unigram": above it, a stall)."""
+  diverged = [r for r in reasons if r.startswith("diverged")]
+  if diverged:
+    return diverged[0]
+  for r in reasons:
+    if m := re.match(r"held-out loss \S+ is (\S+) nats (below|above)", r):
+      return f"held-out {'-' if m[2] == 'below' else '+'}{m[1]} nats vs unigram"
+  return next((r for r in reasons if not r.startswith(("not run", "not finished"))), None)
 
 
 def probe_result(judgements: list[bool | None]) -> bool | None:

@@ -29,10 +29,17 @@ def rows(s) -> list[dict]:
         "range_test_note": start.note if start else None,
         "range_test_steps": range_test.get("steps"),
         "probes": [{"lr": float(lr), **p} for lr, p in probes.items()],
+        "fails_by": _fails_by(probes, upper),
         "probe_runs": sum(len(p["runs"]) for p in probes.values()),
         "probe_steps_trained": sum(p["steps"] for p in probes.values()),
         "events": list(outcome.events) if outcome else []})
   return out
+
+
+def _fails_by(probes: dict, upper: float | None) -> str | None:
+  """How the probe at the lowest unstable rate failed (None: that end was never probed)."""
+  probe = next((p for lr, p in probes.items() if upper is not None and float(lr) == upper), None)
+  return search.how_it_failed(probe["seeds"]) if probe else None
 
 
 def _so_far(results: dict[float, bool]) -> tuple[float | None, float | None]:
@@ -77,14 +84,14 @@ def markdown(s, table: list[dict], command: str) -> list[str]:
            f"bracket's ends are within ×{s.tolerance:g}; an end that fails is moved once "
            f"×{s.widen:g}.", "",
            "| placement | layers | warm-up (steps) | highest stable lr | lowest unstable lr "
-           "| range-test bracket | probes | runs | steps trained | notes |",
-           "|---|---:|---:|---:|---:|---|---:|---:|---:|---|"]
+           "| how it fails there | range-test bracket | probes | runs | steps trained | notes |",
+           "|---|---:|---:|---:|---:|---|---|---:|---:|---:|---|"]
   for r in table:
     bracket = r["range_test_bracket"]
     notes = "; ".join(r["events"] + ([_unfinished(r)] if r["status"] == "unfinished" else []))
     lines.append(
         f"| {r['label']} | {r['depth']} | {r['warmup']} | {answer(r)} | "
-        f"{_lr(r['lowest_unstable_lr'])} | "
+        f"{_lr(r['lowest_unstable_lr'])} | {r['fails_by'] or '—'} | "
         + (f"{bracket[0]:.3g}–{bracket[1]:.3g}" if bracket else "—")
         + f" | {len(r['probes'])} | {r['probe_runs']} | {r['probe_steps_trained']} | {notes} |")
   range_steps = sum(e.get("steps") or 0 for e in s.state["range_tests"].values())
