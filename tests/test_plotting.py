@@ -198,6 +198,27 @@ def test_stability_figure_names_placements_and_its_setup(tmp_path):
   assert [t.get_text() for t in fig.texts] == ["config lm:smoke; probes of 20 steps, 2 seeds each"]
 
 
+def test_stability_figure_marks_how_the_probe_at_each_bars_top_failed(tmp_path):
+  """× where it diverged, ○ where it finished short of the margin, nothing where the reason
+  was not recorded; the legend names the two marks after the placements."""
+  from lnjax.sweep import search, stability_report
+
+  def row(placement, fails_by):
+    return {"placement": placement, "depth": 6, "warmup": 0, "status": search.FOUND,
+            "highest_stable_lr": 1e-3, "lowest_unstable_lr": 2e-3, "fails_by": fails_by}
+
+  table = [row("pre", "diverged at step 5"), row("post", "held-out +0.003 nats vs unigram"),
+           row("olmo2", "unstable (recorded verdict; the seed's details were lost)")]
+  fig = stability_report.plot(str(tmp_path / "s.png"), table)
+  (ax,) = fig.axes
+  # The marks: × and a hollow ○ (Pre-LN's own marker is a filled one).
+  marks = [line.get_marker() for line in ax.get_lines() if line.get_marker() == "x"
+           or (line.get_marker() == "o" and line.get_markerfacecolor() == "none")]
+  assert sorted(marks) == ["o", "x"]
+  assert [t.get_text() for t in fig.legends[0].get_texts()] == [
+      "Pre-LN", "Post-LN", "OLMo 2", "bar's top: diverged", "bar's top: too little learnt"]
+
+
 def test_stability_figure_draws_every_placement_apart_and_wraps_a_long_caption(tmp_path):
   """14 placements (more than matplotlib's 10 colours): no two drawn alike, the legend
   inside the figure; a caption longer than the figure is wide wraps onto lines inside it."""

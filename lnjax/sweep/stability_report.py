@@ -126,19 +126,39 @@ def write(s, command: str) -> dict:
   return {"markdown": md, "paths": paths, "below": below}
 
 
+# The mark at a bar's top: how the probe there failed (it diverged, or it finished without
+# getting the margin below the unigram baseline).
+_FAILS = {True: {"marker": "x", "markersize": 6},
+          False: {"marker": "o", "markersize": 6, "markerfacecolor": "none"}}
+_FAIL_NAMES = {True: "bar's top: diverged", False: "bar's top: too little learnt"}
+
+
+def _diverged(row: dict) -> bool | None:
+  """Whether the probe at the row's lowest unstable rate diverged (True) or finished short of
+  the margin (False); None where that is not known."""
+  how = row.get("fails_by") or ""
+  return True if how.startswith("diverged") else False if how.startswith("held-out") else None
+
+
 def plot(path: str, table: list[dict], caption: str = ""):
   """A panel per warm-up; per placement, the highest stable rate over depth, the bracket
-  (up to the lowest unstable rate) as error bars; ▲ stable at the widened top, ▼ none found."""
+  (up to the lowest unstable rate) as error bars, × or ○ at the top for how the probe there
+  failed (diverged, or finished short of the margin); ▲ stable at the widened top, ▼ none
+  found."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
+  from matplotlib.lines import Line2D
   warmups = sorted({r["warmup"] for r in table})
   depths = sorted({r["depth"] for r in table})
   placements = list(dict.fromkeys(r["placement"] for r in table))
+  kinds = {_diverged(r) for r in table if r["status"] == search.FOUND}
+  fails = {d: _FAIL_NAMES[d] for d in (True, False) if d in kinds}  # Legend entries.
   # The legend's width: its longest name at about 0.09 in a character, the marker's 0.6 in.
-  legend_in = 0.6 + 0.09 * max((len(_label(p)) for p in placements), default=0)
+  legend_in = 0.6 + 0.09 * max([len(_label(p)) for p in placements]
+                               + [len(n) for n in fails.values()], default=0)
   # Tall enough for the legend (about 0.27 in an entry) beside the axes, above the caption.
-  height = max(4.0, 0.27 * len(placements) + 1.6)
+  height = max(4.0, 0.27 * (len(placements) + len(fails)) + 1.6)
   fig, axes = plt.subplots(1, len(warmups), figsize=(4.5 * len(warmups) + legend_in, height),
                            sharey=True, squeeze=False)
   width = 0.6 / max(len(placements), 1)
@@ -159,6 +179,8 @@ def plot(path: str, table: list[dict], caption: str = ""):
           low, high = r["highest_stable_lr"], r["lowest_unstable_lr"]
           ax.errorbar([x], [low], yerr=[[0.0], [high - low]], fmt=marker, color=color,
                       capsize=3, label=label)
+          if (diverged := _diverged(r)) is not None:  # How the probe at the top failed.
+            ax.plot([x], [high], **_FAILS[diverged], color=color)
         label = None  # One legend entry per placement.
     ax.set_xticks(range(len(depths)), [str(d) for d in depths])
     ax.set_xlim(-0.5, len(depths) - 0.5)  # Room for every placement's offset at each depth.
@@ -171,6 +193,9 @@ def plot(path: str, table: list[dict], caption: str = ""):
   axes[0][0].set_ylabel("highest stable peak learning rate\n(bar: up to the lowest unstable)")
   handles = {h.get_label(): h for ax in axes[0] for h in ax.get_legend_handles_labels()[0]}
   order = [_label(p) for p in placements if _label(p) in handles]  # The sweep's order.
+  for diverged, name in fails.items():
+    handles[name] = Line2D([], [], linestyle="none", color="0.3", **_FAILS[diverged])
+    order.append(name)
   right = 1 - legend_in / fig.get_figwidth()
   fig.tight_layout(rect=(0, 0, right, 1))
   plotting.add_caption(fig, caption)
