@@ -220,7 +220,7 @@ def test_an_unfinished_search_reports_its_bounds_so_far_and_its_next_probe(tmp_p
   many cells are measured; the figure is drawn all the same."""
   from lnjax.sweep import stability, stability_report
   s = stability.Search(f"{REPO}/configs/lm.py:smoke", {}, str(tmp_path),
-                       placements=["pre", "post"], depths=[2], warmups=[0, 50], seeds=1,
+                       placements=["pre", "post"], depths=[2], warmups=[0, 50], seeds=2,
                        range_steps=20, lr_min=1e-4, lr_max=1.0, tolerance=1.4, widen=10.0,
                        stable=search.Stable(30, 2.0, 0.1))
   s.state["range_tests"]["pre/2"] = {"lo": 1e-3, "hi": 1e-1, "note": "n", "run": "r",
@@ -228,7 +228,7 @@ def test_an_unfinished_search_reports_its_bounds_so_far_and_its_next_probe(tmp_p
   # Pre-LN, no warm-up: the bisection's probes at √(1e-3 · 1e-1) = 0.01 and √(0.01 · 0.1)
   # held, at √(0.0316 · 0.1) failed.
   s.state["probes"]["pre/2/0"] = {
-      f"{lr:g}": {"stable": ok, "runs": ["a"], "seeds": [why], "steps": 30}
+      f"{lr:g}": {"stable": ok, "runs": ["a"], "seeds": [why], "steps": 30, "seconds": 720}
       for lr, ok, why in ((0.01, True, "why"), (0.0316, True, "why"),
                           (0.0562, False, "diverged at step 5"))}
   rows = {(r["placement"], r["warmup"]): r for r in stability_report.rows(s)}
@@ -243,6 +243,10 @@ def test_an_unfinished_search_reports_its_bounds_so_far_and_its_next_probe(tmp_p
   assert "unfinished: next probe 0.0421" in md and "unfinished: next probe 0.01 |" in md
   assert md.count("unfinished: range test not yet run") == 2  # Post-LN's two cells.
   assert "0 of 4 cells measured; 4 still searching" in md
+  # What is left: Pre-LN's bisections, 1 for [0.0316, 0.0562) and 4 for [1e-3, 0.1) at a
+  # tolerance of 1.4 (⌈log₂(ln(hi/lo) / ln 1.4)⌉), 1 or 2 runs each (2 seeds), 12 min a run.
+  assert ("At least 5 probe(s) left (5-10 runs), and 2 range test(s) with theirs; at 12.0 "
+          "min a run (the 3 probe(s) timed so far), 1.0-2.0 h.") in md
   assert os.path.getsize(result["paths"]["stability.png"]) > 0
 
 

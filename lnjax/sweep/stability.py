@@ -199,7 +199,8 @@ class Search:
             "stable": stable, "runs": [r.name for r, summary in summaries if summary],
             "seeds": [why if summary else "not run: another seed was unstable"
                       for (_, why), (_, summary) in zip(judged, summaries)],
-            "steps": sum(summary.get("step") or 0 for _, summary in summaries)}
+            "steps": sum(summary.get("step") or 0 for _, summary in summaries),
+            "seconds": round(sum(summary.get("wall_seconds") or 0 for _, summary in summaries), 1)}
     if json.dumps(self.state, sort_keys=True) != before:
       self.save()
 

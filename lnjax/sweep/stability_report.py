@@ -101,8 +101,36 @@ def markdown(s, table: list[dict], command: str) -> list[str]:
   searching = sum(r["status"] == "unfinished" for r in table)
   if searching:
     lines += ["", f"{len(table) - searching} of {len(table)} cells measured; {searching} "
-              "still searching (their bounds so far; the same command goes on)."]
+              "still searching (their bounds so far; the same command goes on). "
+              + left(s, table)]
   return lines
+
+
+def left(s, table: list[dict]) -> str:
+  """What the unfinished cells still need, from their brackets so far: at least the probes of
+  a bisection to the tolerance (⌈log₂⌉ of each bracket's log-width over the tolerance's,
+  one at least), each one run if it fails and `seeds` if it holds; in time, at the pace of
+  the probes recorded with their wall-clock seconds."""
+  probes = no_range_test = 0
+  for r in table:
+    if r["status"] != "unfinished":
+      continue
+    if r["range_test_bracket"] is None:
+      no_range_test += 1
+      continue
+    lo = r["highest_stable_lr"] or r["range_test_bracket"][0]
+    hi = r["lowest_unstable_lr"] or r["range_test_bracket"][1]
+    probes += max(1, search.predicted_probes(lo, hi, s.tolerance))
+  span = lambda a, b: f"{a}" if a == b else f"{a}-{b}"
+  text = (f"At least {probes} probe(s) left ({span(probes, probes * s.seeds)} runs)"
+          + (f", and {no_range_test} range test(s) with theirs" if no_range_test else ""))
+  timed = [p for r in table for p in r["probes"] if p.get("seconds")]
+  if not timed:
+    return text + "."
+  pace = sum(p["seconds"] for p in timed) / sum(len(p["runs"]) for p in timed)
+  hours = span(f"{probes * pace / 3600:.1f}", f"{probes * s.seeds * pace / 3600:.1f}")
+  return (text + f"; at {pace / 60:.1f} min a run (the {len(timed)} probe(s) timed so far), "
+          f"{hours} h.")
 
 
 def write(s, command: str) -> dict:
