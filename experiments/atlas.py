@@ -102,7 +102,8 @@ def main(argv):
     steps = result["settings"]["probe_steps"]
     done = [c for c in result["cells"] if c["status"] != "unfinished"]
     lines.append(f"- {name} ({SLICES[name][1]}; probes of {steps} steps): "
-                 f"{len(done)} of {len(result['cells'])} cells measured")
+                 f"{len(done)} of {len(result['cells'])} cells measured"
+                 + (f". {result['left']}" if result.get("left") else ""))
     slices.append(f"{name}: {steps}-step probes, tolerance {result['settings']['tolerance']:g}×")
     for c in done:
       cells[(c["placement"], c["depth"], c["warmup"])] = {**c, "probe_steps": steps,

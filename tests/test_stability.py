@@ -247,6 +247,8 @@ def test_an_unfinished_search_reports_its_bounds_so_far_and_its_next_probe(tmp_p
   # tolerance of 1.4 (⌈log₂(ln(hi/lo) / ln 1.4)⌉), 1 or 2 runs each (2 seeds), 12 min a run.
   assert ("At least 5 probe(s) left (5-10 runs), and 2 range test(s) with theirs; at 12.0 "
           "min a run (the 3 probe(s) timed so far), 1.0-2.0 h.") in md
+  with open(result["paths"]["stability.json"]) as f:
+    assert json.load(f)["left"].startswith("At least 5 probe(s) left")
   assert os.path.getsize(result["paths"]["stability.png"]) > 0
 
 

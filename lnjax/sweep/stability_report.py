@@ -141,6 +141,7 @@ def write(s, command: str) -> dict:
   fileio.write_text(paths["stability.md"], "\n".join(md) + "\n")
   fileio.write_text(paths["stability.json"], json.dumps({
       "command": command, "definition": s.stable.describe(s.seeds), "settings": s.settings,
+      "left": left(s, table) if any(r["status"] == "unfinished" for r in table) else None,
       "cells": table}, indent=2) + "\n")
   settings = s.settings
   plot(paths["stability.png"], table,
