@@ -4,6 +4,7 @@ training, and a translation run's evaluation and BLEU decoding, the final decode
 (a checkpoint, then exit 143). After resuming, the interrupted evaluation runs again and
 every metrics record equals the uninterrupted run's."""
 
+import gzip
 import json
 import os
 import shutil
@@ -71,6 +72,13 @@ def test_a_stop_during_data_preparation_exits_143_at_once(tmp_path, sig):
   """A fresh cache: the corpus is read and the tokenizer trained when the stop comes."""
   cache = tmp_path / "cache"
   shutil.copytree(os.path.join(REPO, "tests", "fixtures", "corpora"), cache / "downloads")
+  # The fixture's 2,000 pairs are prepared in ~1 s, a window a loaded machine's signal can
+  # miss (it then lands in the training loop, which saves a step): 20 copies take ~5 s.
+  for lang in ("de", "en"):
+    train = cache / "downloads" / "multi30k" / f"train.{lang}.gz"
+    lines = gzip.open(train, "rt").read().splitlines()
+    with gzip.open(train, "wt") as f:
+      f.writelines(f"{line} {copy}\n" for copy in range(20) for line in lines)
   wd = str(tmp_path / "run")
   code, err, seconds = stop_when(MT + [f"--workdir={wd}"], "preparing multi30k", sig,
                                  env={"LNJAX_CACHE_DIR": str(cache)})
