@@ -207,7 +207,8 @@ def test_range_tests_never_recover_and_probes_that_roll_back_keep_checkpoints(tm
   s = stability.Search(f"{REPO}/configs/lm.py:smoke", fixed, str(tmp_path), placements=["pre"],
                        depths=[2], warmups=[0], seeds=1, range_steps=20, lr_min=1e-4,
                        lr_max=1.0, tolerance=2.0, widen=10.0,
-                       stable=search.Stable(30, 2.0, 0.1, recovery=recovery))
+                       stable=search.Stable(30, 2.0, 0.1))
+  assert s.stable.recovery == recovery  # The config's, one source.
   assert s.range_run("pre", 2).config.train.on_instability == "none"
   probe = s.probe_runs(("pre", 2, 0), 1e-3)[0].config.train
   assert probe.on_instability == recovery

@@ -115,8 +115,7 @@ def main(argv):
       if not value > 1:
         raise errors.ConfigError(f"--{name}={value:g} must be > 1")
     stability.check_inputs(config_arg, fixed, placements, depths, warmups)
-    stable = search.Stable(probe_steps, _DIVERGENCE.value, _MARGIN.value,
-                           recovery=config.train.on_instability)
+    stable = search.Stable(probe_steps, _DIVERGENCE.value, _MARGIN.value)
     s = stability.Search(config_arg, fixed, _WORKDIR.value, placements=placements,
                          depths=depths, warmups=warmups, seeds=_SEEDS.value,
                          range_steps=range_steps, lr_min=_LR_MIN.value, lr_max=_LR_MAX.value,

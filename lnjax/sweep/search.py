@@ -38,8 +38,9 @@ class Stable:
   steps: int  # The run finishes its warm-up and this many steps at its peak rate ...
   divergence_factor: float  # ... never diverges (lnjax's rule: NaN/Inf, or loss > this × ln V) ...
   margin_nats: float  # ... and its final held-out loss is this far below the unigram baseline.
-  recovery: str = "none"  # The probes' train.on_instability: "none" measures the model alone;
-  # with skip or rollback, what a run recovered from counts as stable, and the text says so.
+  recovery: str = "none"  # The probes' train.on_instability (stability.Search sets it from the
+  # config): "none" measures the model alone; with skip or rollback, what a run recovered from
+  # counts as stable, and the text says so.
 
   def describe(self, seeds: int) -> str:
     text = (f"stable: in each of {seeds} seed(s), the run finishes its warm-up and "

@@ -25,6 +25,7 @@ line on stderr); 1 a run failed (its error line; the same command retries it); 2
 refused input; 128 + signal when stopped (the runs saved).
 """
 
+import dataclasses
 import json
 import os
 from typing import Callable
@@ -50,7 +51,11 @@ class Search:
     self.first_seed_alone = first_seed_alone and seeds > 1
     self.config_arg, self.fixed, self.workdir = config_arg, dict(fixed), workdir
     self.placements, self.depths, self.warmups = placements, depths, warmups
+    base = sweep_lib.base_config(config_arg, self.fixed)
+    # The probes recover as the config says (train.on_instability); the definition says so.
+    stable = dataclasses.replace(stable, recovery=base.train.on_instability)
     self.seeds, self.range_steps, self.stable = seeds, range_steps, stable
+    self.rollback_steps = base.train.rollback_steps
     self.lr_min, self.lr_max, self.tolerance, self.widen = lr_min, lr_max, tolerance, widen
     self.settings = {"config": config_arg, "fixed": {k: _plain(v) for k, v in fixed.items()},
                      "seeds": seeds, "probe_steps": stable.steps, "range_steps": range_steps,
@@ -58,7 +63,6 @@ class Search:
                      "widen": widen, "margin_nats": stable.margin_nats,
                      "divergence_factor": stable.divergence_factor}
     self.root = os.path.join(workdir, "runs")
-    self.rollback_steps = sweep_lib.base_config(config_arg, self.fixed).train.rollback_steps
     self.state_path = state_path or fileio.join(workdir, STATE)
     self.state = self._load()
 
