@@ -17,8 +17,9 @@ their divergence); over the cells both have finished, the fraction where the sea
 within 1.5× of the grid (goal: ≥ 80%) and the search's steps over the grid's (goal: ≤ 1/3);
 the search runs a probe's seed 0 first and its other seeds only once it holds, so the
 report gives the steps of a grid with that economy too (its points' seeds in turn, each
-only after those before it held), from the same runs. Both runs resume: the same command again
-continues them and only gathers what is finished. With --keep=DIR, what a new WORKDIR
+only after those before it held), from the same runs. A placement at a time: its search,
+then its grid, then the report of every cell so far, so cells are compared as they finish.
+Both runs resume: the same command again continues them and only gathers what is finished. With --keep=DIR, what a new WORKDIR
 needs to continue lives in DIR (the search's state, DIR/grid.json with every finished grid
 run's summary) and the report is written there too: the measurement goes on on another
 machine from a clone.
@@ -77,7 +78,7 @@ def setup():
 
 
 def run_search(root, config, fixed, placements, depths, seeds, steps, margin,
-               state=None) -> dict:
+               state=None, report_only=False) -> dict:
   cmd = [sys.executable, "-m", "lnjax.cli.stability", f"--config={config}",
          f"--workdir={root}", f"--placements={','.join(placements)}",
          f"--depths={','.join(map(str, depths))}", "--warmups=0", f"--seeds={seeds}",
@@ -85,7 +86,7 @@ def run_search(root, config, fixed, placements, depths, seeds, steps, margin,
          f"--tolerance={3.0 if _QUICK.value else _TOLERANCE.value}",
          f"--margin_nats={margin}", f"--divergence_factor={DIVERGENCE_FACTOR}",
          *([f"--state={state}"] if state else []),
-         *(["--report_only"] if _REPORT_ONLY.value else []),
+         *(["--report_only"] if report_only else []),
          *[f"--config.{k}={sweep.flag_value(v)}" for k, v in fixed.items()]]
   print(" ".join(cmd), flush=True)
   code = subprocess.run(cmd, cwd=REPO).returncode
@@ -299,20 +300,36 @@ def main(argv):
   root = _WORKDIR.value
   keep = _KEEP.value or root
   os.makedirs(keep, exist_ok=True)
-  result = run_search(os.path.join(root, "search"), config, fixed, placements, depths,
-                      seeds, steps, margin,
-                      state=os.path.join(keep, "search_state.json") if _KEEP.value else None)
+  state = os.path.join(keep, "search_state.json") if _KEEP.value else None
+  search_args = (os.path.join(root, "search"), config, fixed)
   runs = grid_runs(config, fixed, placements, depths, seeds, steps, rates)
   grid_root, ledger = os.path.join(root, "grid"), os.path.join(keep, "grid.json")
   if restored := restore_ledger(ledger, runs, grid_root):
     print(f"{restored} grid run(s) finished earlier, from {ledger}", flush=True)
-  if not _REPORT_ONLY.value:
+  setting = (config, fixed, rates, seeds, steps, margin, keep)
+  if _REPORT_ONLY.value:
+    write_report(search_args, placements, depths, runs, grid_root, state, setting)
+    return
+  # A placement at a time, its search then its grid, the report rewritten after each: the
+  # cells are compared as they finish, not once every search has.
+  for p in placements:
+    run_search(*search_args, [p], depths, seeds, steps, margin, state=state)
+    mine = [r for r in runs if r.overrides["model.norm_position"] == p]
     try:
-      launcher.run_to_the_end(config, "grid", runs, grid_root, fixed,
+      launcher.run_to_the_end(config, "grid", mine, grid_root, fixed,
                               parallel=_PARALLEL.value, devices_per_run=None,
                               on_finished=lambda run: save_ledger(ledger, [run], grid_root))
     finally:
-      save_ledger(ledger, runs, grid_root)
+      save_ledger(ledger, mine, grid_root)
+    write_report(search_args, placements, depths, runs, grid_root, state, setting)
+
+
+def write_report(search_args, placements, depths, runs, grid_root, state, setting) -> None:
+  """The report of every cell from what has finished (WORKDIR or --keep: report.md, .json,
+  .png): the search's state read without launching a run, the grid's runs' summaries."""
+  config, fixed, rates, seeds, steps, margin, keep = setting
+  result = run_search(*search_args, placements, depths, seeds, steps, margin, state=state,
+                      report_only=True)
   summaries = {r.name: launcher.read_json(os.path.join(grid_root, r.name, "summary.json")) or {}
                for r in runs}
   rows = compare(result["cells"], summaries, rates, seeds,
@@ -330,7 +347,7 @@ def main(argv):
        f"{config}{batch}, no warm-up; grid "
        f"{rates[0]:g}–{rates[-1]:g}, {len(rates)} rates × {seeds} seeds, {steps} steps a run; "
        f"{summary}")
-  print("\n".join(lines) + f"\nFigure: {os.path.join(keep, 'report.png')}")
+  print("\n".join(lines) + f"\nFigure: {os.path.join(keep, 'report.png')}", flush=True)
 
 
 if __name__ == "__main__":
