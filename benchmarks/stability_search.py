@@ -154,7 +154,7 @@ def compare(cells: list[dict], summaries: dict, rates, seeds: int,
     p, d = cell["placement"], cell["depth"]
     names = {lr: [f"norm={p},layers={d},lr={lr:g},seed={s}" for s in range(seeds)]
              for lr in rates}
-    judged = {lr: [stable.judge(summaries.get(n) or {})[0] for n in ns]
+    judged = {lr: [stable.judge(summaries.get(n) or {}).stable for n in ns]
               for lr, ns in names.items()}
     grid_done = all(j is not None for js in judged.values() for j in js)
     stable_rates = [lr for lr, js in judged.items() if all(js)]

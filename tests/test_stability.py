@@ -116,29 +116,37 @@ def test_the_definition_of_stable():
   text = stable.describe(3)
   assert "3 seed(s)" in text and "100 steps" in text and "0.1 nats" in text and "2 × ln V" in text
   ok = {"status": "completed", "num_steps": 100, "eval_loss": 3.0, "unigram_baseline": 3.3}
-  assert stable.judge(ok)[0] is True
+  assert stable.judge(ok).stable is True
   assert stable.judge({**ok, "eval_loss": 3.25}) == (
-      False, "held-out loss 3.250 is 0.050 nats below the unigram baseline 3.300, not 0.1 below")
-  assert stable.judge({**ok, "eval_loss": 3.31})[1] == (
-      "held-out loss 3.310 is 0.010 nats above the unigram baseline 3.300, not 0.1 below")
-  assert stable.judge({**ok, "status": "diverged"})[0] is False
-  assert stable.judge({**ok, "num_steps": 50})[0] is None  # Another length: not judged.
-  assert stable.judge({**ok, "status": "running"})[0] is None
+      False, "held-out loss 3.250 is 0.050 nats below the unigram baseline 3.300, not 0.1 below",
+      "held-out -0.050 nats vs unigram")
+  assert stable.judge({**ok, "eval_loss": 3.31}) == (
+      False, "held-out loss 3.310 is 0.010 nats above the unigram baseline 3.300, not 0.1 below",
+      "held-out +0.010 nats vs unigram")  # Above the baseline: a stall.
+  assert stable.judge({**ok, "status": "diverged", "step": 4}) == (
+      False, "diverged at step 4", "diverged at step 4")
+  assert stable.judge({**ok, "num_steps": 50}).stable is None  # Another length: not judged.
+  assert stable.judge({**ok, "status": "running"}).stable is None
   # A warm-up cell's probe: its warm-up, then the 100 steps at the peak rate.
-  assert stable.judge({**ok, "num_steps": 150}, warmup=50)[0] is True
-  assert stable.judge(ok, warmup=50)[0] is None
+  assert stable.judge({**ok, "num_steps": 150}, warmup=50).stable is True
+  assert stable.judge(ok, warmup=50).stable is None
   # Probes that recover: the definition says so, and a stable run's reason counts the actions.
   assert "on_instability" not in text
   recovering = search.Stable(steps=100, divergence_factor=2.0, margin_nats=0.1, recovery="rollback")
   assert "train.on_instability=rollback" in recovering.describe(3)
   assert recovering.judge({**ok, "instability_actions": [{}, {}]}) == (
-      True, "held-out loss 3.000, 0.300 nats below the unigram baseline, after 2 recovery action(s)")
-  # An unstable probe's failure in a few words, from its seeds' reasons.
-  stall, slow = stable.judge({**ok, "eval_loss": 3.31})[1], stable.judge({**ok, "eval_loss": 3.25})[1]
+      True, "held-out loss 3.000, 0.300 nats below the unigram baseline, after 2 recovery action(s)",
+      None)
+  # An unstable probe's failure in a few words: a divergence first, else the first failure.
+  stall, slow = stable.judge({**ok, "eval_loss": 3.31}), stable.judge({**ok, "eval_loss": 3.25})
+  diverged, unfinished = stable.judge({**ok, "status": "diverged", "step": 4}), stable.judge({})
+  assert search.fails_by([stall, unfinished]) == "held-out +0.010 nats vs unigram"
+  assert search.fails_by([slow, diverged]) == "diverged at step 4"
+  assert search.fails_by([stable.judge(ok), unfinished]) is None
+  # Read back from the seeds' sentences (probes recorded before they stored it): the same.
   skipped = "not run: another seed was unstable"
-  assert search.how_it_failed([stall, skipped]) == "held-out +0.010 nats vs unigram"
-  assert search.how_it_failed([slow]) == "held-out -0.050 nats vs unigram"
-  assert search.how_it_failed([slow, "diverged at step 4"]) == "diverged at step 4"
+  for verdicts in ([stall], [slow], [slow, diverged]):
+    assert search.how_it_failed([v.why for v in verdicts] + [skipped]) == search.fails_by(verdicts)
   assert search.how_it_failed([skipped]) is None
   assert search.probe_result([True, True, True]) is True
   assert search.probe_result([True, None, False]) is False
@@ -308,6 +316,8 @@ def test_a_probe_runs_seed_0_alone_and_its_other_seeds_once_it_holds(tmp_path,
   s.record()
   probe = s.state["probes"]["pre/2/0"]["0.01"]
   assert probe["stable"] is False and probe["steps"] == 7
+  assert probe["fails_by"] == "diverged at step 7"  # Stored; the report's column reads it.
+  assert stability_report.rows(s)[0]["fails_by"] == "diverged at step 7"
   if first_seed_alone:
     assert probe["runs"] == [runs[0].name]
     assert probe["seeds"] == ["diverged at step 7"] + ["not run: another seed was unstable"] * 2

@@ -23,6 +23,7 @@ runs a probe whose result is recorded.
 import dataclasses
 import math
 import re
+from typing import NamedTuple
 
 from lnjax.analysis import plotting
 
@@ -52,31 +53,48 @@ class Stable:
                "recovered and then met these counts as stable (the range tests do not recover)")
     return text
 
-  def judge(self, summary: dict, warmup: int = 0) -> tuple[bool | None, str]:
-    """(stable or not, why) from the summary.json of a run with `warmup` warm-up steps; None
-    if it has not finished."""
+  def judge(self, summary: dict, warmup: int = 0) -> "Verdict":
+    """The summary.json of a run with `warmup` warm-up steps, judged (stable None while it
+    has not finished)."""
     status = summary.get("status")
     if status == "diverged":
-      return False, f"diverged at step {summary.get('step')}"
+      why = f"diverged at step {summary.get('step')}"
+      return Verdict(False, why, why)
     if status != "completed" or summary.get("num_steps") != warmup + self.steps:
-      return None, f"not finished ({status or 'no summary'})"
+      return Verdict(None, f"not finished ({status or 'no summary'})")
     loss, baseline = summary.get("eval_loss"), summary.get("unigram_baseline")
     if loss is None or baseline is None or not math.isfinite(loss):
-      return False, f"no finite held-out loss against a unigram baseline ({loss}, {baseline})"
+      return Verdict(False, f"no finite held-out loss against a unigram baseline ({loss}, "
+                     f"{baseline})", "no finite held-out loss")
     below = baseline - loss
     if below < self.margin_nats:
       where = (f"{below:.3f} nats below" if below >= 0 else f"{-below:.3f} nats above")
-      return False, (f"held-out loss {loss:.3f} is {where} the unigram baseline "
-                     f"{baseline:.3f}, not {self.margin_nats:g} below")
+      return Verdict(False, f"held-out loss {loss:.3f} is {where} the unigram baseline "
+                     f"{baseline:.3f}, not {self.margin_nats:g} below",
+                     f"held-out {-below:+.3f} nats vs unigram")  # +: above it, a stall.
     actions = len(summary.get("instability_actions") or [])
-    return True, (f"held-out loss {loss:.3f}, {below:.3f} nats below the unigram baseline"
-                  + (f", after {actions} recovery action(s)" if actions else ""))
+    return Verdict(True, f"held-out loss {loss:.3f}, {below:.3f} nats below the unigram "
+                   f"baseline" + (f", after {actions} recovery action(s)" if actions else ""))
+
+
+class Verdict(NamedTuple):
+  """One run judged by `Stable.judge`."""
+  stable: bool | None  # None: the run has not finished.
+  why: str  # In a sentence, printed with the probe.
+  fails_by: str | None = None  # An unstable run's failure in a few words: "diverged at step
+  # 5", "held-out +0.009 nats vs unigram" (above the baseline: a stall).
+
+
+def fails_by(verdicts: list[Verdict]) -> str | None:
+  """An unstable probe's failure from its seeds' verdicts: the first divergence, else the
+  first seed's that failed otherwise."""
+  failed = [v.fails_by for v in verdicts if v.stable is False]
+  return next((f for f in failed if f.startswith("diverged")), failed[0] if failed else None)
 
 
 def how_it_failed(reasons: list[str]) -> str | None:
-  """An unstable probe's failure in a few words, from its seeds' `judge` reasons: the first
-  divergence ("diverged at step 5"), else how far the first seed that did not learn enough
-  ended from the unigram baseline ("held-out +0.009 nats vs unigram": above it, a stall)."""
+  """`fails_by` read back from the seeds' reasons (`Verdict.why`), for probes recorded before
+  probes stored it."""
   diverged = [r for r in reasons if r.startswith("diverged")]
   if diverged:
     return diverged[0]

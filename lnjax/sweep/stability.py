@@ -172,8 +172,8 @@ class Search:
     found stable, then every seed (an unstable probe is known from one run, not `seeds`)."""
     if not self.first_seed_alone:
       return runs
-    first, _ = self.stable.judge(self.summary(runs[0]), warmup=cell[2])
-    return runs if first else runs[:1]
+    first = self.stable.judge(self.summary(runs[0]), warmup=cell[2])
+    return runs if first.stable else runs[:1]
 
   def record(self) -> None:
     """Records every finished range test and probe that the state lacks; writes the state
@@ -197,12 +197,13 @@ class Search:
         continue
       summaries = [(r, self.summary(r)) for r in self.probe_runs(cell, outcome.next_lr)]
       judged = [self.stable.judge(summary, warmup=cell[2]) for _, summary in summaries]
-      stable = search.probe_result([j for j, _ in judged])
+      stable = search.probe_result([v.stable for v in judged])
       if stable is not None:  # The runs that started (an unstable probe may skip seeds).
         self.state["probes"].setdefault(_key(*cell), {})[f"{outcome.next_lr:g}"] = {
             "stable": stable, "runs": [r.name for r, summary in summaries if summary],
-            "seeds": [why if summary else "not run: another seed was unstable"
-                      for (_, why), (_, summary) in zip(judged, summaries)],
+            "seeds": [v.why if summary else "not run: another seed was unstable"
+                      for v, (_, summary) in zip(judged, summaries)],
+            "fails_by": search.fails_by(judged),
             "steps": sum(summary.get("step") or 0 for _, summary in summaries),
             "seconds": round(sum(summary.get("wall_seconds") or 0 for _, summary in summaries), 1)}
     if json.dumps(self.state, sort_keys=True) != before:

@@ -39,7 +39,9 @@ def rows(s) -> list[dict]:
 def _fails_by(probes: dict, upper: float | None) -> str | None:
   """How the probe at the lowest unstable rate failed (None: that end was never probed)."""
   probe = next((p for lr, p in probes.items() if upper is not None and float(lr) == upper), None)
-  return search.how_it_failed(probe["seeds"]) if probe else None
+  if not probe:
+    return None
+  return probe["fails_by"] if "fails_by" in probe else search.how_it_failed(probe["seeds"])
 
 
 def _so_far(results: dict[float, bool]) -> tuple[float | None, float | None]:
