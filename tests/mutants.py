@@ -470,7 +470,7 @@ MUTANTS = [
       ("tests/test_stability_search_bench.py::test_the_ledger_carries_finished_runs_to_a_new_workdir",),
       "a preempted grid run enters the ledger and is never run to its end"),
     M("probe_seeds_all_at_once", "lnjax/sweep/stability.py",
-      "    return runs if first else runs[:1]", "    return runs",
+      "    return runs if first.stable else runs[:1]", "    return runs",
       ("tests/test_stability.py::test_a_probe_runs_seed_0_alone_and_its_other_seeds_once_it_holds",),
       "a probe's seeds all launched at once: one that seed 0 alone fails costs every seed"),
     M("range_test_recovers_with_the_probes", "lnjax/sweep/stability.py",
