@@ -19,10 +19,10 @@ the search runs a probe's seed 0 first and its other seeds only once it holds, s
 report gives the steps of a grid with that economy too (its points' seeds in turn, each
 only after those before it held), from the same runs. A placement at a time: its search,
 then its grid, then the report of every cell so far, so cells are compared as they finish.
-Both runs resume: the same command again continues them and only gathers what is finished. With --keep=DIR, what a new WORKDIR
-needs to continue lives in DIR (the search's state, DIR/grid.json with every finished grid
-run's summary) and the report is written there too: the measurement goes on on another
-machine from a clone.
+Both runs resume: the same command again continues them and only gathers what is
+finished. With --keep=DIR, what a new WORKDIR needs to continue lives in DIR (the search's
+state, DIR/grid.json with every finished grid run's summary) and the report is written
+there too: the measurement goes on on another machine from a clone.
 
 Where the grid's top rate is stable in every seed, the grid knows only "at least the top":
 the search counts as within if its answer is at least the top / 1.5.
