@@ -301,19 +301,46 @@ def main(argv):
   keep = _KEEP.value or root
   os.makedirs(keep, exist_ok=True)
   state = os.path.join(keep, "search_state.json") if _KEEP.value else None
-  search_args = (os.path.join(root, "search"), config, fixed)
   runs = grid_runs(config, fixed, placements, depths, seeds, steps, rates)
   grid_root, ledger = os.path.join(root, "grid"), os.path.join(keep, "grid.json")
   if restored := restore_ledger(ledger, runs, grid_root):
     print(f"{restored} grid run(s) finished earlier, from {ledger}", flush=True)
-  setting = (config, fixed, rates, seeds, steps, margin, keep)
+
+  def search_of(which: list[str], report_only: bool = False) -> dict:
+    return run_search(os.path.join(root, "search"), config, fixed, which, depths, seeds,
+                      steps, margin, state=state, report_only=report_only)
+
+  def write_report() -> None:
+    """The report of every cell from what has finished (in --keep, else WORKDIR: report.md,
+    .json, .png): the search's state tabled without launching a run, the grid's summaries."""
+    result = search_of(placements, report_only=True)
+    summaries = {r.name: launcher.read_json(os.path.join(grid_root, r.name, "summary.json"))
+                 or {} for r in runs}
+    rows = compare(result["cells"], summaries, rates, seeds,
+                   search.Stable(steps, DIVERGENCE_FACTOR, margin))
+    lines, data = report(rows, config, rates, seeds, steps, result["definition"])
+    with open(os.path.join(keep, "report.md"), "w") as f:
+      f.write("\n".join(lines) + "\n")
+    with open(os.path.join(keep, "report.json"), "w") as f:
+      json.dump(data, f, indent=2)
+    batch = f", batches of {fixed['data.batch_size']}" if "data.batch_size" in fixed else ""
+    summary = (f"{data['cells_compared']} of {len(rows)} cells compared"
+               + (f", {data['within_fraction']:.0%} within {WITHIN:g}×, the search at "
+                  f"{data['cost_fraction']:.2f} of the grid's steps"
+                  if data["cells_compared"] else ""))
+    plot(rows, os.path.join(keep, "report.png"),
+         f"{config}{batch}, no warm-up; grid "
+         f"{rates[0]:g}–{rates[-1]:g}, {len(rates)} rates × {seeds} seeds, {steps} steps a "
+         f"run; {summary}")
+    print("\n".join(lines) + f"\nFigure: {os.path.join(keep, 'report.png')}", flush=True)
+
   if _REPORT_ONLY.value:
-    write_report(search_args, placements, depths, runs, grid_root, state, setting)
+    write_report()
     return
   # A placement at a time, its search then its grid, the report rewritten after each: the
   # cells are compared as they finish, not once every search has.
   for p in placements:
-    run_search(*search_args, [p], depths, seeds, steps, margin, state=state)
+    search_of([p])
     mine = [r for r in runs if r.overrides["model.norm_position"] == p]
     try:
       launcher.run_to_the_end(config, "grid", mine, grid_root, fixed,
@@ -321,33 +348,7 @@ def main(argv):
                               on_finished=lambda run: save_ledger(ledger, [run], grid_root))
     finally:
       save_ledger(ledger, mine, grid_root)
-    write_report(search_args, placements, depths, runs, grid_root, state, setting)
-
-
-def write_report(search_args, placements, depths, runs, grid_root, state, setting) -> None:
-  """The report of every cell from what has finished (WORKDIR or --keep: report.md, .json,
-  .png): the search's state read without launching a run, the grid's runs' summaries."""
-  config, fixed, rates, seeds, steps, margin, keep = setting
-  result = run_search(*search_args, placements, depths, seeds, steps, margin, state=state,
-                      report_only=True)
-  summaries = {r.name: launcher.read_json(os.path.join(grid_root, r.name, "summary.json")) or {}
-               for r in runs}
-  rows = compare(result["cells"], summaries, rates, seeds,
-                 search.Stable(steps, DIVERGENCE_FACTOR, margin))
-  lines, data = report(rows, config, rates, seeds, steps, result["definition"])
-  with open(os.path.join(keep, "report.md"), "w") as f:
-    f.write("\n".join(lines) + "\n")
-  with open(os.path.join(keep, "report.json"), "w") as f:
-    json.dump(data, f, indent=2)
-  batch = f", batches of {fixed['data.batch_size']}" if "data.batch_size" in fixed else ""
-  summary = (f"{data['cells_compared']} of {len(rows)} cells compared"
-             + (f", {data['within_fraction']:.0%} within {WITHIN:g}×, the search at "
-                f"{data['cost_fraction']:.2f} of the grid's steps" if data["cells_compared"] else ""))
-  plot(rows, os.path.join(keep, "report.png"),
-       f"{config}{batch}, no warm-up; grid "
-       f"{rates[0]:g}–{rates[-1]:g}, {len(rates)} rates × {seeds} seeds, {steps} steps a run; "
-       f"{summary}")
-  print("\n".join(lines) + f"\nFigure: {os.path.join(keep, 'report.png')}", flush=True)
+    write_report()
 
 
 if __name__ == "__main__":

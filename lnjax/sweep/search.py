@@ -33,6 +33,14 @@ LABELS = plotting.PLACEMENT_LABELS
 SIGNIFICANT_DIGITS = 3  # Probe rates are rounded to these: stable run names and state keys.
 
 
+class Verdict(NamedTuple):
+  """One run judged by `Stable.judge`."""
+  stable: bool | None  # None: the run has not finished.
+  why: str  # In a sentence, printed with the probe.
+  fails_by: str | None = None  # An unstable run's failure in a few words: "diverged at step
+  # 5", "held-out +0.009 nats vs unigram" (above the baseline: a stall).
+
+
 @dataclasses.dataclass(frozen=True)
 class Stable:
   """The one definition of a stable run, printed with every result."""
@@ -53,7 +61,7 @@ class Stable:
                "recovered and then met these counts as stable (the range tests do not recover)")
     return text
 
-  def judge(self, summary: dict, warmup: int = 0) -> "Verdict":
+  def judge(self, summary: dict, warmup: int = 0) -> Verdict:
     """The summary.json of a run with `warmup` warm-up steps, judged (stable None while it
     has not finished)."""
     status = summary.get("status")
@@ -75,14 +83,6 @@ class Stable:
     actions = len(summary.get("instability_actions") or [])
     return Verdict(True, f"held-out loss {loss:.3f}, {below:.3f} nats below the unigram "
                    f"baseline" + (f", after {actions} recovery action(s)" if actions else ""))
-
-
-class Verdict(NamedTuple):
-  """One run judged by `Stable.judge`."""
-  stable: bool | None  # None: the run has not finished.
-  why: str  # In a sentence, printed with the probe.
-  fails_by: str | None = None  # An unstable run's failure in a few words: "diverged at step
-  # 5", "held-out +0.009 nats vs unigram" (above the baseline: a stall).
 
 
 def fails_by(verdicts: list[Verdict]) -> str | None:
