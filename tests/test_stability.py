@@ -254,11 +254,16 @@ def test_an_unfinished_search_reports_its_bounds_so_far_and_its_next_probe(tmp_p
   assert "0 of 4 cells measured; 4 still searching" in md
   # What is left: Pre-LN's bisections, 1 for [0.0316, 0.0562) and 4 for [1e-3, 0.1) at a
   # tolerance of 1.4 (⌈log₂(ln(hi/lo) / ln 1.4)⌉), 1 or 2 runs each (2 seeds), 12 min a run.
-  assert ("At least 5 probe(s) left (5-10 runs), and 2 range test(s) with theirs; at 12.0 "
-          "min a run (the 3 probe(s) timed so far), 1.0-2.0 h.") in md
+  # Post-LN's one range test serves both its cells.
+  assert ("At least 5 probe(s) left (5-10 runs), and 1 range test(s) for 2 cell(s) with their "
+          "probes; at 12.0 min a run (the 3 probe(s) timed so far), 1.0-2.0 h.") in md
   with open(result["paths"]["stability.json"]) as f:
     assert json.load(f)["left"].startswith("At least 5 probe(s) left")
   assert os.path.getsize(result["paths"]["stability.png"]) > 0
+  # Before any range test has bracketed a cell, only the range tests are counted.
+  s.state["range_tests"].clear()
+  assert stability_report.left(s, stability_report.rows(s)) == (
+      "2 range test(s) for 4 cell(s) left, then their cells' probes.")
 
 
 def test_a_probe_is_recorded_as_its_last_seed_finishes(tmp_path):

@@ -113,19 +113,23 @@ def left(s, table: list[dict]) -> str:
   a bisection to the tolerance (⌈log₂⌉ of each bracket's log-width over the tolerance's,
   one at least), each one run if it fails and `seeds` if it holds; in time, at the pace of
   the probes recorded with their wall-clock seconds."""
-  probes = no_range_test = 0
+  probes, unbracketed = 0, []
   for r in table:
     if r["status"] != "unfinished":
       continue
-    if r["range_test_bracket"] is None:
-      no_range_test += 1
+    if r["range_test_bracket"] is None:  # (One range test serves a depth's warm-ups.)
+      unbracketed.append((r["placement"], r["depth"]))
       continue
     lo = r["highest_stable_lr"] or r["range_test_bracket"][0]
     hi = r["lowest_unstable_lr"] or r["range_test_bracket"][1]
     probes += max(1, search.predicted_probes(lo, hi, s.tolerance))
   span = lambda a, b: f"{a}" if a == b else f"{a}-{b}"
+  range_tests = (f"{len(set(unbracketed))} range test(s) for {len(unbracketed)} cell(s)"
+                 if unbracketed else "")
+  if not probes:  # No cell bracketed yet: nothing to count but the range tests.
+    return f"{range_tests} left, then their cells' probes."
   text = (f"At least {probes} probe(s) left ({span(probes, probes * s.seeds)} runs)"
-          + (f", and {no_range_test} range test(s) with theirs" if no_range_test else ""))
+          + (f", and {range_tests} with their probes" if unbracketed else ""))
   timed = [p for r in table for p in r["probes"] if p.get("seconds")]
   if not timed:
     return text + "."
