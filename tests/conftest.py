@@ -161,7 +161,7 @@ def pytest_unconfigure(config):
 # empty compilation cache, 2026-12-03, 2-core machine: 878 s in all). xdist's loadfile
 # hands a worker its next file when it is nearly done, so a long file started last keeps
 # one worker busy while the other idles; xdist's own order (most tests first) put Ray's
-# 176 s and the GPU check's 93 s, seven and five tests, after the 120 quick mutant-list
+# 176 s and the GPU check's 93 s, ten and six tests, after the 120 quick mutant-list
 # checks. Started first, they end early and the quick files fill in around them.
 LONGEST_FIRST = (
     "tests/test_ray.py",  # 176 s
@@ -186,7 +186,8 @@ def pytest_collection_modifyitems(config, items):
     if item.nodeid.startswith(SLOW_ELSEWHERE):
       item.add_marker(pytest.mark.slow)
   rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
-  items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # (Stable.)
+  # (A stable sort: each file's tests, and the files not listed, keep their order.)
+  items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
 
 
 @pytest.fixture
