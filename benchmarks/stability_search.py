@@ -272,14 +272,14 @@ def plot(rows: list[dict], path: str, caption: str) -> None:
                   color="0.9", lw=0)
   ax.plot([lo, hi], [lo, hi], color="0.5", lw=0.8)
   for r in drawn:
-    color = f"C{placements.index(r['placement']) % 10}"
+    color = plotting.placement_color(r["placement"], placements.index(r["placement"]))
     ax.plot([r["grid"]], [r["search"]], "osD^v"[depths.index(r["depth"]) % 5], ms=7,
             color=color, mfc="none" if r["grid_at_top"] else color)
   ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi),
          xlabel="grid: highest peak rate stable in every seed",
          ylabel="search: highest stable peak rate")
   plotting.plain_log_ticks(ax)
-  handles = ([Line2D([], [], color=f"C{k % 10}", marker="o", ls="", label=p)
+  handles = ([Line2D([], [], color=plotting.placement_color(p, k), marker="o", ls="", label=p)
               for k, p in enumerate(placements)]
              + [Line2D([], [], color="0.3", marker="osD^v"[k % 5], ls="",
                        label=plotting.layers(d)) for k, d in enumerate(depths)]

@@ -30,6 +30,17 @@ def test_placement_and_override_labels():
       "Post-LN, warm-up 4000")
 
 
+def test_every_placement_has_its_own_colour_in_every_figure():
+  from lnjax import models
+
+  colours = [plotting.placement_color(p, k) for k, p in enumerate(models.NORM_POSITIONS)]
+  assert len(set(colours)) == len(models.NORM_POSITIONS) == 14
+  assert all(matplotlib.colors.is_color_like(c) for c in colours)
+  # Its label finds the same colour (the benchmark's rows carry labels); the order does not.
+  assert plotting.placement_color("Post-LN", 5) == plotting.placement_color("post", 0)
+  assert plotting.placement_color("something_new", 12) == "C2"
+
+
 def test_setup_caption_names_size_steps_and_seeds():
   config = {"task": "translation", "model": {"num_layers": 6, "d_model": 512},
             "train": {"num_steps": 3000}}

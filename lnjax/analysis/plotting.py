@@ -3,7 +3,8 @@
 Labels: `placement_label("post")` is "Post-LN" (the names of Xiong et al. 2020,
 arXiv 2002.04745, and of each later placement's paper); `legend_label(overrides)` turns
 run overrides ({"model.norm_position": "post", "opt.warmup_steps": 500}) into
-"Post-LN, warm-up 500". `setup_caption(config, ...)` is the one line under a figure
+"Post-LN, warm-up 500"; `placement_color("post")` is its colour in every figure.
+`setup_caption(config, ...)` is the one line under a figure
 (task, model size, steps, seeds); `add_caption` puts it there. `mean_band` draws the mean
 over seeds with the min–max band when there are several; `save` writes the PNG.
 matplotlib is imported by the functions that draw only: importing this module stays light.
@@ -19,6 +20,11 @@ PLACEMENT_LABELS = {
     "deepnorm": "DeepNorm", "normformer": "NormFormer", "resi_dual": "ResiDual",
     "admin": "Admin", "mix": "Mix-LN", "b2t": "B2T", "dyt": "DyT",
     "lns": "LayerNorm Scaling", "olmo2": "OLMo 2", "ngpt": "nGPT"}
+# Each placement's colour, the same in every figure: matplotlib's ten default colours
+# (tab10), then four darker ones, so no two of the 14 share one.
+PLACEMENT_COLORS = dict(zip(PLACEMENT_LABELS, (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+    "#bcbd22", "#17becf", "#000000", "#e6ab02", "#000080", "#800000")))
 TASK_LABELS = {"lm": "language model", "translation": "translation",
                "mlm": "masked language model", "glue": "GLUE fine-tuning"}
 LOSS_UNIT = "nats/token"  # Every loss lnjax logs: mean NLL per real target token.
@@ -27,6 +33,13 @@ LOSS_UNIT = "nats/token"  # Every loss lnjax logs: mean NLL per real target toke
 def placement_label(name: str) -> str:
   """'Post-LN' for 'post'; a name lnjax does not know is shown as given."""
   return PLACEMENT_LABELS.get(name, str(name))
+
+
+def placement_color(name: str, k: int = 0) -> str:
+  """A placement's colour in every figure, by its name ("post") or its label ("Post-LN");
+  one lnjax does not know takes matplotlib's k-th colour."""
+  by_label = {label: PLACEMENT_COLORS[n] for n, label in PLACEMENT_LABELS.items()}
+  return PLACEMENT_COLORS.get(name) or by_label.get(name) or f"C{k % 10}"
 
 
 def task_label(task: str) -> str:

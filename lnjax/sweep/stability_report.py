@@ -199,8 +199,7 @@ def plot(path: str, table: list[dict], caption: str = ""):
   width = 0.6 / max(len(placements), 1)
   for ax, warmup in zip(axes[0], warmups):
     for k, placement in enumerate(placements):
-      # 10 colours × 7 markers: no two of up to 70 placements drawn alike.
-      color, marker = f"C{k % 10}", "osDPXhp"[k % 7]
+      color, marker = plotting.placement_color(placement, k), "osDPXhp"[k % 7]
       label = _label(placement)
       for r in table:
         if r["placement"] != placement or r["warmup"] != warmup or r["status"] == "unfinished":
