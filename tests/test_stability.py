@@ -19,13 +19,13 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def search_with_oracle(threshold: float, start: search.Bracket, tolerance=1.4, widen=10.0,
-                       results=None, stop_after=None):
+                       results=None, stop_after=None, floor=1e-5):
   """Runs the search against `stable(lr) = lr <= threshold`; returns (outcome, the rates
   probed in order). A probe asked twice fails the test."""
   results = {} if results is None else results
   asked = []
   while True:
-    outcome = search.replay(start, results, tolerance, widen)
+    outcome = search.replay(start, results, tolerance, widen, floor=floor)
     if outcome.next_lr is None or (stop_after is not None and len(asked) == stop_after):
       return outcome, asked
     assert outcome.next_lr not in results, f"probe {outcome.next_lr} asked again"
@@ -50,15 +50,24 @@ def test_bisection_finds_the_threshold_within_tolerance_in_the_predicted_probes(
   assert all(a < b for a, b in zip(sorted(asked), sorted(asked)[1:]))  # No rate twice.
 
 
-def test_a_low_end_that_fails_is_widened_once_then_the_cell_stops():
+def test_a_low_end_that_fails_is_widened_down_to_lr_min_then_the_cell_stops():
   start = search.Bracket(1e-4, 1e-2)
   outcome, asked = search_with_oracle(3e-5, start)  # Below the bracket, above its widening.
   assert outcome.status == search.FOUND and outcome.lower <= 3e-5 < outcome.upper
-  assert outcome.events == ("the bracket's low end 0.0001 is unstable: widened once, to 1e-05",)
-  outcome, asked = search_with_oracle(5e-6, start)  # Below the widened low end too.
+  assert outcome.events == ("the bracket's low end 0.0001 is unstable: widened to 1e-05",)
+  outcome, asked = search_with_oracle(5e-6, start)  # Below the floor (lr_min) 1e-5.
   assert outcome.status == search.BELOW and outcome.lower is None and outcome.upper == 1e-5
   assert asked[-1] == 1e-5
   assert len(asked) == 4 + 1 + 3 + 1  # Bisection, low end, bisection of [1e-5, 1e-4], its low end.
+  # With a lower floor the same edge is found after a second widening ...
+  outcome, asked = search_with_oracle(5e-6, start, floor=1e-7)
+  assert outcome.status == search.FOUND and outcome.lower <= 5e-6 < outcome.upper
+  assert outcome.upper / outcome.lower <= 1.4 and len(outcome.events) == 2
+  # ... and the last widening stops at the floor itself, where the cell ends.
+  outcome, asked = search_with_oracle(1e-8, start, floor=3e-7)
+  assert outcome.status == search.BELOW and outcome.upper == 3e-7 == min(asked)
+  assert outcome.events[-1] == "the bracket's low end 1e-06 is unstable: widened to 3e-07"
+  assert len(asked) == len(set(asked))
 
 
 def test_a_high_end_that_holds_is_widened_once():

@@ -50,8 +50,8 @@ _LR_MIN = flags.DEFINE_float("lr_min", 1e-5, "The range test's first rate.")
 _LR_MAX = flags.DEFINE_float("lr_max", 1.0, "The range test's last rate.")
 _TOLERANCE = flags.DEFINE_float("tolerance", 1.4, "Bisect until the bracket's ends are "
                                 "within this factor.")
-_WIDEN = flags.DEFINE_float("widen", 10.0, "A bracket end that fails is moved once by this "
-                            "factor.")
+_WIDEN = flags.DEFINE_float("widen", 10.0, "A bracket end that fails is moved by this "
+                            "factor: the low end down to --lr_min, the high end once.")
 _MARGIN = flags.DEFINE_float("margin_nats", 0.1, "Stable runs end at least this far below "
                              "the unigram baseline (nats).")
 _DIVERGENCE = flags.DEFINE_float("divergence_factor", 2.0, "train.divergence_factor of every "
@@ -142,7 +142,7 @@ def main(argv):
   for cell, row in result["below"]:
     print(f"{PROG}: {stability.cell_name(cell)}: the bracket's low end "
           f"{row['lowest_unstable_lr']:g} "
-          "is unstable after widening once; no stable rate found, this cell's search "
+          "is unstable, widened down to --lr_min; no stable rate found, this cell's search "
           "stopped", file=sys.stderr, flush=True)
 
 

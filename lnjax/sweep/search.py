@@ -12,8 +12,9 @@ A cell (placement, depth, warm-up) is searched in three steps:
      warm-up, then constant); the next probe is the geometric mean of the bracket's ends,
      until they are within a factor `tolerance`.
   3. The ends the bisection never tested are probed last: a low end found unstable is said
-     so and widened once (÷ `widen`), then the search of that cell stops; a high end found
-     stable is widened once (× `widen`).
+     so and widened (÷ `widen`, then bisected again), down to the range test's first rate
+     `lr_min` (the `floor`), where a low end still unstable ends the cell with no stable
+     rate; a high end found stable is widened once (× `widen`).
 
 The state of a cell is its bracket and the results of its probes: `replay` derives the
 next probe from them, so a search killed at any point continues where it was and never
@@ -193,13 +194,14 @@ def predicted_probes(lo: float, hi: float, tolerance: float) -> int:
   return max(0, math.ceil(math.log2(ratio) - 1e-9)) if ratio > 1 else 0
 
 
-def replay(start: Bracket, results: dict[float, bool], tolerance: float,
-           widen: float) -> Outcome:
+def replay(start: Bracket, results: dict[float, bool], tolerance: float, widen: float, *,
+           floor: float) -> Outcome:
   """The search of one cell from its bracket and its recorded probe results (rate ->
-  stable): the next probe to run, or the answer."""
+  stable): the next probe to run, or the answer. An unstable low end is widened down to
+  `floor` and no further."""
   probes, events = [], []
   lo, hi = rounded(start.lo), rounded(start.hi)
-  lo_tested = hi_tested = widened_lo = widened_hi = False
+  lo_tested = hi_tested = widened_hi = False
 
   def outcome(next_lr=None, status=None, lower=None, upper=None):
     return Outcome(next_lr, lower, upper, status, tuple(probes), tuple(events))
@@ -220,12 +222,12 @@ def replay(start: Bracket, results: dict[float, bool], tolerance: float,
         return outcome(next_lr=lo)
       if results[lo]:
         lo_tested = True
-      elif widened_lo:
+      elif lo <= floor:
         return outcome(status=BELOW, upper=lo)
       else:
-        events.append(f"the bracket's low end {lo:g} is unstable: widened once, to "
-                      f"{rounded(lo / widen):g}")
-        lo, hi, hi_tested, widened_lo = rounded(lo / widen), lo, True, True
+        widened = rounded(max(lo / widen, floor))
+        events.append(f"the bracket's low end {lo:g} is unstable: widened to {widened:g}")
+        lo, hi, hi_tested = widened, lo, True
     elif not hi_tested:
       probes.append(hi)
       if hi not in results:

@@ -8,8 +8,9 @@ r"""The highest stable learning rate of each (placement, depth, warm-up) cell, s
 Per (placement, depth) one learning-rate range test (a run whose rate grows geometrically
 from --lr_min to --lr_max) brackets the answer; per cell a bisection in log-space with
 short probes (--seeds runs at one peak rate, constant after the cell's linear warm-up)
-narrows the bracket to a factor --tolerance (lnjax/sweep/search.py has the rules); a
-probe runs the cell's warm-up, then --probe_steps steps at its rate. A probe's seed 0
+narrows the bracket to a factor --tolerance (lnjax/sweep/search.py has the rules: an
+unstable low end is widened ÷ --widen, down to --lr_min); a probe runs the cell's
+warm-up, then --probe_steps steps at its rate. A probe's seed 0
 runs alone and its other seeds only once it is stable, so a probe that fails costs one
 run (--nofirst_seed_alone: every seed at once, for back ends with workers to spare). Every
 run is an ordinary lnjax.main run in WORKDIR/runs/<name>, its name spelled from its
@@ -154,7 +155,8 @@ class Search:
 
   def outcome(self, cell) -> search.Outcome | None:
     start = self.bracket(*cell[:2])
-    return start and search.replay(start, self.results(cell), self.tolerance, self.widen)
+    return start and search.replay(start, self.results(cell), self.tolerance, self.widen,
+                                   floor=self.lr_min)
 
   # ---- One round: the runs the search needs next, then their results.
 

@@ -83,8 +83,8 @@ def markdown(s, table: list[dict], command: str) -> list[str]:
            f"`{command}`", "", s.stable.describe(s.seeds) + ".", "",
            f"Range test: {s.range_steps} steps, rate ×{search.range_test_growth(s.lr_min, s.lr_max, s.range_steps):.4f} "
            f"a step from {s.lr_min:g} to {s.lr_max:g}; bisection in log-space until the "
-           f"bracket's ends are within ×{s.tolerance:g}; an end that fails is moved once "
-           f"×{s.widen:g}.", "",
+           f"bracket's ends are within ×{s.tolerance:g}; an end that fails is moved "
+           f"×{s.widen:g} (the low end down to {s.lr_min:g}, the high end once).", "",
            "| placement | layers | warm-up (steps) | highest stable lr | lowest unstable lr "
            "| how it fails there | range-test bracket | probes | runs | steps trained | notes |",
            "|---|---:|---:|---:|---:|---|---|---:|---:|---:|---|"]
