@@ -10,8 +10,9 @@ CPU-size LM (configs/lm.py, size=small: D 128, character-level Tiny Shakespeare,
 continues it from a clone, and no finished probe is run again; the warm-up slice takes the
 range tests of the no-warm-up slices (a range test serves every warm-up). Without --run, each slice's
 search is asked for its table (`--report_only`: nothing is launched) and the slices are
-merged: WORKDIR/atlas.md, docs/figures/atlas.png (--figure), and which cells of the
-14 placements × depths 6, 12, 24 × warm-up 0, 500 are measured and which not yet.
+merged: experiments/atlas/atlas.md (--report), docs/figures/atlas.png (--figure), and which
+cells of the 14 placements × depths 6, 12, 24 × warm-up 0, 500 are measured and which not
+yet.
 """
 
 import json
@@ -55,11 +56,13 @@ BORROWS = {"warmup500": ("d6", "d12", "d24")}
 _RUN = flags.DEFINE_string("run", None, f"Continue one slice ({', '.join(SLICES)}) in "
                            "--workdir; without it, table every slice.")
 _WORKDIR = flags.DEFINE_string("workdir", "/tmp/lnjax_atlas", "The search's run folders "
-                               "(--run), or the reports of the slices (tables).")
+                               "(--run), or each slice's own report (tables).")
 _STATES = flags.DEFINE_string("states", os.path.join(REPO, "experiments", "atlas"),
                               "The folder of the slices' states.")
 _FIGURE = flags.DEFINE_string("figure", os.path.join(REPO, "docs", "figures", "atlas.png"),
                               "Where the merged figure goes.")
+_REPORT = flags.DEFINE_string("report", None, "Where the merged table goes (default: "
+                              "atlas.md in --states, beside the slices' states).")
 
 
 def state_path(name: str) -> str:
@@ -130,13 +133,14 @@ def main(argv):
   report = "\n".join(["# The stability atlas", "", *md, "", *lines, "",
                       "Highest stable rate by cell (not yet: not measured):", "",
                       *coverage]) + "\n"
-  with open(os.path.join(_WORKDIR.value, "atlas.md"), "w") as f:
+  path = _REPORT.value or os.path.join(_STATES.value, "atlas.md")
+  with open(path, "w") as f:
     f.write(report)
   caption = ("configs/lm.py:size=small, batches of 16, 2 seeds a probe; stable: every seed "
              "finishes without diverging, held-out loss ≥ 0.1 nats below the unigram "
              "baseline; " + "; ".join(slices))
   stability_report.plot(_FIGURE.value, table, caption)
-  print(report + f"Figure: {_FIGURE.value}")
+  print(report + f"Table: {path}\nFigure: {_FIGURE.value}")
 
 
 if __name__ == "__main__":
