@@ -68,6 +68,11 @@ def test_a_low_end_that_fails_is_widened_down_to_lr_min_then_the_cell_stops():
   assert outcome.status == search.BELOW and outcome.upper == 3e-7 == min(asked)
   assert outcome.events[-1] == "the bracket's low end 1e-06 is unstable: widened to 3e-07"
   assert len(asked) == len(set(asked))
+  # A floor between two rounded rates, or a widening factor too small to move a rate at 3
+  # significant digits, still ends (the rates asked only fall).
+  for floor, widen in ((1.00004e-4, 10.0), (1e-6, 1.0001)):
+    outcome, asked = search_with_oracle(1e-9, start, floor=floor, widen=widen)
+    assert outcome.status == search.BELOW and outcome.upper == min(asked)
 
 
 def test_a_high_end_that_holds_is_widened_once():

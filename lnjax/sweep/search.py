@@ -222,10 +222,9 @@ def replay(start: Bracket, results: dict[float, bool], tolerance: float, widen: 
         return outcome(next_lr=lo)
       if results[lo]:
         lo_tested = True
-      elif lo <= floor:
+      elif (widened := rounded(max(lo / widen, floor))) >= lo:  # At the floor already.
         return outcome(status=BELOW, upper=lo)
       else:
-        widened = rounded(max(lo / widen, floor))
         events.append(f"the bracket's low end {lo:g} is unstable: widened to {widened:g}")
         lo, hi, hi_tested = widened, lo, True
     elif not hi_tested:
