@@ -13,6 +13,9 @@ import time
 
 import pytest
 
+import hypothesis
+from hypothesis import strategies as st
+
 from lnjax.sweep import search
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -73,6 +76,34 @@ def test_a_low_end_that_fails_is_widened_down_to_lr_min_then_the_cell_stops():
   for floor, widen in ((1.00004e-4, 10.0), (1e-6, 1.0001)):
     outcome, asked = search_with_oracle(1e-9, start, floor=floor, widen=widen)
     assert outcome.status == search.BELOW and outcome.upper == min(asked)
+
+
+@hypothesis.settings(max_examples=200, derandomize=True, deadline=None, database=None)
+@hypothesis.given(lo_exp=st.floats(-5, -1), span=st.floats(0.3, 3), edge_exp=st.floats(-9, 1),
+                  floor_exp=st.floats(-8, -2), tolerance=st.sampled_from([1.4, 2.0, 3.0]),
+                  widen=st.sampled_from([2.0, 10.0, 100.0]))
+def test_the_search_ends_and_brackets_any_edge_above_its_floor(lo_exp, span, edge_exp,
+                                                               floor_exp, tolerance, widen):
+  """Against `stable(lr) = lr <= edge`, from any bracket and floor: the search ends without
+  asking a rate twice; an edge between the floor and the widened high end is bracketed to
+  the tolerance, one below the floor ends with no stable rate, one above the widened high
+  end with a stable high end."""
+  lo = 10 ** lo_exp
+  start, edge, floor = search.Bracket(lo, lo * 10 ** span), 10 ** edge_exp, 10 ** floor_exp
+  outcome, asked = search_with_oracle(edge, start, tolerance, widen, floor=floor)
+  assert len(asked) < 200
+  # The lowest rate the search may probe (the floor, or the bracket's low end if below it)
+  # and the highest (the high end widened once).
+  lowest = search.rounded(floor) if start.lo > floor else search.rounded(start.lo)
+  highest = search.rounded(search.rounded(start.hi) * widen)
+  assert (outcome.status == search.FOUND) == (lowest <= edge < highest)
+  if outcome.status == search.FOUND:
+    assert outcome.lower <= edge < outcome.upper
+    assert outcome.upper / outcome.lower <= tolerance * 1.01  # Rates have 3 digits.
+  elif outcome.status == search.BELOW:
+    assert edge < outcome.upper == lowest == min(asked)
+  else:
+    assert outcome.status == search.ABOVE and edge >= outcome.lower == highest == max(asked)
 
 
 def test_a_high_end_that_holds_is_widened_once():
