@@ -25,6 +25,7 @@ PLACEMENT_LABELS = {
 PLACEMENT_COLORS = dict(zip(PLACEMENT_LABELS, (
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
     "#bcbd22", "#17becf", "#000000", "#e6ab02", "#000080", "#800000")))
+_COLORS_BY_LABEL = {PLACEMENT_LABELS[n]: c for n, c in PLACEMENT_COLORS.items()}
 TASK_LABELS = {"lm": "language model", "translation": "translation",
                "mlm": "masked language model", "glue": "GLUE fine-tuning"}
 LOSS_UNIT = "nats/token"  # Every loss lnjax logs: mean NLL per real target token.
@@ -38,8 +39,7 @@ def placement_label(name: str) -> str:
 def placement_color(name: str, k: int = 0) -> str:
   """A placement's colour in every figure, by its name ("post") or its label ("Post-LN");
   one lnjax does not know takes matplotlib's k-th colour."""
-  by_label = {label: PLACEMENT_COLORS[n] for n, label in PLACEMENT_LABELS.items()}
-  return PLACEMENT_COLORS.get(name) or by_label.get(name) or f"C{k % 10}"
+  return PLACEMENT_COLORS.get(name) or _COLORS_BY_LABEL.get(name) or f"C{k % 10}"
 
 
 def task_label(task: str) -> str:
