@@ -11,8 +11,8 @@ continues it from a clone, and no finished probe is run again; the warm-up slice
 range tests of the no-warm-up slices (a range test serves every warm-up). Without --run, each slice's
 search is asked for its table (`--report_only`: nothing is launched) and the slices are
 merged: experiments/atlas/atlas.md (--report), docs/figures/atlas.png (--figure), and which
-cells of the 14 placements × depths 6, 12, 24 × warm-up 0, 500 are measured and which not
-yet.
+cells of the 14 placements × depths 6, 12, 24 × warm-up 0, 500 are measured, which are still
+searching (drawn faded at the bounds their probes have set so far) and which not yet.
 """
 
 import json
@@ -86,13 +86,21 @@ def verdict(cell: dict) -> str:
   return f"{low:.3g}" if high is not None else f"≥ {low:.3g}"
 
 
+def so_far(cell: dict) -> str:
+  """A cell still searching in a word: the bounds its probes have set so far."""
+  low, high = cell["highest_stable_lr"], cell["lowest_unstable_lr"]
+  if low is None:
+    return f"searching: < {high:.3g}"
+  return f"searching: {low:.3g}–{high:.3g}" if high is not None else f"searching: ≥ {low:.3g}"
+
+
 def main(argv):
   del argv
   if _RUN.value and _RUN.value not in SLICES:
     raise app.UsageError(f"--run={_RUN.value}: no such slice; the slices: {', '.join(SLICES)}")
   if _RUN.value:
     sys.exit(subprocess.run(search_command(_RUN.value, _WORKDIR.value, False), cwd=REPO).returncode)
-  cells, lines, slices = {}, [], []
+  cells, searching, lines, slices = {}, {}, [], []
   for name in SLICES:
     if not os.path.exists(state_path(name)):
       lines.append(f"- {name} ({SLICES[name][1]}): not started")
@@ -111,6 +119,11 @@ def main(argv):
     for c in done:
       cells[(c["placement"], c["depth"], c["warmup"])] = {**c, "probe_steps": steps,
                                                           "slice": name}
+    for c in result["cells"]:  # A cell still searching: what its probes bound so far.
+      bounds = (c["highest_stable_lr"], c["lowest_unstable_lr"])
+      if c["status"] == "unfinished" and bounds != (None, None):
+        searching[(c["placement"], c["depth"], c["warmup"])] = c
+  searching = {k: c for k, c in searching.items() if k not in cells}  # Measured elsewhere.
   table = [cells[k] for k in sorted(cells, key=lambda k: (
       k[2], k[1], list(models.NORM_POSITIONS).index(k[0])))]
   fmt = lambda v: "—" if v is None else f"{v:.3g}"
@@ -124,14 +137,17 @@ def main(argv):
   coverage = ["| placement | " + " | ".join(f"{d} layers, warm-up {w}" for d, w in columns)
               + " |", "|---|" + "---|" * len(columns)]
   for p in models.NORM_POSITIONS:
-    marks = [verdict(cells[(p, d, w)]) if (p, d, w) in cells else "not yet" for d, w in columns]
+    marks = [verdict(cells[(p, d, w)]) if (p, d, w) in cells else
+             so_far(searching[(p, d, w)]) if (p, d, w) in searching else "not yet"
+             for d, w in columns]
     coverage.append(f"| {plotting.placement_label(p)} | " + " | ".join(marks) + " |")
   total = len(models.NORM_POSITIONS) * len(GRID["depths"]) * len(GRID["warmups"])
   lines.append(f"Cells measured: {len(table)} of the atlas's {total} (14 placements × depths "
                f"{', '.join(map(str, GRID['depths']))} × warm-up "
                f"{', '.join(map(str, GRID['warmups']))}).")
   report = "\n".join(["# The stability atlas", "", *md, "", *lines, "",
-                      "Highest stable rate by cell (not yet: not measured):", "",
+                      "Highest stable rate by cell (searching: the bounds its probes have "
+                      "set so far; not yet: no probe yet):", "",
                       *coverage]) + "\n"
   path = _REPORT.value or os.path.join(_STATES.value, "atlas.md")
   with open(path, "w") as f:
@@ -139,7 +155,10 @@ def main(argv):
   caption = ("configs/lm.py:size=small, batches of 16, 2 seeds a probe; stable: every seed "
              "finishes without diverging, held-out loss ≥ 0.1 nats below the unigram "
              "baseline; " + "; ".join(slices))
-  stability_report.plot(_FIGURE.value, table, caption)
+  if searching:
+    caption += (f"; faded: {len(searching)} cell(s) still searching, at the bounds their "
+                "probes have set so far")
+  stability_report.plot(_FIGURE.value, table + list(searching.values()), caption)
   print(report + f"Table: {path}\nFigure: {_FIGURE.value}")
 
 

@@ -257,6 +257,36 @@ def test_stability_figure_draws_every_placement_apart_and_wraps_a_long_caption(t
   assert legend.x1 <= fig.bbox.width and legend.y0 >= box.y1 and legend.x0 >= ax.bbox.x1
 
 
+def test_stability_figure_draws_a_searching_cell_faded_at_its_bounds_so_far(tmp_path):
+  """A cell still searching is drawn at what is known of it, faded and hollow: its bracket so
+  far, ▲ at a stable rate with no unstable one above it yet, ▼ at an unstable rate with no
+  stable one below it yet; a cell with nothing measured is not drawn. Its depth gets a place
+  on the axis, and the legend says what the faded marks are."""
+  from matplotlib.colors import to_rgba
+
+  from lnjax.sweep import search, stability_report
+
+  def row(placement, depth, status, low, high):
+    return {"placement": placement, "depth": depth, "warmup": 0, "status": status,
+            "highest_stable_lr": low, "lowest_unstable_lr": high}
+
+  table = [row("pre", 12, search.FOUND, 0.05, 0.06), row("pre", 24, "unfinished", 0.04, 0.1),
+           row("post", 24, "unfinished", None, 0.14), row("dyt", 24, "unfinished", 0.002, None),
+           row("lns", 24, "unfinished", None, None)]
+  fig = stability_report.plot(str(tmp_path / "s.png"), table)
+  (ax,) = fig.axes
+  assert [t.get_text() for t in ax.get_xticklabels()] == ["12", "24"]
+  marks = {(line.get_marker(), round(float(line.get_ydata()[0]), 6)): line
+           for line in ax.get_lines() if line.get_marker() not in ("None", "", "_")}
+  assert set(marks) == {("o", 0.05), ("o", 0.04), ("v", 0.14), ("^", 0.002)}
+  for key in [("o", 0.04), ("v", 0.14), ("^", 0.002)]:  # Faded and hollow.
+    assert marks[key].get_alpha() < 1 and marks[key].get_markerfacecolor() == "none"
+  assert marks[("o", 0.05)].get_alpha() in (None, 1)
+  assert to_rgba(marks[("v", 0.14)].get_color()) == to_rgba(plotting.placement_color("post", 0))
+  legend = [t.get_text() for t in fig.legends[0].get_texts()]
+  assert legend == ["Pre-LN", "Post-LN", "DyT", "still searching: bounds so far"]
+
+
 def test_layer_removal_figure_has_integer_layer_ticks_and_units(tmp_path):
   from lnjax.hf import analyze as hf_analyze
 

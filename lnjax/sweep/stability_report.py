@@ -166,6 +166,10 @@ def write(s, command: str) -> dict:
 _FAILS = {True: {"marker": "x", "markersize": 6},
           False: {"marker": "o", "markersize": 6, "markerfacecolor": "none"}}
 _FAIL_NAMES = {True: "bar's top: diverged", False: "bar's top: too little learnt"}
+# A cell still searching: its bounds so far, faded and hollow (▲ a stable rate and no
+# unstable one above it yet, ▼ an unstable rate and no stable one below it yet).
+_SO_FAR = {"alpha": 0.45, "markerfacecolor": "none"}
+_SO_FAR_NAME = "still searching: bounds so far"
 
 
 def _diverged(row: dict) -> bool | None:
@@ -175,11 +179,17 @@ def _diverged(row: dict) -> bool | None:
   return True if how.startswith("diverged") else False if how.startswith("held-out") else None
 
 
+def _searching(row: dict) -> bool:
+  """Whether the row is a cell still searching with a bound measured."""
+  return row["status"] == "unfinished" and (row["highest_stable_lr"] is not None
+                                            or row["lowest_unstable_lr"] is not None)
+
+
 def plot(path: str, table: list[dict], caption: str = ""):
   """A panel per warm-up; per placement, the highest stable rate over depth, the bracket
   (up to the lowest unstable rate) as error bars, × or ○ at the top for how the probe there
   failed (diverged, or finished short of the margin); ▲ stable at the widened top, ▼ none
-  found."""
+  found; a cell still searching, faded and hollow, its bounds so far."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
@@ -189,33 +199,45 @@ def plot(path: str, table: list[dict], caption: str = ""):
   placements = list(dict.fromkeys(r["placement"] for r in table))
   kinds = {_diverged(r) for r in table if r["status"] == search.FOUND}
   fails = {d: _FAIL_NAMES[d] for d in (True, False) if d in kinds}  # Legend entries.
+  searching = any(_searching(r) for r in table)
   # The legend's width: its longest name at about 0.09 in a character, the marker's 0.6 in.
   legend_in = 0.6 + 0.09 * max([len(_label(p)) for p in placements]
-                               + [len(n) for n in fails.values()], default=0)
+                               + [len(n) for n in fails.values()]
+                               + [len(_SO_FAR_NAME)] * searching, default=0)
   # Tall enough for the legend (about 0.27 in an entry) beside the axes, above the caption.
-  height = max(4.0, 0.27 * (len(placements) + len(fails)) + 1.6)
+  height = max(4.0, 0.27 * (len(placements) + len(fails) + searching) + 1.6)
   fig, axes = plt.subplots(1, len(warmups), figsize=(4.5 * len(warmups) + legend_in, height),
                            sharey=True, squeeze=False)
   width = 0.6 / max(len(placements), 1)
+  style = {p: (plotting.placement_color(p, k), "osDPXhp"[k % 7]) for k, p in enumerate(placements)}
+  drawn = set()  # The placements with a mark in some panel: one legend entry each.
   for ax, warmup in zip(axes[0], warmups):
     for k, placement in enumerate(placements):
-      color, marker = plotting.placement_color(placement, k), "osDPXhp"[k % 7]
-      label = _label(placement)
+      color, marker = style[placement]
       for r in table:
-        if r["placement"] != placement or r["warmup"] != warmup or r["status"] == "unfinished":
+        if r["placement"] != placement or r["warmup"] != warmup:
           continue
         x = depths.index(r["depth"]) + (k - (len(placements) - 1) / 2) * width
-        if r["status"] == search.BELOW:
-          ax.plot([x], [r["lowest_unstable_lr"]], "v", color=color, label=label)
+        low, high = r["highest_stable_lr"], r["lowest_unstable_lr"]
+        if r["status"] == "unfinished":
+          if low is not None and high is not None:
+            ax.errorbar([x], [low], yerr=[[0.0], [high - low]], fmt=marker, color=color,
+                        capsize=3, **_SO_FAR)
+          elif low is not None or high is not None:
+            up = low is not None
+            ax.plot([x], [low if up else high], "^" if up else "v", color=color, **_SO_FAR)
+          else:
+            continue  # Nothing measured yet.
+        elif r["status"] == search.BELOW:
+          ax.plot([x], [high], "v", color=color)
         elif r["status"] == search.ABOVE:
-          ax.plot([x], [r["highest_stable_lr"]], "^", color=color, label=label)
+          ax.plot([x], [low], "^", color=color)
         else:
-          low, high = r["highest_stable_lr"], r["lowest_unstable_lr"]
           ax.errorbar([x], [low], yerr=[[0.0], [high - low]], fmt=marker, color=color,
-                      capsize=3, label=label)
+                      capsize=3)
           if (diverged := _diverged(r)) is not None:  # How the probe at the top failed.
             ax.plot([x], [high], **_FAILS[diverged], color=color)
-        label = None  # One legend entry per placement.
+        drawn.add(placement)
     ax.set_xticks(range(len(depths)), [str(d) for d in depths])
     ax.set_xlim(-0.5, len(depths) - 0.5)  # Room for every placement's offset at each depth.
     for edge in range(1, len(depths)):  # Each depth a band, each placement at its place in it.
@@ -225,11 +247,15 @@ def plot(path: str, table: list[dict], caption: str = ""):
     ax.set_title(f"warm-up {warmup} steps" if warmup else "no warm-up")
     ax.grid(True, which="both", axis="y", alpha=0.3)
   axes[0][0].set_ylabel("highest stable peak learning rate\n(bar: up to the lowest unstable)")
-  handles = {h.get_label(): h for ax in axes[0] for h in ax.get_legend_handles_labels()[0]}
-  order = [_label(p) for p in placements if _label(p) in handles]  # The sweep's order.
+  order = [_label(p) for p in placements if p in drawn]  # The sweep's order.
+  handles = {_label(p): Line2D([], [], linestyle="none", color=style[p][0], marker=style[p][1])
+             for p in drawn}
   for diverged, name in fails.items():
     handles[name] = Line2D([], [], linestyle="none", color="0.3", **_FAILS[diverged])
     order.append(name)
+  if searching:
+    handles[_SO_FAR_NAME] = Line2D([], [], linestyle="none", marker="o", color="0.3", **_SO_FAR)
+    order.append(_SO_FAR_NAME)
   right = 1 - legend_in / fig.get_figwidth()
   fig.tight_layout(rect=(0, 0, right, 1))
   plotting.add_caption(fig, caption)
