@@ -157,27 +157,30 @@ def pytest_unconfigure(config):
 
 
 # The files with the longest runs, longest first: the suite's seconds per file, summed over
-# its 80 slowest tests (`--durations=80` of the README's command in a fresh clone with an
-# empty compilation cache, 2026-12-03, 2-core machine: 878 s in all). xdist's loadfile
-# hands a worker its next file when it is nearly done, so a long file started last keeps
-# one worker busy while the other idles; xdist's own order (most tests first) put Ray's
-# 176 s and the GPU check's 93 s, ten and six tests, after the 120 quick mutant-list
-# checks. Started first, they end early and the quick files fill in around them.
+# its tests (`--durations=0` of the README's command in a fresh clone with an empty
+# compilation cache, 2026-12-03, night, 2-core machine: 704 passed, 1 skipped in 1069 s,
+# the tests' own times 2105 s). xdist's loadfile hands a worker its next file when it is
+# nearly done, so a long file started last keeps one worker busy while the other idles;
+# xdist's own order (most tests first) put Ray's ten tests and the GPU check's six after the
+# 120 quick mutant-list checks. Started first, they end early and the quick files fill in
+# around them.
 LONGEST_FIRST = (
-    "tests/test_ray.py",  # 176 s
-    "tests/test_gpu_check.py",  # 93 s
-    "tests/test_workflow.py",  # 82 s
-    "tests/test_train.py",  # 77 s
-    "tests/test_hf.py",  # 74 s
-    "tests/test_sources.py",  # 65 s
-    "tests/test_health.py",  # 57 s
-    "tests/test_slurm.py",  # 54 s
-    "tests/test_sharding.py",  # 51 s
-    "tests/test_placements.py",  # 44 s
-    "tests/test_bert.py",  # 44 s
-    "tests/test_multiprocess.py",  # 42 s
-    "tests/test_stability.py",  # 41 s
-    "tests/test_sweep.py",  # 41 s
+    "tests/test_ray.py",  # 230 s
+    "tests/test_train.py",  # 148 s
+    "tests/test_workflow.py",  # 138 s
+    "tests/test_hf.py",  # 131 s
+    "tests/test_placements.py",  # 129 s
+    "tests/test_gpu_check.py",  # 117 s, 96 s of it one test
+    "tests/test_sources.py",  # 111 s
+    "tests/test_health.py",  # 103 s
+    "tests/test_bert.py",  # 89 s
+    "tests/test_slurm.py",  # 84 s
+    "tests/test_multiprocess.py",  # 65 s
+    "tests/test_sharding.py",  # 61 s
+    "tests/test_reliability.py",  # 60 s
+    "tests/test_api.py",  # 60 s
+    "tests/test_stability.py",  # 59 s
+    "tests/test_sweep.py",  # 58 s
 )
 
 
