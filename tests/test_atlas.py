@@ -3,7 +3,6 @@ training: from the committed 6-layer slice's state, in a folder of its own."""
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
