@@ -89,9 +89,8 @@ def verdict(cell: dict) -> str:
 def so_far(cell: dict) -> str:
   """A cell still searching in a word: the bounds its probes have set so far."""
   low, high = cell["highest_stable_lr"], cell["lowest_unstable_lr"]
-  if low is None:
-    return f"searching: < {high:.3g}"
-  return f"searching: {low:.3g}–{high:.3g}" if high is not None else f"searching: ≥ {low:.3g}"
+  both = low is not None and high is not None
+  return "searching: " + (f"{low:.3g}–{high:.3g}" if both else verdict(cell))
 
 
 def main(argv):
@@ -119,10 +118,8 @@ def main(argv):
     for c in done:
       cells[(c["placement"], c["depth"], c["warmup"])] = {**c, "probe_steps": steps,
                                                           "slice": name}
-    for c in result["cells"]:  # A cell still searching: what its probes bound so far.
-      bounds = (c["highest_stable_lr"], c["lowest_unstable_lr"])
-      if c["status"] == "unfinished" and bounds != (None, None):
-        searching[(c["placement"], c["depth"], c["warmup"])] = c
+    for c in filter(stability_report.searching, result["cells"]):  # Bounded so far.
+      searching[(c["placement"], c["depth"], c["warmup"])] = c
   searching = {k: c for k, c in searching.items() if k not in cells}  # Measured elsewhere.
   table = [cells[k] for k in sorted(cells, key=lambda k: (
       k[2], k[1], list(models.NORM_POSITIONS).index(k[0])))]

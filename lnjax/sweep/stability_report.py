@@ -179,7 +179,7 @@ def _diverged(row: dict) -> bool | None:
   return True if how.startswith("diverged") else False if how.startswith("held-out") else None
 
 
-def _searching(row: dict) -> bool:
+def searching(row: dict) -> bool:
   """Whether the row is a cell still searching with a bound measured."""
   return row["status"] == "unfinished" and (row["highest_stable_lr"] is not None
                                             or row["lowest_unstable_lr"] is not None)
@@ -199,13 +199,13 @@ def plot(path: str, table: list[dict], caption: str = ""):
   placements = list(dict.fromkeys(r["placement"] for r in table))
   kinds = {_diverged(r) for r in table if r["status"] == search.FOUND}
   fails = {d: _FAIL_NAMES[d] for d in (True, False) if d in kinds}  # Legend entries.
-  searching = any(_searching(r) for r in table)
+  so_far = any(searching(r) for r in table)
   # The legend's width: its longest name at about 0.09 in a character, the marker's 0.6 in.
   legend_in = 0.6 + 0.09 * max([len(_label(p)) for p in placements]
                                + [len(n) for n in fails.values()]
-                               + [len(_SO_FAR_NAME)] * searching, default=0)
+                               + [len(_SO_FAR_NAME)] * so_far, default=0)
   # Tall enough for the legend (about 0.27 in an entry) beside the axes, above the caption.
-  height = max(4.0, 0.27 * (len(placements) + len(fails) + searching) + 1.6)
+  height = max(4.0, 0.27 * (len(placements) + len(fails) + so_far) + 1.6)
   fig, axes = plt.subplots(1, len(warmups), figsize=(4.5 * len(warmups) + legend_in, height),
                            sharey=True, squeeze=False)
   width = 0.6 / max(len(placements), 1)
@@ -219,24 +219,16 @@ def plot(path: str, table: list[dict], caption: str = ""):
           continue
         x = depths.index(r["depth"]) + (k - (len(placements) - 1) / 2) * width
         low, high = r["highest_stable_lr"], r["lowest_unstable_lr"]
-        if r["status"] == "unfinished":
-          if low is not None and high is not None:
-            ax.errorbar([x], [low], yerr=[[0.0], [high - low]], fmt=marker, color=color,
-                        capsize=3, **_SO_FAR)
-          elif low is not None or high is not None:
-            up = low is not None
-            ax.plot([x], [low if up else high], "^" if up else "v", color=color, **_SO_FAR)
-          else:
-            continue  # Nothing measured yet.
-        elif r["status"] == search.BELOW:
-          ax.plot([x], [high], "v", color=color)
-        elif r["status"] == search.ABOVE:
-          ax.plot([x], [low], "^", color=color)
-        else:
-          ax.errorbar([x], [low], yerr=[[0.0], [high - low]], fmt=marker, color=color,
-                      capsize=3)
-          if (diverged := _diverged(r)) is not None:  # How the probe at the top failed.
+        unfinished = r["status"] == "unfinished"
+        if low is None and high is None:
+          continue  # Still searching, nothing measured yet.
+        look = {"color": color, **(_SO_FAR if unfinished else {})}
+        if low is not None and high is not None:  # Found, or bounded so far.
+          ax.errorbar([x], [low], yerr=[[0.0], [high - low]], fmt=marker, capsize=3, **look)
+          if not unfinished and (diverged := _diverged(r)) is not None:  # How the top failed.
             ax.plot([x], [high], **_FAILS[diverged], color=color)
+        else:  # ▼ no stable rate (found: BELOW), ▲ no unstable one (found: ABOVE).
+          ax.plot([x], [high if low is None else low], "v" if low is None else "^", **look)
         drawn.add(placement)
     ax.set_xticks(range(len(depths)), [str(d) for d in depths])
     ax.set_xlim(-0.5, len(depths) - 0.5)  # Room for every placement's offset at each depth.
@@ -253,7 +245,7 @@ def plot(path: str, table: list[dict], caption: str = ""):
   for diverged, name in fails.items():
     handles[name] = Line2D([], [], linestyle="none", color="0.3", **_FAILS[diverged])
     order.append(name)
-  if searching:
+  if so_far:
     handles[_SO_FAR_NAME] = Line2D([], [], linestyle="none", marker="o", color="0.3", **_SO_FAR)
     order.append(_SO_FAR_NAME)
   right = 1 - legend_in / fig.get_figwidth()
