@@ -378,7 +378,7 @@ def test_a_probe_runs_seed_0_alone_and_its_other_seeds_once_it_holds(tmp_path,
           unigram_baseline=3.39)
   s.record()
   assert "0.00316" not in s.state["probes"]["pre/2/0"]  # Seeds 1 and 2 still to run.
-  assert seeds(s.next_runs()) == [(0.00316, 0), (0.00316, 1), (0.00316, 2)]
+  assert seeds(s.next_runs()) == [(0.00316, 1), (0.00316, 2)]  # Seed 0 is in the state.
 
 
 def test_a_state_kept_apart_continues_in_a_new_workdir(tmp_path):
@@ -406,6 +406,45 @@ def test_a_state_kept_apart_continues_in_a_new_workdir(tmp_path):
   (run,) = second.next_runs()  # The range test is recorded: the next probe's seed 0 only.
   assert run.overrides["opt.learning_rate"] == 0.0316
   assert run.name == "norm=pre,layers=2,warmup=0,lr=0.0316,seed=0"
+
+
+def test_a_new_workdir_keeps_the_finished_seeds_of_a_probe_still_undecided(tmp_path):
+  """A probe's seed 0 held and seeds 1-2 have not run when the machine is lost: the state
+  keeps seed 0's summary, so a new WORKDIR launches seeds 1-2 only, and the probe, once
+  decided, is recorded from all three (its steps counted once) and the kept copy dropped."""
+  from lnjax.sweep import stability
+
+  def make(workdir):
+    return stability.Search(f"{REPO}/configs/lm.py:smoke", {}, str(workdir),
+                            placements=["pre"], depths=[2], warmups=[0], seeds=3,
+                            range_steps=20, lr_min=1e-4, lr_max=1.0, tolerance=1.4,
+                            widen=10.0, stable=search.Stable(30, 2.0, 0.1),
+                            state_path=str(tmp_path / "kept.json"))
+  first = make(tmp_path / "machine_a")
+  first.state["range_tests"]["pre/2"] = {"lo": 1e-3, "hi": 1e-1, "note": "n", "run": "r",
+                                         "steps": 20}
+  first.save()
+  (seed_0,) = first.next_runs()
+  _finish(first, seed_0, status="completed", step=30, num_steps=30, eval_loss=2.9,
+          unigram_baseline=3.39, wall_seconds=12.5, extra="not kept")
+  first.record()
+  assert first.state["probes"] == {}  # Undecided: seeds 1 and 2 have not run.
+  kept = json.loads((tmp_path / "kept.json").read_text()).get(stability.SEEDS_SO_FAR)
+  assert kept == {seed_0.name: {"status": "completed", "step": 30, "num_steps": 30,
+                                "eval_loss": 2.9, "unigram_baseline": 3.39,
+                                "wall_seconds": 12.5}}
+  second = make(tmp_path / "machine_b")  # No run folder: seed 0 is known from the state.
+  runs = second.next_runs()
+  assert [r.overrides["seed"] for r in runs] == [1, 2]
+  for run in runs:
+    _finish(second, run, status="completed", step=30, num_steps=30, eval_loss=3.0,
+            unigram_baseline=3.39, wall_seconds=10.0)
+  second.record()
+  probe = second.state["probes"]["pre/2/0"]["0.01"]
+  assert probe["stable"] is True and probe["steps"] == 90 and probe["seconds"] == 32.5
+  assert probe["runs"] == [seed_0.name] + [r.name for r in runs]
+  assert stability.SEEDS_SO_FAR not in second.state  # Decided: the copy is dropped.
+  assert [r.overrides["opt.learning_rate"] for r in second.next_runs()] == [0.0316]
 
 
 def test_a_search_of_new_warmups_takes_the_range_tests_run_alike(tmp_path):

@@ -18,7 +18,8 @@ settings, launched through the sweep back ends; WORKDIR/search.json holds the br
 the probes' results, so the same command again continues a killed search and never runs
 a finished probe again. `--state=FILE` keeps that file elsewhere (in a repository, say):
 a search's state is all it needs to go on, so a new WORKDIR on another machine continues
-it from the probes recorded there. Results: WORKDIR/stability.md, stability.json,
+it from the probes recorded there, and from the seeds already finished of a probe still
+undecided (the state keeps their summaries). Results: WORKDIR/stability.md, stability.json,
 stability.png.
 
 Exit codes: 0 the search ended (a cell without a stable rate is a result too, with one
@@ -37,6 +38,11 @@ from lnjax.sweep import launcher as launcher_lib
 from lnjax.sweep import search
 
 STATE = "search.json"
+# The state's key for the finished seeds of probes not yet decided: run name -> summary.
+SEEDS_SO_FAR = "seeds_so_far"
+# What `Stable.judge` and a probe's record read from a run's summary.json.
+SUMMARY_KEYS = ("status", "step", "num_steps", "eval_loss", "unigram_baseline",
+                "instability_actions", "wall_seconds")
 # A range test's settings: searches alike in these can share their range tests.
 RANGE_SETTINGS = ("config", "fixed", "range_steps", "lr_min", "lr_max")
 
@@ -102,7 +108,10 @@ class Search:
     return sweep_lib.Run(name, overrides, config)
 
   def summary(self, run: sweep_lib.Run) -> dict:
-    return launcher_lib.read_json(os.path.join(self.root, run.name, "summary.json")) or {}
+    """The run's summary.json; for a seed of a probe still running, the copy the state keeps
+    (`record`), so a new WORKDIR (another machine's) need not run that seed again."""
+    return (launcher_lib.read_json(os.path.join(self.root, run.name, "summary.json"))
+            or self.state.get(SEEDS_SO_FAR, {}).get(run.name) or {})
 
   # ---- The state.
 
@@ -171,11 +180,13 @@ class Search:
 
   def _needed(self, cell, runs: list[sweep_lib.Run]) -> list[sweep_lib.Run]:
     """A probe's runs still to launch: with `first_seed_alone`, seed 0 alone until it is
-    found stable, then every seed (an unstable probe is known from one run, not `seeds`)."""
-    if not self.first_seed_alone:
-      return runs
-    first = self.stable.judge(self.summary(runs[0]), warmup=cell[2])
-    return runs if first.stable else runs[:1]
+    found stable, then every seed (an unstable probe is known from one run, not `seeds`);
+    never a seed whose summary the state keeps."""
+    if self.first_seed_alone and not self.stable.judge(self.summary(runs[0]),
+                                                       warmup=cell[2]).stable:
+      runs = runs[:1]
+    kept = self.state.get(SEEDS_SO_FAR, {})
+    return [r for r in runs if r.name not in kept]
 
   def record(self) -> None:
     """Records every finished range test and probe that the state lacks; writes the state
@@ -200,6 +211,14 @@ class Search:
       summaries = [(r, self.summary(r)) for r in self.probe_runs(cell, outcome.next_lr)]
       judged = [self.stable.judge(summary, warmup=cell[2]) for _, summary in summaries]
       stable = search.probe_result([v.stable for v in judged])
+      kept = self.state.setdefault(SEEDS_SO_FAR, {})
+      for (run, summary), v in zip(summaries, judged):
+        if stable is None and v.stable is not None:  # Undecided: keep its finished seeds.
+          kept[run.name] = {k: summary[k] for k in SUMMARY_KEYS if k in summary}
+        elif stable is not None:
+          kept.pop(run.name, None)
+      if not kept:
+        del self.state[SEEDS_SO_FAR]
       if stable is not None:  # The runs that started (an unstable probe may skip seeds).
         self.state["probes"].setdefault(_key(*cell), {})[f"{outcome.next_lr:g}"] = {
             "stable": stable, "runs": [r.name for r, summary in summaries if summary],
