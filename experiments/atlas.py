@@ -3,12 +3,17 @@ depth × warm-up measured so far, one table and one figure.
 
   python experiments/atlas.py                      # tables every slice, trains nothing
   python experiments/atlas.py --run=d12 --workdir=/tmp/atlas_d12   # continues one slice
+  python experiments/atlas.py --run=w500_d6 --placements=post,pre --workdir=/tmp/w6
+                                                   # ... only these placements' cells of it
 
 The atlas is measured in slices, each a `python -m lnjax.cli.stability` search on the
 CPU-size LM (configs/lm.py, size=small: D 128, character-level Tiny Shakespeare, batches of
 16) whose state lives in experiments/atlas/SLICE.json: a new workdir on another machine
-continues it from a clone, and no finished probe is run again; the warm-up slice takes the
-range tests of the no-warm-up slices (a range test serves every warm-up). Without --run, each slice's
+continues it from a clone, and no finished probe is run again; a warm-up slice takes the
+range tests of the no-warm-up slice of its depth (a range test serves every warm-up). A
+slice is one search per depth, so that each round of probes runs at one depth's pace, and
+--placements narrows a run to the cells wanted first (the state is the slice's, whichever
+placements continue it). Without --run, each slice's
 search is asked for its table (`--report_only`: nothing is launched) and the slices are
 merged: experiments/atlas/atlas.md (--report), docs/figures/atlas.png (--figure), and which
 cells of the 14 placements × depths 6, 12, 24 × warm-up 0, 500 are measured, which are still
@@ -42,19 +47,22 @@ SLICES = {
              "--tolerance=2"], "every placement at 12 layers, no warm-up"),
     "d24": ([f"--placements={ALL}", "--depths=24", "--warmups=0", "--probe_steps=300",
              "--tolerance=2"], "every placement at 24 layers, no warm-up"),
-    "warmup500": ([f"--placements={ALL}", "--depths=6,12,24", "--warmups=500",
-                   "--probe_steps=300", "--tolerance=2"],
-                  "every placement at 6, 12 and 24 layers after 500 warm-up steps"),
+    **{f"w500_d{d}": ([f"--placements={ALL}", f"--depths={d}", "--warmups=500",
+                        "--probe_steps=300", "--tolerance=2"],
+                       f"every placement at {d} layers after 500 warm-up steps")
+       for d in (6, 12, 24)},
     "claim_d12": (["--placements=post,pre", "--depths=12", "--warmups=0", "--probe_steps=600"],
                   "the paper's claim: Post-LN against Pre-LN at 12 layers, no warm-up"),
 }
 GRID = {"depths": (6, 12, 24), "warmups": (0, 500)}
 # One range test serves every warm-up of its (placement, depth): these slices take the
 # brackets the no-warm-up slices measured (--range_tests_from) instead of running them again.
-BORROWS = {"warmup500": ("d6", "d12", "d24")}
+BORROWS = {f"w500_d{d}": (f"d{d}",) for d in (6, 12, 24)}
 
 _RUN = flags.DEFINE_string("run", None, f"Continue one slice ({', '.join(SLICES)}) in "
                            "--workdir; without it, table every slice.")
+_PLACEMENTS = flags.DEFINE_list("placements", None, "With --run: continue only these "
+                                 "placements' cells of the slice (default: all of them).")
 _WORKDIR = flags.DEFINE_string("workdir", "/tmp/lnjax_atlas", "The search's run folders "
                                "(--run), or each slice's own report (tables).")
 _STATES = flags.DEFINE_string("states", os.path.join(REPO, "experiments", "atlas"),
@@ -69,9 +77,12 @@ def state_path(name: str) -> str:
   return os.path.join(_STATES.value, f"{name}.json")
 
 
-def search_command(name: str, workdir: str, report_only: bool) -> list[str]:
+def search_command(name: str, workdir: str, report_only: bool,
+                   placements: list[str] | None = None) -> list[str]:
   borrowed = [state_path(n) for n in BORROWS.get(name, ()) if os.path.exists(state_path(n))]
-  return [sys.executable, "-m", "lnjax.cli.stability", *COMMON, *SLICES[name][0],
+  flags_ = [f"--placements={','.join(placements)}" if placements and f.startswith(
+      "--placements=") else f for f in SLICES[name][0]]
+  return [sys.executable, "-m", "lnjax.cli.stability", *COMMON, *flags_,
           f"--workdir={workdir}", f"--state={state_path(name)}",
           *(["--report_only"] if report_only else
             [f"--range_tests_from={','.join(borrowed)}"] if borrowed else [])]
@@ -97,8 +108,11 @@ def main(argv):
   del argv
   if _RUN.value and _RUN.value not in SLICES:
     raise app.UsageError(f"--run={_RUN.value}: no such slice; the slices: {', '.join(SLICES)}")
+  if _PLACEMENTS.value and not _RUN.value:
+    raise app.UsageError("--placements narrows a --run; the tables take every placement")
   if _RUN.value:
-    sys.exit(subprocess.run(search_command(_RUN.value, _WORKDIR.value, False), cwd=REPO).returncode)
+    sys.exit(subprocess.run(search_command(_RUN.value, _WORKDIR.value, False,
+                                           _PLACEMENTS.value), cwd=REPO).returncode)
   cells, searching, lines, slices = {}, {}, [], []
   for name in SLICES:
     if not os.path.exists(state_path(name)):

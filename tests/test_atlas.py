@@ -39,3 +39,26 @@ def test_the_atlas_tables_a_slice_from_its_state_and_says_what_is_not_yet(tmp_pa
   assert os.path.getsize(tmp_path / "atlas.png") > 10_000
   assert sorted(os.listdir(states)) == ["atlas.md", "d6.json"]  # The state is not rewritten.
   assert json.loads((states / "d6.json").read_text()) == state
+
+
+def test_a_warmup_slice_is_one_depth_borrows_its_range_tests_and_can_narrow_its_placements(
+    tmp_path):
+  """Each warm-up slice searches one depth (a round of probes runs at that depth's pace),
+  borrows the range tests of the no-warm-up slice of its depth, and --placements narrows
+  the run to the cells wanted first, in the slice's own state."""
+  script = ("import json, sys; sys.argv = ['atlas', '--states=' + sys.argv[1]]; "
+            "sys.path.insert(0, 'experiments'); import atlas; from absl import flags; "
+            "flags.FLAGS(sys.argv); print(json.dumps([atlas.search_command("
+            "'w500_d6', 'W', False, ['post', 'pre']), atlas.search_command('w500_d24', 'W', "
+            "True)]))")
+  (tmp_path / "d6.json").write_text("{}")  # A 6-layer state to borrow from; no 24-layer one.
+  r = subprocess.run([sys.executable, "-c", script, str(tmp_path)], cwd=REPO,
+                     capture_output=True, text=True, timeout=120)
+  assert r.returncode == 0, r.stderr[-3000:]
+  narrowed, report = json.loads(r.stdout)
+  assert "--placements=post,pre" in narrowed and "--depths=6" in narrowed
+  assert "--warmups=500" in narrowed and f"--state={tmp_path}/w500_d6.json" in narrowed
+  assert f"--range_tests_from={tmp_path}/d6.json" in narrowed
+  assert [f for f in report if f.startswith("--placements=")] == [
+      "--placements=post,pre,sandwich,peri,deepnorm,normformer,resi_dual,admin,mix,b2t,dyt,"
+      "lns,olmo2,ngpt"] and "--depths=24" in report and "--report_only" in report
