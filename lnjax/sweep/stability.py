@@ -204,6 +204,7 @@ class Search:
           self.state["range_tests"][_key(p, d)] = {
               "lo": found.lo, "hi": found.hi, "note": found.note, "run": run.name,
               "steps": summary.get("step")}
+    kept = self.state.get(SEEDS_SO_FAR, {})  # `summary` reads it while the loop runs.
     for cell in self.cells():
       outcome = self.outcome(cell)
       if outcome is None or outcome.next_lr is None:
@@ -211,14 +212,11 @@ class Search:
       summaries = [(r, self.summary(r)) for r in self.probe_runs(cell, outcome.next_lr)]
       judged = [self.stable.judge(summary, warmup=cell[2]) for _, summary in summaries]
       stable = search.probe_result([v.stable for v in judged])
-      kept = self.state.setdefault(SEEDS_SO_FAR, {})
       for (run, summary), v in zip(summaries, judged):
         if stable is None and v.stable is not None:  # Undecided: keep its finished seeds.
           kept[run.name] = {k: summary[k] for k in SUMMARY_KEYS if k in summary}
         elif stable is not None:
           kept.pop(run.name, None)
-      if not kept:
-        del self.state[SEEDS_SO_FAR]
       if stable is not None:  # The runs that started (an unstable probe may skip seeds).
         self.state["probes"].setdefault(_key(*cell), {})[f"{outcome.next_lr:g}"] = {
             "stable": stable, "runs": [r.name for r, summary in summaries if summary],
@@ -227,6 +225,9 @@ class Search:
             "fails_by": search.fails_by(judged),
             "steps": sum(summary.get("step") or 0 for _, summary in summaries),
             "seconds": round(sum(summary.get("wall_seconds") or 0 for _, summary in summaries), 1)}
+    self.state.pop(SEEDS_SO_FAR, None)
+    if kept:
+      self.state[SEEDS_SO_FAR] = kept
     if json.dumps(self.state, sort_keys=True) != before:
       self.save()
 
