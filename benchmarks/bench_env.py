@@ -18,3 +18,14 @@ if REPO not in sys.path:
 from lnjax.core import allocator  # noqa: E402
 
 allocator.tune_glibc_malloc()
+
+
+def share_the_gpu() -> None:
+  """For a script whose own process and its children use one GPU together (suite.py's
+  JAX and PyTorch workers, gpu_check.py's training run): JAX allocates on demand instead
+  of taking 75% of the GPU's memory at its first call. Call it before JAX's first use.
+
+  On the first GPU run (an H200, 2026-12-04) suite.py's parent, which only times a matmul,
+  held that 75%; its JAX worker could not get its 45% (XLA logged failed allocations from
+  62.9 GiB down to 37.2 GiB) and the PyTorch worker ran out of memory moving its model."""
+  os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")

@@ -28,7 +28,9 @@ nothing. tests/test_gpu_check.py runs it on the CPU (cudnn then reported as not 
 import os
 import sys
 
-import bench_env  # noqa: E402,F401  (first: lnjax on the path, malloc tuned before JAX)
+import bench_env  # noqa: E402  (first: lnjax on the path, malloc tuned before JAX)
+
+bench_env.share_the_gpu()  # The attention check here, then a training run beside it.
 
 import argparse  # noqa: E402
 import dataclasses  # noqa: E402
@@ -89,6 +91,7 @@ def check_attention(cfg: ModelConfig, batch: dict, dtypes, impls, reps: int) -> 
       rows.append(row)
       # float32 rows in full float32 (a GPU's default is TF32 matmuls).
       precision = "highest" if dtype == "float32" else "default"
+      first = time.perf_counter()
       try:
         c = dataclasses.replace(cfg, dtype=dtype, attention_impl=impl)
         step = jax.jit(jax.value_and_grad(_loss_fn(c, batch)))
@@ -96,7 +99,9 @@ def check_attention(cfg: ModelConfig, batch: dict, dtypes, impls, reps: int) -> 
           loss, grads = jax.block_until_ready(step(params))
       except Exception as e:  # noqa: BLE001  A kernel JAX does not offer for this device.
         row["error"] = str(e).strip().splitlines()[0][:160] if str(e).strip() else repr(e)
+        print(f"gpu_check: {dtype} {impl}: {row['error']}", flush=True)
         continue
+      first = time.perf_counter() - first
       times = []
       with jax.default_matmul_precision(precision):
         for _ in range(reps):
@@ -105,6 +110,8 @@ def check_attention(cfg: ModelConfig, batch: dict, dtypes, impls, reps: int) -> 
           times.append(time.perf_counter() - t0)
       g = np.concatenate([np.ravel(x) for x in jax.tree.leaves(jax.device_get(grads))])
       row.update(loss=float(loss), ms=1e3 * float(np.median(times)), grads=g)
+      print(f"gpu_check: {dtype} {impl}: first call {first:.1f} s (compilation included), "
+            f"then {row['ms']:.2f} ms", flush=True)  # Progress: the check's longest phase.
       if reference is None:
         reference = row
       row["loss_diff"] = abs(row["loss"] - reference["loss"]) / abs(reference["loss"])
@@ -175,10 +182,13 @@ FIXTURE_CORPORA = os.path.join(bench_env.REPO, "tests", "fixtures", "corpora")
 EXCERPT_VOCAB = 4000  # SentencePiece finds at most ~5,000 pieces in the excerpt.
 
 
-def run_on_iwslt_or_multi30k(impl: str, steps: int, log_every: int, dry: bool = False) -> dict:
+def run_on_iwslt_or_multi30k(impl: str, steps: int, log_every: int, dry: bool = False,
+                             deadline: float = float("inf")) -> dict:
   """The IWSLT14 run; on Multi30k with the IWSLT model when IWSLT14's training set is
   not prepared here (the first run then stops at its data check, in seconds), and on
-  the repository's Multi30k excerpt when Multi30k is not downloaded and cannot be."""
+  the repository's Multi30k excerpt when Multi30k is not downloaded and cannot be.
+  Each try is killed at `deadline` (time.perf_counter()'s clock)."""
+  left = lambda: int(max(10, min(300, deadline - time.perf_counter())))
   flags = ["--config.model.dtype=bfloat16", f"--config.model.attention_impl={impl}",
            "--config.decode.bleu_in_training=False"]
   iwslt_model = ["--config.model.num_layers=6", "--config.model.d_model=512",
@@ -188,19 +198,19 @@ def run_on_iwslt_or_multi30k(impl: str, steps: int, log_every: int, dry: bool = 
   reason = lambda r: (r["output"].strip().splitlines() or ["?"])[-1].split(";")[0][:100]
   with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
     r = train_run("configs/iwslt14_de_en.py:norm=pre", steps, os.path.join(tmp, "iwslt"),
-                  log_every, flags)
+                  log_every, flags, left())
     r["data"] = "IWSLT14 de→en"
     if r["returncode"] and not r["lines"]:
       why = f"IWSLT14 not prepared here: {reason(r)}"
       r = train_run("configs/multi30k_de_en.py:norm=pre", steps, os.path.join(tmp, "m30k"),
-                    log_every, iwslt_model + flags)
+                    log_every, iwslt_model + flags, left())
       r["data"] = f"Multi30k de→en ({why})"
     if r["returncode"] and not r["lines"]:
       why += f"; Multi30k not here: {reason(r)}"
       r = train_run("configs/multi30k_de_en.py:norm=pre", steps, os.path.join(tmp, "excerpt"),
                     log_every, iwslt_model + flags
                     + [f"--config.data.data_dir={FIXTURE_CORPORA}",
-                       f"--config.data.vocab_size={EXCERPT_VOCAB}"])
+                       f"--config.data.vocab_size={EXCERPT_VOCAB}"], left())
       r["data"] = (f"Multi30k's first 2,000 pairs, tests/fixtures/corpora, vocabulary "
                    f"{EXCERPT_VOCAB:,} ({why})")
   return r
@@ -230,6 +240,9 @@ def main(argv=None) -> int:
   p.add_argument("--dry_run", action="store_true",
                  help="the GPU path at tiny sizes (suite.py's --dry_run), 2 steps; writes nothing")
   p.add_argument("--out", help="Markdown file whose gpu_check section is added or replaced")
+  p.add_argument("--budget_s", type=float, default=240,
+                 help="seconds for the whole script: the run is killed when they are spent "
+                      "and the tables are written with what it logged")
   p.add_argument("--stages", default="",
                  help="gpu_check.sh's earlier stages as NAME=SECONDS[=NOTE],... for the table")
   args = p.parse_args(argv)
@@ -265,7 +278,8 @@ def main(argv=None) -> int:
     impl = "xla"
   else:
     r = run_on_iwslt_or_multi30k(impl, DRY_STEPS if args.dry_run else RUN_STEPS,
-                                 1 if args.dry_run else 25, args.dry_run)
+                                 1 if args.dry_run else 25, args.dry_run,
+                                 deadline=t0 + args.budget_s)
   run_table = render_run(r, impl)
   print(run_table, flush=True)
   if r["returncode"] or r["summary"].get("status") != "completed":
@@ -290,7 +304,7 @@ def main(argv=None) -> int:
         "Command: `bash benchmarks/gpu_check.sh`",
         "",
         "| stage | seconds | note |", "|---|---:|---|", *stage_lines,
-        f"| total | {sum(float(s[1]) for s in stages):.0f} | budget 480 |",
+        f"| total | {sum(float(s[1]) for s in stages):.0f} | limits 150 + 180 + 240 s |",
         "",
         "Attention kernels on the IWSLT-size encoder-decoder (batch 64 × 64, padded sources; "
         "one jitted forward and backward pass, median of 10):",

@@ -227,14 +227,21 @@ class TorchWorker:
         [sys.executable, os.path.join(bench_env.HERE, "torch_peer.py"), "--worker", "--norm", norm,
          "--params", pfile, "--batch", bfile],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, bufsize=1)
-    hello = self._read()
+    try:
+      hello = self._read()
+    except Exception:
+      self.kill()
+      raise
     self.num_params, self.num_threads = hello["num_params"], hello["num_threads"]
     self.loss = None
 
   def _read(self) -> dict:
     line = self.proc.stdout.readline()
     if not line:
-      raise RuntimeError(f"torch worker exited (status {self.proc.poll()})")
+      status = self.proc.poll()
+      raise RuntimeError("the worker closed its output without answering ("
+                         + ("still running" if status is None else f"exit status {status}")
+                         + "; its error, if any, is above)")
     return json.loads(line)
 
   def ask(self, cmd: str) -> dict:
@@ -253,7 +260,15 @@ class TorchWorker:
       self.proc.stdin.close()
     except OSError:
       pass
-    self.proc.wait(timeout=30)
+    try:
+      self.proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+      self.kill()
+
+  def kill(self):
+    """Ends the worker now, whatever it is doing (a failed start, a hung exit)."""
+    self.proc.kill()
+    self.proc.wait()
 
 
 class TorchInProcess:

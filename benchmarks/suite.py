@@ -52,7 +52,9 @@ that a lent GPU's minutes are spent measuring.
 import os
 import sys
 
-import bench_env  # noqa: E402,F401  (first: lnjax on the path, malloc tuned before JAX)
+import bench_env  # noqa: E402  (first: lnjax on the path, malloc tuned before JAX)
+
+bench_env.share_the_gpu()  # The parent and its two workers on one GPU.
 
 import argparse  # noqa: E402
 import dataclasses  # noqa: E402
@@ -246,7 +248,11 @@ class Worker(lm_step.TorchWorker):
   def __init__(self, argv: list[str], env: dict):
     self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                  env=env, bufsize=1)
-    self.hello = self._read()
+    try:
+      self.hello = self._read()
+    except Exception:
+      self.kill()
+      raise
     self.num_params = self.hello["num_params"]
     self.loss = None
 
@@ -269,7 +275,11 @@ def start_workers(name: str, norm: str, workdir: str, dtype: str = "float32",
           "--spec", os.path.join(workdir, "spec.json")]
   # PyTorch as its users run it: glibc's default malloc settings.
   env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
-  return ln, Worker(peer, env)
+  try:
+    return ln, Worker(peer, env)
+  except Exception:
+    ln.kill()  # Else it outlives the suite: on the first GPU run it held the check for 400 s.
+    raise
 
 
 # ---------------------------------------------------------------------------------------

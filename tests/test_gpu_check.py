@@ -125,7 +125,72 @@ def test_the_cpu_branch_dry_runs_the_gpu_stages_own_commands():
   assert 'python "${suite[@]}" --dry_run' in cpu_branch
   assert "python benchmarks/gpu_check.py --dry_run" in cpu_branch
   assert 'python "${suite[@]}" --rounds' in script  # Stage 2 on a GPU.
-  assert re.search(r'^python benchmarks/gpu_check.py --out "\$out"', script, re.M)
+  assert re.search(r'^timeout -k 10 \d+ python benchmarks/gpu_check.py --out "\$out"', script,
+                   re.M)
+  # Each GPU stage has its own time limit, and an image with python3 alone still runs.
+  assert len(re.findall(r'^ *stage "[^"]+" \d+ ', script, re.M)) == 2
+  assert "command -v python >/dev/null" in script
+
+
+_WORKERS = r"""
+import os, sys
+sys.path.insert(0, "benchmarks")
+import suite  # Sets the GPU sharing before JAX starts.
+
+print("preallocate", os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"))
+pidfile = sys.argv[1]
+silent = [sys.executable, "-c", "import os, time; open(%r, 'w').write(str(os.getpid())); "
+          "os.close(1); time.sleep(600)" % pidfile]
+try:
+  suite.Worker(silent, dict(os.environ))
+except RuntimeError as e:
+  print("raised:", e)
+try:
+  os.kill(int(open(pidfile).read()), 0)
+  print("silent worker: running")
+except ProcessLookupError:
+  print("silent worker: ended")
+
+
+class Fake:
+  made = []
+
+  def __init__(self, argv, env):
+    self.env, self.killed = env, False
+    Fake.made.append(self)
+    if len(Fake.made) == 2:
+      raise RuntimeError("the peer ran out of memory")
+
+  def kill(self):
+    self.killed = True
+
+
+suite.Worker = Fake
+try:
+  suite.start_workers("lm", "pre", os.path.dirname(pidfile), "bfloat16", "cuda")
+except RuntimeError as e:
+  print("raised:", e)
+ln = Fake.made[0]
+print("lnjax worker killed:", ln.killed, ln.env["XLA_PYTHON_CLIENT_MEM_FRACTION"])
+"""
+
+
+@pytest.mark.slow
+def test_a_failed_worker_start_leaves_no_worker_running(tmp_path):
+  """What the first GPU run (an H200, 2026-12-04) hit: suite.py's parent took JAX's default
+  75% of the GPU, the PyTorch worker ran out of memory before its hello, and the JAX worker
+  it left running held the check until its time limit. Now the parent allocates on demand,
+  a worker that dies before its hello is ended, and so is the other one."""
+  r = subprocess.run([sys.executable, "-c", _WORKERS, str(tmp_path / "pid")], cwd=REPO,
+                     capture_output=True, text=True, timeout=120)
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert r.stdout.splitlines() == [
+      "preallocate false",
+      "raised: the worker closed its output without answering (still running; its error, if "
+      "any, is above)",
+      "silent worker: ended",
+      "raised: the peer ran out of memory",
+      "lnjax worker killed: True 0.45"], r.stdout
 
 
 @pytest.mark.slow
