@@ -227,13 +227,17 @@ class TorchWorker:
         [sys.executable, os.path.join(bench_env.HERE, "torch_peer.py"), "--worker", "--norm", norm,
          "--params", pfile, "--batch", bfile],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, bufsize=1)
+    hello = self._hello()
+    self.num_params, self.num_threads = hello["num_params"], hello["num_threads"]
+    self.loss = None
+
+  def _hello(self) -> dict:
+    """The worker's first reply; a worker that dies before it is ended, not left running."""
     try:
-      hello = self._read()
+      return self._read()
     except Exception:
       self.kill()
       raise
-    self.num_params, self.num_threads = hello["num_params"], hello["num_threads"]
-    self.loss = None
 
   def _read(self) -> dict:
     line = self.proc.stdout.readline()

@@ -248,11 +248,7 @@ class Worker(lm_step.TorchWorker):
   def __init__(self, argv: list[str], env: dict):
     self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                  env=env, bufsize=1)
-    try:
-      self.hello = self._read()
-    except Exception:
-      self.kill()
-      raise
+    self.hello = self._hello()
     self.num_params = self.hello["num_params"]
     self.loss = None
 
@@ -278,7 +274,7 @@ def start_workers(name: str, norm: str, workdir: str, dtype: str = "float32",
   try:
     return ln, Worker(peer, env)
   except Exception:
-    ln.kill()  # Else it outlives the suite: on the first GPU run it held the check for 400 s.
+    ln.kill()  # Else it outlives the suite (on the first GPU run the stage then hung).
     raise
 
 

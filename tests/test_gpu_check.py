@@ -178,9 +178,9 @@ print("lnjax worker killed:", ln.killed, ln.env["XLA_PYTHON_CLIENT_MEM_FRACTION"
 @pytest.mark.slow
 def test_a_failed_worker_start_leaves_no_worker_running(tmp_path):
   """What the first GPU run (an H200, 2026-12-04) hit: suite.py's parent took JAX's default
-  75% of the GPU, the PyTorch worker ran out of memory before its hello, and the JAX worker
-  it left running held the check until its time limit. Now the parent allocates on demand,
-  a worker that dies before its hello is ended, and so is the other one."""
+  75% of the GPU, the PyTorch worker ran out of memory before its hello, and with a worker
+  left running the stage hung until the check's time limit. Now the parent allocates on
+  demand, a worker that dies before its hello is ended, and so is the other one."""
   r = subprocess.run([sys.executable, "-c", _WORKERS, str(tmp_path / "pid")], cwd=REPO,
                      capture_output=True, text=True, timeout=120)
   assert r.returncode == 0, r.stderr[-3000:]
