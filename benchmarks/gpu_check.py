@@ -55,6 +55,7 @@ TAG = "gpu_check"
 # difference and relative L2 norm of the gradients' difference.
 TOLERANCE = {"float32": (1e-5, 1e-4), "bfloat16": (1e-2, 5e-2)}
 RUN_STEPS, QUICK_STEPS, DRY_STEPS = 300, 20, 2
+RUN_TIMEOUT_S = 300  # The most one `python -m lnjax.main` run is given.
 
 
 # ---------------------------------------------------------------------------------------
@@ -91,7 +92,7 @@ def check_attention(cfg: ModelConfig, batch: dict, dtypes, impls, reps: int) -> 
       rows.append(row)
       # float32 rows in full float32 (a GPU's default is TF32 matmuls).
       precision = "highest" if dtype == "float32" else "default"
-      first = time.perf_counter()
+      t_first = time.perf_counter()
       try:
         c = dataclasses.replace(cfg, dtype=dtype, attention_impl=impl)
         step = jax.jit(jax.value_and_grad(_loss_fn(c, batch)))
@@ -101,7 +102,7 @@ def check_attention(cfg: ModelConfig, batch: dict, dtypes, impls, reps: int) -> 
         row["error"] = str(e).strip().splitlines()[0][:160] if str(e).strip() else repr(e)
         print(f"gpu_check: {dtype} {impl}: {row['error']}", flush=True)
         continue
-      first = time.perf_counter() - first
+      first_s = time.perf_counter() - t_first
       times = []
       with jax.default_matmul_precision(precision):
         for _ in range(reps):
@@ -110,7 +111,7 @@ def check_attention(cfg: ModelConfig, batch: dict, dtypes, impls, reps: int) -> 
           times.append(time.perf_counter() - t0)
       g = np.concatenate([np.ravel(x) for x in jax.tree.leaves(jax.device_get(grads))])
       row.update(loss=float(loss), ms=1e3 * float(np.median(times)), grads=g)
-      print(f"gpu_check: {dtype} {impl}: first call {first:.1f} s (compilation included), "
+      print(f"gpu_check: {dtype} {impl}: first call {first_s:.1f} s (compilation included), "
             f"then {row['ms']:.2f} ms", flush=True)  # Progress: the check's longest phase.
       if reference is None:
         reference = row
@@ -149,7 +150,7 @@ _STEP_LINE = re.compile(r"^step\s+(\d+)/\d+\s+loss\s+(\S+).*?(\d+) tok/s", re.M)
 
 
 def train_run(config: str, steps: int, workdir: str, log_every: int, flags=(),
-              timeout_s: int = 300) -> dict:
+              timeout_s: int = RUN_TIMEOUT_S) -> dict:
   """`python -m lnjax.main` for `steps` steps (killed after `timeout_s`); its summary,
   step lines and wall time."""
   cmd = [sys.executable, "-m", "lnjax.main", f"--config={config}", f"--workdir={workdir}",
@@ -188,7 +189,7 @@ def run_on_iwslt_or_multi30k(impl: str, steps: int, log_every: int, dry: bool = 
   not prepared here (the first run then stops at its data check, in seconds), and on
   the repository's Multi30k excerpt when Multi30k is not downloaded and cannot be.
   Each try is killed at `deadline` (time.perf_counter()'s clock)."""
-  left = lambda: int(max(10, min(300, deadline - time.perf_counter())))
+  left = lambda: int(max(10, min(RUN_TIMEOUT_S, deadline - time.perf_counter())))
   flags = ["--config.model.dtype=bfloat16", f"--config.model.attention_impl={impl}",
            "--config.decode.bleu_in_training=False"]
   iwslt_model = ["--config.model.num_layers=6", "--config.model.d_model=512",
