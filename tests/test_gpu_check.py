@@ -125,7 +125,7 @@ def test_the_cpu_branch_dry_runs_the_gpu_stages_own_commands():
   assert 'python "${suite[@]}" --dry_run' in cpu_branch
   assert "python benchmarks/gpu_check.py --dry_run" in cpu_branch
   assert 'python "${suite[@]}" --rounds' in script  # Stage 2 on a GPU.
-  assert re.search(r'^timeout -k 10 \d+ python benchmarks/gpu_check.py --out "\$out"', script,
+  assert re.search(r'^ *timeout -k 10 \d+ python benchmarks/gpu_check.py --out "\$out"', script,
                    re.M)
   # Each GPU stage has its own time limit, and an image with python3 alone still runs.
   assert len(re.findall(r'^ *stage "[^"]+" \d+ ', script, re.M)) == 2
