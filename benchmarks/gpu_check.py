@@ -4,6 +4,7 @@ other and timed, and a 300-step IWSLT-size encoder-decoder run with cuDNN flash 
   python benchmarks/gpu_check.py --out BENCHMARKS.md   # on a GPU: its gpu_check section
   python benchmarks/gpu_check.py --quick               # CPU-size self-check; writes nothing
   python benchmarks/gpu_check.py --dry_run             # the GPU path at tiny sizes, anywhere
+  python benchmarks/gpu_check.py --parts run --out BENCHMARKS.md   # 2. alone
 
 1. Attention kernels (`model.attention_impl`): the loss and parameter gradients of the
    IWSLT-size encoder-decoder (6+6 layers, D 512, 4 heads of 128, F 1024, V 10000; a
@@ -50,7 +51,7 @@ import lm_step  # noqa: E402
 import suite  # noqa: E402
 from lnjax.models import EncoderDecoder, ModelConfig  # noqa: E402
 
-TAG = "gpu_check"
+TAG, RUN_TAG = "gpu_check", "gpu_check_run"  # Its two sections of BENCHMARKS.md.
 # Largest allowed difference from the plain kernel in the same dtype: relative loss
 # difference and relative L2 norm of the gradients' difference.
 TOLERANCE = {"float32": (1e-5, 1e-4), "bfloat16": (1e-2, 5e-2)}
@@ -242,98 +243,109 @@ def render_run(r: dict, impl: str) -> str:
 
 # ---------------------------------------------------------------------------------------
 
+def _section(tag: str, title: str, command: str, body: list[str]) -> str:
+  """A BENCHMARKS.md section: the machine, the command, then `body`; the page names paths
+  in the repository, not on the machine that measured."""
+  mi = lm_step.machine_info()
+  v = mi["versions"]
+  flags = os.environ.get("XLA_FLAGS")
+  text = "\n".join([
+      f"<!-- {tag}:begin (written by benchmarks/gpu_check.sh) -->",
+      f"### {title} ({mi['date']})",
+      "",
+      f"Machine: {jax.device_count()} × {jax.devices()[0].device_kind}, {mi['cpu']}, "
+      f"{mi['cores']} cores. Versions: jax {v['jax']}, jaxlib {v['jaxlib']}, flax "
+      f"{v['flax']}, torch {v['torch']}.",
+      "",
+      f"Command: `{command}`" + (f", with XLA_FLAGS=`{flags}`" if flags else ""),
+      "", *body, f"<!-- {tag}:end -->"])
+  return re.sub(r"--workdir=\S+", "--workdir=DIR", text.replace(bench_env.REPO + os.sep, ""))
+
+
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--quick", action="store_true", help="CPU-size self-check; writes nothing")
   p.add_argument("--dry_run", action="store_true",
                  help="the GPU path at tiny sizes (suite.py's --dry_run), 2 steps; writes nothing")
-  p.add_argument("--out", help="Markdown file whose gpu_check section is added or replaced")
+  p.add_argument("--parts", default="kernels,run",
+                 help="kernels (the attention check), run (the 300-step run), or both; each "
+                      "writes its own section of --out")
+  p.add_argument("--out", help="Markdown file whose gpu_check sections are added or replaced")
   p.add_argument("--budget_s", type=float, default=240,
                  help="seconds for the whole script: the run is killed when they are spent "
                       "and the tables are written with what it logged")
   p.add_argument("--stages", default="",
                  help="gpu_check.sh's earlier stages as NAME=SECONDS[=NOTE],... for the table")
   args = p.parse_args(argv)
-  gpu = jax.default_backend() == "gpu"
+  parts = set(args.parts.split(","))
+  if not parts or parts - {"kernels", "run"}:
+    p.error(f"--parts: kernels, run or kernels,run, not {args.parts!r}")
+  write = args.out and jax.default_backend() == "gpu" and not (args.quick or args.dry_run)
   t0 = time.perf_counter()
-  if args.quick:
-    cfg = ModelConfig(vocab_size=1000, num_layers=2, d_model=128, num_heads=4, d_ff=256,
-                      max_len=64, dropout_rate=0.0)
-    batch, dtypes, impls, reps = _batch(1000, 8, 64), ("float32", "bfloat16"), ("plain", "xla"), 3
-  elif args.dry_run:
-    cfg = suite.model_config("mt_iwslt", "pre", dry=True)
-    batch, dtypes = _batch(cfg.vocab_size, 4, 16), ("bfloat16", "float32")
-    impls, reps = ("plain", "xla", "cudnn"), 1
-  else:
-    cfg = dataclasses.replace(suite.model_config("mt_iwslt", "pre"), max_len=64)
-    # bf16 first: cudnn, the kernel only a GPU offers, is measured before the budget runs low.
-    batch, dtypes = _batch(cfg.vocab_size, 64, 64), ("bfloat16", "float32")
-    impls, reps = ("plain", "xla", "cudnn"), 10
-  # Kernels begin within the first 60% of the budget; the run has what is left.
-  rows = check_attention(cfg, batch, dtypes, impls, reps, deadline=t0 + 0.6 * args.budget_s)
-  # cudnn in float32 is refused by ModelConfig (bf16 only): not a row worth a line.
-  rows = [r for r in rows if not (r["impl"] == "cudnn" and r["dtype"] == "float32")]
-  attention_table = render_attention(rows)
-  print(attention_table, flush=True)
-  failed = [r for r in rows if "error" not in r and not r["ok"]]
-  offered = [r for r in rows if r["dtype"] == "bfloat16" and r.get("ok")]
-  impl = "cudnn" if any(r["impl"] == "cudnn" for r in offered) else "xla"
-  attention_s = time.perf_counter() - t0
+  failed = []
+  # Without the check, the run uses cudnn on a GPU (it passed there in bf16, 2026-12-04).
+  impl = "cudnn" if jax.default_backend() == "gpu" else "xla"
+  if "kernels" in parts:
+    if args.quick:
+      cfg = ModelConfig(vocab_size=1000, num_layers=2, d_model=128, num_heads=4, d_ff=256,
+                        max_len=64, dropout_rate=0.0)
+      batch, dtypes, impls, reps = _batch(1000, 8, 64), ("float32", "bfloat16"), ("plain", "xla"), 3
+    elif args.dry_run:
+      cfg = suite.model_config("mt_iwslt", "pre", dry=True)
+      batch, dtypes = _batch(cfg.vocab_size, 4, 16), ("bfloat16", "float32")
+      impls, reps = ("plain", "xla", "cudnn"), 1
+    else:
+      cfg = dataclasses.replace(suite.model_config("mt_iwslt", "pre"), max_len=64)
+      # bf16 first: cudnn, the kernel only a GPU offers, is measured before the budget runs low.
+      batch, dtypes = _batch(cfg.vocab_size, 64, 64), ("bfloat16", "float32")
+      impls, reps = ("plain", "xla", "cudnn"), 10
+    # Kernels begin within the first 60% of the budget (all of it without the run).
+    share = 0.6 if "run" in parts else 1.0
+    rows = check_attention(cfg, batch, dtypes, impls, reps, deadline=t0 + share * args.budget_s)
+    # cudnn in float32 is refused by ModelConfig (bf16 only): not a row worth a line.
+    rows = [r for r in rows if not (r["impl"] == "cudnn" and r["dtype"] == "float32")]
+    attention_table = render_attention(rows)
+    print(attention_table, flush=True)
+    failed += [r for r in rows if "error" not in r and not r["ok"]]
+    offered = [r for r in rows if r["dtype"] == "bfloat16" and r.get("ok")]
+    impl = "cudnn" if any(r["impl"] == "cudnn" for r in offered) else "xla"
+    attention_s = time.perf_counter() - t0
+    if write:
+      stages = [s.split("=", 2) for s in args.stages.split(",") if s]
+      stages += [["attention kernels", f"{attention_s:.0f}"]]
+      lm_step.update_section(args.out, _section(TAG, "GPU check", "bash benchmarks/gpu_check.sh", [
+          "| stage | seconds | note |", "|---|---:|---|",
+          *[f"| {s[0]} | {float(s[1]):.0f} | {s[2] if len(s) > 2 else ''} |" for s in stages],
+          "",
+          "Attention kernels on the IWSLT-size encoder-decoder (batch 64 × 64, padded "
+          "sources; one jitted forward and backward pass, median of 10):",
+          "", attention_table, "",
+          f"- Tolerances against plain: float32 {TOLERANCE['float32']}, bf16 "
+          f"{TOLERANCE['bfloat16']} (relative loss, relative gradient L2)."]), TAG)
+      print(f"updated {args.out} ({TAG})")
 
-  if args.quick:
-    with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:  # The option's path.
-      r = train_run("configs/lm.py:smoke", QUICK_STEPS, os.path.join(tmp, "smoke"), 5,
-                    ["--config.model.attention_impl=xla"])
-    r["data"] = "tiny_shakespeare, LM smoke model"
-    impl = "xla"
-  else:
-    r = run_on_iwslt_or_multi30k(impl, DRY_STEPS if args.dry_run else RUN_STEPS,
-                                 1 if args.dry_run else 25, args.dry_run,
-                                 deadline=t0 + args.budget_s)
-  run_table = render_run(r, impl)
-  print(run_table, flush=True)
-  if r["returncode"] or r["summary"].get("status") != "completed":
-    print(r["output"][-3000:], file=sys.stderr)
-    failed.append({"run": r["returncode"]})
-
-  if args.out and gpu and not (args.quick or args.dry_run):
-    mi = lm_step.machine_info()
-    v = mi["versions"]
-    stages = [s.split("=", 2) for s in args.stages.split(",") if s]
-    stages += [["attention kernels", f"{attention_s:.0f}"], ["300-step run", f"{r['wall_s']:.0f}"]]
-    stage_lines = [f"| {s[0]} | {float(s[1]):.0f} | {s[2] if len(s) > 2 else ''} |"
-                   for s in stages]
-    text = "\n".join([
-        f"<!-- {TAG}:begin (written by benchmarks/gpu_check.sh) -->",
-        f"### GPU check ({mi['date']})",
-        "",
-        f"Machine: {jax.device_count()} × {jax.devices()[0].device_kind}, {mi['cpu']}, "
-        f"{mi['cores']} cores. Versions: jax {v['jax']}, jaxlib {v['jaxlib']}, flax "
-        f"{v['flax']}, torch {v['torch']}.",
-        "",
-        "Command: `bash benchmarks/gpu_check.sh`"
-        + (f", with XLA_FLAGS=`{os.environ['XLA_FLAGS']}`" if os.environ.get("XLA_FLAGS") else ""),
-        "",
-        "| stage | seconds | note |", "|---|---:|---|", *stage_lines,
-        f"| total | {sum(float(s[1]) for s in stages):.0f} | limits 150 + 300 + 480 s |",
-        "",
-        "Attention kernels on the IWSLT-size encoder-decoder (batch 64 × 64, padded sources; "
-        "one jitted forward and backward pass, median of 10):",
-        "",
-        attention_table,
-        "",
-        "The run (`python -m lnjax.main`, bf16 compute, float32 parameters and Adam):",
-        "",
-        run_table,
-        "",
-        f"- Command: `{r['command']}`.",
-        f"- Tolerances against plain: float32 {TOLERANCE['float32']}, bf16 "
-        f"{TOLERANCE['bfloat16']} (relative loss, relative gradient L2).",
-        f"<!-- {TAG}:end -->"])
-    # The page names paths in the repository, not on the machine that measured.
-    text = re.sub(r"--workdir=\S+", "--workdir=DIR", text.replace(bench_env.REPO + os.sep, ""))
-    lm_step.update_section(args.out, text, TAG)
-    print(f"updated {args.out}")
+  if "run" in parts:
+    if args.quick:
+      with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:  # The option's path.
+        r = train_run("configs/lm.py:smoke", QUICK_STEPS, os.path.join(tmp, "smoke"), 5,
+                      ["--config.model.attention_impl=xla"])
+      r["data"] = "tiny_shakespeare, LM smoke model"
+      impl = "xla"
+    else:
+      r = run_on_iwslt_or_multi30k(impl, DRY_STEPS if args.dry_run else RUN_STEPS,
+                                   1 if args.dry_run else 25, args.dry_run,
+                                   deadline=t0 + args.budget_s)
+    run_table = render_run(r, impl)
+    print(run_table, flush=True)
+    if r["returncode"] or r["summary"].get("status") != "completed":
+      print(r["output"][-3000:], file=sys.stderr)
+      failed.append({"run": r["returncode"]})
+    if write:
+      lm_step.update_section(args.out, _section(
+          RUN_TAG, "GPU training run", "GPU_CHECK_STAGES=run bash benchmarks/gpu_check.sh", [
+              "The run (`python -m lnjax.main`, bf16 compute, float32 parameters and Adam):",
+              "", run_table, "", f"- Command: `{r['command']}`."]), RUN_TAG)
+      print(f"updated {args.out} ({RUN_TAG})")
   print(f"gpu_check.py: {'FAILED' if failed else 'passed'} in {time.perf_counter() - t0:.0f} s")
   return 1 if failed else 0
 

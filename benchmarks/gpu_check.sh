@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The GPU check (issue 17): on a machine with an NVIDIA GPU, three stages, each with its
-# own time limit (150, 300 and 480 s) so that a stuck stage leaves the next one its time.
-# XLA's autotuner made the first compilation of the IWSLT-size model's forward and
-# backward pass take 197 s on an H200 (2026-12-04), so the stages do not fit one
-# 10-minute call together; GPU_CHECK_STAGES picks some of them:
+# The GPU check (issue 17): on a machine with an NVIDIA GPU, four stages, each with its
+# own time limit (150, 300, then 480 s for the last two) so that a stuck stage leaves the
+# next one its time. XLA's autotuner made the first compilation of the IWSLT-size model's
+# forward and backward pass take 197 s on an H200 (2026-12-04), so the stages do not fit
+# one 10-minute call together; GPU_CHECK_STAGES picks some of them:
 #   1. the tests with a GPU meaning, on the GPU (JAX_PLATFORMS=cuda): bf16 steps against
 #      float32, sharded bf16 steps (2 GPUs or more; tests/test_sharding.py with 8),
 #      cuDNN flash attention against XLA's attention (tests/test_gpu_check.py, and the
@@ -11,21 +11,23 @@
 #   2. the bf16 suite against PyTorch autocast with MFU, the LM and the IWSLT-size
 #      encoder-decoder (benchmarks/suite.py; BENCHMARKS.md's suite_gpu section; needs a
 #      CUDA PyTorch, else skipped with a line saying so);
-#   3. the attention kernels (plain, xla, cudnn) checked against each other and timed, and
-#      a 300-step IWSLT-size encoder-decoder run with cuDNN flash attention
-#      (benchmarks/gpu_check.py; BENCHMARKS.md's gpu_check section, with each stage's time).
-# On a CPU it runs stages 2 and 3 at tiny sizes, end to end (suite.py and gpu_check.py
+#   3. kernels: the attention kernels (plain, xla, cudnn) checked against each other and
+#      timed (benchmarks/gpu_check.py; BENCHMARKS.md's gpu_check section, with each stage's
+#      time);
+#   4. run: a 300-step IWSLT-size encoder-decoder run with cuDNN flash attention
+#      (benchmarks/gpu_check.py; BENCHMARKS.md's gpu_check_run section).
+# On a CPU it runs stages 2 to 4 at tiny sizes, end to end (suite.py and gpu_check.py
 # --dry_run: every model and dtype of the GPU stages, so that a lent GPU's minutes are
 # spent measuring, not finding a crash), writes nothing, says it needs a GPU and exits 0.
 #
 #   bash benchmarks/gpu_check.sh            # exit 0: passed (or no GPU); 1: a check failed
 #   GPU_CHECK_OUT=/tmp/b.md bash benchmarks/gpu_check.sh   # write the tables elsewhere
 #   GPU_CHECK_STAGES=tests,suite bash benchmarks/gpu_check.sh  # then, in a second call,
-#   GPU_CHECK_STAGES=kernels bash benchmarks/gpu_check.sh      # (each under 10 minutes)
+#   GPU_CHECK_STAGES=kernels,run bash benchmarks/gpu_check.sh  # (each under 10 minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${GPU_CHECK_OUT:-BENCHMARKS.md}
-only=",${GPU_CHECK_STAGES:-tests,suite,kernels},"  # The stages that run: a subset of these.
+only=",${GPU_CHECK_STAGES:-tests,suite,kernels,run},"  # The stages that run: a subset of these.
 suite=(benchmarks/suite.py --dtype bfloat16 --models lm,mt_iwslt)  # Stage 2's comparison.
 if ! command -v python >/dev/null; then  # An image with python3 alone (the first GPU machine's).
   bin=$(mktemp -d)
@@ -37,7 +39,7 @@ backend=$(python -c 'import jax; print(jax.default_backend())' 2>/dev/null || ec
 if [ "$backend" != gpu ]; then
   python "${suite[@]}" --dry_run
   python benchmarks/gpu_check.py --dry_run
-  echo "gpu_check: needs a GPU (JAX's backend here: $backend); ran stages 2 and 3 at tiny" \
+  echo "gpu_check: needs a GPU (JAX's backend here: $backend); ran stages 2 to 4 at tiny" \
        "sizes (--dry_run), nothing written. On a GPU machine: pip install -e \".[cuda]\"" \
        "(BUILD.md)."
   exit 0
@@ -82,9 +84,11 @@ else
 fi
 
 # Its own 420 s budget ends the run in time to write the tables; the outer limit is a backstop.
-if [[ $only == *,kernels,* ]]; then
-  timeout -k 10 480 python benchmarks/gpu_check.py --out "$out" --stages "$stages" \
-    --budget_s 420 || failed=1
+parts=""
+for part in kernels run; do [[ $only == *,$part,* ]] && parts+="${parts:+,}$part"; done
+if [ -n "$parts" ]; then
+  timeout -k 10 480 python benchmarks/gpu_check.py --parts "$parts" --out "$out" \
+    --stages "$stages" --budget_s 420 || failed=1
 fi
 echo "gpu_check: $([ $failed = 0 ] && echo passed || echo FAILED) in ${SECONDS} s; tables in $out"
 exit $failed

@@ -125,11 +125,18 @@ def test_the_cpu_branch_dry_runs_the_gpu_stages_own_commands():
   assert 'python "${suite[@]}" --dry_run' in cpu_branch
   assert "python benchmarks/gpu_check.py --dry_run" in cpu_branch
   assert 'python "${suite[@]}" --rounds' in script  # Stage 2 on a GPU.
-  assert re.search(r'^ *timeout -k 10 \d+ python benchmarks/gpu_check.py --out "\$out"', script,
-                   re.M)
+  assert re.search(r'^ *timeout -k 10 \d+ python benchmarks/gpu_check.py --parts "\$parts" '
+                   r'--out "\$out"', script, re.M)
   # Each GPU stage has its own time limit, and an image with python3 alone still runs.
   assert len(re.findall(r'^ *stage "[^"]+" \d+ ', script, re.M)) == 2
   assert "command -v python >/dev/null" in script
+
+
+@pytest.mark.slow
+def test_gpu_check_parts_other_than_kernels_and_run_are_one_line():
+  r = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--dry_run", "--parts=kernel"],
+                     cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert r.returncode == 2 and "--parts: kernels, run or kernels,run, not 'kernel'" in r.stderr
 
 
 _WORKERS = r"""
@@ -195,7 +202,7 @@ def test_a_failed_worker_start_leaves_no_worker_running(tmp_path):
 
 @pytest.mark.slow
 def test_the_gpu_stages_dry_run_on_the_cpu(tmp_path):
-  """The script's stages 2 and 3 at tiny sizes on the CPU, offline with nothing downloaded
+  """The script's stages 2 to 4 at tiny sizes on the CPU, offline with nothing downloaded
   (as a lent GPU machine is): the bf16 suite against the PyTorch peer on the IWSLT-shaped
   encoder-decoder (parameters handed over, initial losses equal, steps timed, the table
   printed; `bash benchmarks/gpu_check.sh` adds the LM, 40 s more on 2 cores) and
