@@ -259,7 +259,7 @@ def _section(tag: str, title: str, command: str, body: list[str]) -> str:
       "",
       f"Command: `{command}`" + (f", with XLA_FLAGS=`{flags}`" if flags else ""),
       "", *body, f"<!-- {tag}:end -->"])
-  return re.sub(r"--workdir=\S+", "--workdir=DIR", text.replace(bench_env.REPO + os.sep, ""))
+  return re.sub(r"--workdir=[^\s`]+", "--workdir=DIR", text.replace(bench_env.REPO + os.sep, ""))
 
 
 def main(argv=None) -> int:
@@ -281,6 +281,11 @@ def main(argv=None) -> int:
   if not parts or parts - {"kernels", "run"}:
     p.error(f"--parts: kernels, run or kernels,run, not {args.parts!r}")
   write = args.out and jax.default_backend() == "gpu" and not (args.quick or args.dry_run)
+  stages = [s.split("=", 2) for s in args.stages.split(",") if s]  # Written with this call's parts.
+  stage_table = lambda: ["| stage | seconds | note |", "|---|---:|---|", *[
+      f"| {s[0]} | {float(s[1]):.0f} | {s[2] if len(s) > 2 else ''} |" for s in stages]]
+  chosen = os.environ.get("GPU_CHECK_STAGES")
+  command = (f"GPU_CHECK_STAGES={chosen} " if chosen else "") + "bash benchmarks/gpu_check.sh"
   t0 = time.perf_counter()
   failed = []
   # Without the check, the run uses cudnn on a GPU (it passed there in bf16, 2026-12-04).
@@ -311,12 +316,9 @@ def main(argv=None) -> int:
     impl = "cudnn" if any(r["impl"] == "cudnn" for r in offered) else "xla"
     attention_s = time.perf_counter() - t0
     if write:
-      stages = [s.split("=", 2) for s in args.stages.split(",") if s]
-      stages += [["attention kernels", f"{attention_s:.0f}"]]
-      lm_step.update_section(args.out, _section(TAG, "GPU check", "bash benchmarks/gpu_check.sh", [
-          "| stage | seconds | note |", "|---|---:|---|",
-          *[f"| {s[0]} | {float(s[1]):.0f} | {s[2] if len(s) > 2 else ''} |" for s in stages],
-          "",
+      stages.append(["attention kernels", f"{attention_s:.0f}"])
+      lm_step.update_section(args.out, _section(TAG, "GPU check", command, [
+          *stage_table(), "",
           "Attention kernels on the IWSLT-size encoder-decoder (batch 64 × 64, padded "
           "sources; one jitted forward and backward pass, median of 10):",
           "", attention_table, "",
@@ -341,9 +343,12 @@ def main(argv=None) -> int:
       print(r["output"][-3000:], file=sys.stderr)
       failed.append({"run": r["returncode"]})
     if write:
+      if "kernels" in parts:
+        stages.clear()  # Those went into the kernels' section.
+      stages.append(["300-step run", f"{r['wall_s']:.0f}"])
       lm_step.update_section(args.out, _section(
-          RUN_TAG, "GPU training run", "GPU_CHECK_STAGES=run bash benchmarks/gpu_check.sh", [
-              "The run (`python -m lnjax.main`, bf16 compute, float32 parameters and Adam):",
+          RUN_TAG, "GPU training run", command, [
+              *stage_table(), "", "The run (`python -m lnjax.main`, bf16 compute, float32 parameters and Adam):",
               "", run_table, "", f"- Command: `{r['command']}`."]), RUN_TAG)
       print(f"updated {args.out} ({RUN_TAG})")
   print(f"gpu_check.py: {'FAILED' if failed else 'passed'} in {time.perf_counter() - t0:.0f} s")
