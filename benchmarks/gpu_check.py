@@ -262,6 +262,20 @@ def _section(tag: str, title: str, command: str, body: list[str]) -> str:
   return re.sub(r"--workdir=[^\s`]+", "--workdir=DIR", text.replace(bench_env.REPO + os.sep, ""))
 
 
+def _kernel_check(quick: bool, dry_run: bool) -> tuple:
+  """check_attention's model, batch, dtypes, kernels and repetitions for each mode."""
+  if quick:
+    cfg = ModelConfig(vocab_size=1000, num_layers=2, d_model=128, num_heads=4, d_ff=256,
+                      max_len=64, dropout_rate=0.0)
+    return cfg, _batch(1000, 8, 64), ("float32", "bfloat16"), ("plain", "xla"), 3
+  if dry_run:
+    cfg = suite.model_config("mt_iwslt", "pre", dry=True)
+    return cfg, _batch(cfg.vocab_size, 4, 16), ("bfloat16", "float32"), ("plain", "xla", "cudnn"), 1
+  cfg = dataclasses.replace(suite.model_config("mt_iwslt", "pre"), max_len=64)
+  # bf16 first: cudnn, the kernel only a GPU offers, is measured before the budget runs low.
+  return cfg, _batch(cfg.vocab_size, 64, 64), ("bfloat16", "float32"), ("plain", "xla", "cudnn"), 10
+
+
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--quick", action="store_true", help="CPU-size self-check; writes nothing")
@@ -291,22 +305,10 @@ def main(argv=None) -> int:
   # Without the check, the run uses cudnn on a GPU (it passed there in bf16, 2026-12-04).
   impl = "cudnn" if jax.default_backend() == "gpu" else "xla"
   if "kernels" in parts:
-    if args.quick:
-      cfg = ModelConfig(vocab_size=1000, num_layers=2, d_model=128, num_heads=4, d_ff=256,
-                        max_len=64, dropout_rate=0.0)
-      batch, dtypes, impls, reps = _batch(1000, 8, 64), ("float32", "bfloat16"), ("plain", "xla"), 3
-    elif args.dry_run:
-      cfg = suite.model_config("mt_iwslt", "pre", dry=True)
-      batch, dtypes = _batch(cfg.vocab_size, 4, 16), ("bfloat16", "float32")
-      impls, reps = ("plain", "xla", "cudnn"), 1
-    else:
-      cfg = dataclasses.replace(suite.model_config("mt_iwslt", "pre"), max_len=64)
-      # bf16 first: cudnn, the kernel only a GPU offers, is measured before the budget runs low.
-      batch, dtypes = _batch(cfg.vocab_size, 64, 64), ("bfloat16", "float32")
-      impls, reps = ("plain", "xla", "cudnn"), 10
     # Kernels begin within the first 60% of the budget (all of it without the run).
     share = 0.6 if "run" in parts else 1.0
-    rows = check_attention(cfg, batch, dtypes, impls, reps, deadline=t0 + share * args.budget_s)
+    rows = check_attention(*_kernel_check(args.quick, args.dry_run),
+                           deadline=t0 + share * args.budget_s)
     # cudnn in float32 is refused by ModelConfig (bf16 only): not a row worth a line.
     rows = [r for r in rows if not (r["impl"] == "cudnn" and r["dtype"] == "float32")]
     attention_table = render_attention(rows)
@@ -332,7 +334,7 @@ def main(argv=None) -> int:
         r = train_run("configs/lm.py:smoke", QUICK_STEPS, os.path.join(tmp, "smoke"), 5,
                       ["--config.model.attention_impl=xla"])
       r["data"] = "tiny_shakespeare, LM smoke model"
-      impl = "xla"
+      impl = "xla"  # The smoke model is float32: no cudnn.
     else:
       r = run_on_iwslt_or_multi30k(impl, DRY_STEPS if args.dry_run else RUN_STEPS,
                                    1 if args.dry_run else 25, args.dry_run,
