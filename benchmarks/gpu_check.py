@@ -262,6 +262,12 @@ def _section(tag: str, title: str, command: str, body: list[str]) -> str:
   return re.sub(r"--workdir=[^\s`]+", "--workdir=DIR", text.replace(bench_env.REPO + os.sep, ""))
 
 
+def _stage_table(stages: list) -> list[str]:
+  """Rows [name, seconds, note?] as a Markdown table."""
+  return ["| stage | seconds | note |", "|---|---:|---|", *[
+      f"| {s[0]} | {float(s[1]):.0f} | {s[2] if len(s) > 2 else ''} |" for s in stages]]
+
+
 def _kernel_check(quick: bool, dry_run: bool) -> tuple:
   """check_attention's model, batch, dtypes, kernels and repetitions for each mode."""
   if quick:
@@ -295,9 +301,7 @@ def main(argv=None) -> int:
   if not parts or parts - {"kernels", "run"}:
     p.error(f"--parts: kernels, run or kernels,run, not {args.parts!r}")
   write = args.out and jax.default_backend() == "gpu" and not (args.quick or args.dry_run)
-  stages = [s.split("=", 2) for s in args.stages.split(",") if s]  # Written with this call's parts.
-  stage_table = lambda: ["| stage | seconds | note |", "|---|---:|---|", *[
-      f"| {s[0]} | {float(s[1]):.0f} | {s[2] if len(s) > 2 else ''} |" for s in stages]]
+  earlier = [s.split("=", 2) for s in args.stages.split(",") if s]  # gpu_check.sh's stages.
   chosen = os.environ.get("GPU_CHECK_STAGES")
   command = (f"GPU_CHECK_STAGES={chosen} " if chosen else "") + "bash benchmarks/gpu_check.sh"
   t0 = time.perf_counter()
@@ -318,9 +322,8 @@ def main(argv=None) -> int:
     impl = "cudnn" if any(r["impl"] == "cudnn" for r in offered) else "xla"
     attention_s = time.perf_counter() - t0
     if write:
-      stages.append(["attention kernels", f"{attention_s:.0f}"])
       lm_step.update_section(args.out, _section(TAG, "GPU check", command, [
-          *stage_table(), "",
+          *_stage_table(earlier + [["attention kernels", attention_s]]), "",
           "Attention kernels on the IWSLT-size encoder-decoder (batch 64 × 64, padded "
           "sources; one jitted forward and backward pass, median of 10):",
           "", attention_table, "",
@@ -345,12 +348,11 @@ def main(argv=None) -> int:
       print(r["output"][-3000:], file=sys.stderr)
       failed.append({"run": r["returncode"]})
     if write:
-      if "kernels" in parts:
-        stages.clear()  # Those went into the kernels' section.
-      stages.append(["300-step run", f"{r['wall_s']:.0f}"])
+      # The earlier stages go into the first section this call writes.
+      stages = ([] if "kernels" in parts else earlier) + [["300-step run", r["wall_s"]]]
       lm_step.update_section(args.out, _section(
           RUN_TAG, "GPU training run", command, [
-              *stage_table(), "", "The run (`python -m lnjax.main`, bf16 compute, float32 parameters and Adam):",
+              *_stage_table(stages), "", "The run (`python -m lnjax.main`, bf16 compute, float32 parameters and Adam):",
               "", run_table, "", f"- Command: `{r['command']}`."]), RUN_TAG)
       print(f"updated {args.out} ({RUN_TAG})")
   print(f"gpu_check.py: {'FAILED' if failed else 'passed'} in {time.perf_counter() - t0:.0f} s")
