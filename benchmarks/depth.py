@@ -125,13 +125,12 @@ def render(rows: list[dict]) -> str:
 
 
 def section(rows, command, machine, steps, rounds, loads) -> str:
-  v = machine["versions"]
+  import lm_step  # noqa: PLC0415
   return "\n".join([
       "<!-- depth:begin (written by benchmarks/depth.py) -->",
       f"### Depth: compile and step time, scanned and unrolled ({machine['date']})",
       "",
-      f"Machine: {machine['cpu']}, {machine['cores']} cores, no GPU. Versions: jax {v['jax']}, "
-      f"jaxlib {v['jaxlib']}, flax {v['flax']}.",
+      lm_step.machine_line(machine),
       "",
       f"Command: `{command}`",
       "",

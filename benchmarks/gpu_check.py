@@ -247,15 +247,12 @@ def _section(tag: str, title: str, command: str, body: list[str]) -> str:
   """A BENCHMARKS.md section: the machine, the command, then `body`; the page names paths
   in the repository, not on the machine that measured."""
   mi = lm_step.machine_info()
-  v = mi["versions"]
   flags = os.environ.get("XLA_FLAGS")
   text = "\n".join([
       f"<!-- {tag}:begin (written by benchmarks/gpu_check.sh) -->",
       f"### {title} ({mi['date']})",
       "",
-      f"Machine: {jax.device_count()} × {jax.devices()[0].device_kind}, {mi['cpu']}, "
-      f"{mi['cores']} cores. Versions: jax {v['jax']}, jaxlib {v['jaxlib']}, flax "
-      f"{v['flax']}, torch {v['torch']}.",
+      lm_step.machine_line(mi, f"{jax.device_count()} × {jax.devices()[0].device_kind}"),
       "",
       f"Command: `{command}`" + (f", with XLA_FLAGS=`{flags}`" if flags else ""),
       "", *body, f"<!-- {tag}:end -->"])

@@ -125,7 +125,7 @@ def section(results, command, loads) -> str:
       "<!-- input_pipeline:begin (written by benchmarks/input_pipeline.py) -->",
       f"### Input pipeline against the step's demand ({mi['date']})",
       "",
-      f"Machine: {mi['cpu']}, {mi['cores']} cores, no GPU.",
+      lm_step.machine_line(mi),
       "",
       f"Command: `{command}`",
       "",

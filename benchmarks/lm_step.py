@@ -322,6 +322,15 @@ def machine_info() -> dict:
           "date": datetime.date.today().isoformat()}
 
 
+def machine_line(mi: dict, accelerator: str = "no GPU") -> str:
+  """The "Machine: …" line every section a benchmark writes into BENCHMARKS.md carries:
+  CPU, cores, accelerator and the versions of what was timed (`mi` from machine_info)."""
+  names = {"python": "Python", "jax": "jax", "jaxlib": "jaxlib", "flax": "flax",
+           "optax": "optax", "torch": "torch", "numpy": "numpy"}
+  versions = ", ".join(f"{name} {mi['versions'][key]}" for key, name in names.items())
+  return f"Machine: {mi['cpu']}, {mi['cores']} cores, {accelerator}. Versions: {versions}."
+
+
 def stats(times: list[float]) -> dict:
   a = np.asarray(times) * 1e3
   return {"median_ms": float(np.median(a)), "min_ms": float(a.min()),
@@ -392,14 +401,11 @@ def render(res: dict) -> str:
 
 def section(res: dict, command: str) -> str:
   mi = res["machine"]
-  v = mi["versions"]
   return "\n".join([
       f"<!-- {section_tag(res)}:begin (written by benchmarks/lm_step.py) -->",
       f"### Train step, {res['norm']}-LN{_variant(res)} ({mi['date']})",
       "",
-      f"Machine: {mi['cpu']}, {mi['cores']} cores, no GPU. "
-      f"Versions: Python {v['python']}, jax {v['jax']}, jaxlib {v['jaxlib']}, flax "
-      f"{v['flax']}, optax {v['optax']}, torch {v['torch']}, numpy {v['numpy']}.",
+      machine_line(mi),
       "",
       f"Command: `{command}`",
       "",

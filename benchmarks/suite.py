@@ -451,7 +451,6 @@ def section_tag(args) -> str:
 
 def section(results, peak, n_peaks, args, loads, command) -> str:
   mi = lm_step.machine_info()
-  v = mi["versions"]
   tag = section_tag(args)
   accelerator = ("no GPU" if args.device == "cpu" else
                  f"{jax.device_count()} × {jax.devices()[0].device_kind} (runs on the first)")
@@ -460,9 +459,7 @@ def section(results, peak, n_peaks, args, loads, command) -> str:
       f"### Suite: {len(results)} models against PyTorch eager, {args.dtype}, "
       f"{args.device} ({mi['date']})",
       "",
-      f"Machine: {mi['cpu']}, {mi['cores']} cores, {accelerator}. Versions: Python {v['python']}, "
-      f"jax {v['jax']}, jaxlib {v['jaxlib']}, flax {v['flax']}, optax {v['optax']}, torch "
-      f"{v['torch']}, numpy {v['numpy']}.",
+      lm_step.machine_line(mi, accelerator),
       "",
       f"Command: `{command}`",
       "",

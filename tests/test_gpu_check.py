@@ -139,6 +139,57 @@ def test_gpu_check_parts_other_than_kernels_and_run_are_one_line():
   assert r.returncode == 2 and "--parts: kernels, run or kernels,run, not 'kernel'" in r.stderr
 
 
+_SECTIONS = r"""
+import os, sys
+sys.path.insert(0, "benchmarks")
+import gpu_check, jax
+
+jax.default_backend = lambda: "gpu"  # What gpu_check.py sees on a lent machine.
+workdir = os.path.join(os.getcwd(), "runs", "x")  # A path on the machine that measured.
+row = {"dtype": "bfloat16", "loss": 9.7, "loss_diff": 0.0, "grad_diff": 0.0, "ms": 60.0,
+       "ok": True}
+gpu_check.check_attention = lambda *a, **k: [dict(row, impl=i) for i in ("plain", "cudnn")]
+gpu_check.run_on_iwslt_or_multi30k = lambda impl, *a, **k: {
+    "command": f"python -m lnjax.main --workdir={workdir}", "returncode": 0, "output": "",
+    "summary": {"status": "completed", "step": 300, "eval_loss": 5.0,
+                "last_finite_train_loss": 5.1},
+    "lines": [(25, 9.0, 1000), (50, 8.0, 2000)], "wall_s": 100.0, "data": "Multi30k"}
+out = sys.argv[1]
+for parts, seconds in (("kernels,run", 91), ("run", 80)):
+  argv = ["--parts", parts, "--out", out, "--stages", f"tests={seconds}=passed"]
+  assert gpu_check.main(argv) == 0
+"""
+
+
+@pytest.mark.slow
+def test_gpu_check_writes_one_section_per_part_with_repository_paths(tmp_path):
+  """gpu_check.py's sections as a lent GPU machine writes them (the backend, kernels and run
+  replaced by fixed results): the earlier stages in the first section written, each part's
+  section replaced in place on a second call, the page's other text kept, paths relative
+  to the repository and the run's workdir written as DIR."""
+  out = tmp_path / "BENCHMARKS.md"
+  out.write_text("# Benchmarks\n\nText before.\n")
+  r = subprocess.run([sys.executable, "-c", _SECTIONS, str(out)], cwd=REPO,
+                     capture_output=True, text=True, timeout=300,
+                     env=dict(os.environ, GPU_CHECK_STAGES="kernels,run"))
+  assert r.returncode == 0, r.stderr[-3000:]
+  page = out.read_text()
+  assert page.startswith("# Benchmarks\n\nText before.\n")
+  for tag in ("gpu_check", "gpu_check_run"):
+    assert page.count(f"<!-- {tag}:begin") == page.count(f"<!-- {tag}:end -->") == 1, page
+  kernels = page[page.index("<!-- gpu_check:begin"):page.index("<!-- gpu_check:end")]
+  run = page[page.index("<!-- gpu_check_run:begin"):page.index("<!-- gpu_check_run:end")]
+  command = "Command: `GPU_CHECK_STAGES=kernels,run bash benchmarks/gpu_check.sh`"
+  assert command in kernels and command in run
+  assert re.search(r"\nMachine: .+, \d+ cores, \d+ × \w+\. Versions: Python ", kernels)
+  assert "| tests | 91 | passed |\n| attention kernels |" in kernels
+  assert "| bfloat16 | cudnn | 9.70000 |" in kernels
+  # The second call wrote the run's section alone: its earlier stages went there.
+  assert "| tests | 80 | passed |\n| 300-step run | 100 |  |" in run
+  assert "| Multi30k | 300 | cudnn | completed | 9.000 (step 25) |" in run
+  assert "`python -m lnjax.main --workdir=DIR`" in run and REPO not in page
+
+
 _WORKERS = r"""
 import os, sys
 sys.path.insert(0, "benchmarks")
