@@ -126,25 +126,18 @@ def render(rows: list[dict]) -> str:
 
 def section(rows, command, machine, steps, rounds, loads) -> str:
   import lm_step  # noqa: PLC0415
-  return "\n".join([
-      "<!-- depth:begin (written by benchmarks/depth.py) -->",
-      f"### Depth: compile and step time, scanned and unrolled ({machine['date']})",
-      "",
-      lm_step.machine_line(machine),
-      "",
-      f"Command: `{command}`",
-      "",
-      render(rows),
-      "",
-      "- Model: benchmarks/lm_step.py's LM (D 128, 4 heads, F 512, V 4096, Pre-LN, dropout 0) "
-      "at each depth; batch 32 × seq 128; lnjax's train_step with Adam, state donated.",
-      "- Each row a fresh process (no compilation cache): lower = trace + StableHLO, XLA "
-      "compile = `.compile()`; the state's init is not counted. Step: median of "
-      f"{steps} steps × {rounds} round(s) after {WARMUP} warm-up steps. Peak RSS: the "
-      "worker's VmHWM. XLA temp: the step's scratch from XLA's buffer assignment.",
-      f"- Load average (1 min) at start / end: {loads[0]:.2f} / {loads[1]:.2f}.",
-      "<!-- depth:end -->",
-  ])
+  return lm_step.section_text(
+      "depth", "benchmarks/depth.py", "Depth: compile and step time, scanned and unrolled",
+      machine, command, [
+          render(rows),
+          "",
+          "- Model: benchmarks/lm_step.py's LM (D 128, 4 heads, F 512, V 4096, Pre-LN, dropout 0) "
+          "at each depth; batch 32 × seq 128; lnjax's train_step with Adam, state donated.",
+          "- Each row a fresh process (no compilation cache): lower = trace + StableHLO, XLA "
+          "compile = `.compile()`; the state's init is not counted. Step: median of "
+          f"{steps} steps × {rounds} round(s) after {WARMUP} warm-up steps. Peak RSS: the "
+          "worker's VmHWM. XLA temp: the step's scratch from XLA's buffer assignment.",
+          f"- Load average (1 min) at start / end: {loads[0]:.2f} / {loads[1]:.2f}."])
 
 
 def main(argv=None) -> int:

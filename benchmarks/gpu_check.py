@@ -248,14 +248,10 @@ def _section(tag: str, title: str, command: str, body: list[str]) -> str:
   in the repository, not on the machine that measured."""
   mi = lm_step.machine_info()
   flags = os.environ.get("XLA_FLAGS")
-  text = "\n".join([
-      f"<!-- {tag}:begin (written by benchmarks/gpu_check.sh) -->",
-      f"### {title} ({mi['date']})",
-      "",
-      lm_step.machine_line(mi, f"{jax.device_count()} × {jax.devices()[0].device_kind}"),
-      "",
-      f"Command: `{command}`" + (f", with XLA_FLAGS=`{flags}`" if flags else ""),
-      "", *body, f"<!-- {tag}:end -->"])
+  text = lm_step.section_text(
+      tag, "benchmarks/gpu_check.sh", title, mi, command,
+      ([f"With XLA_FLAGS=`{flags}`.", ""] if flags else []) + body,
+      f"{jax.device_count()} × {jax.devices()[0].device_kind}")
   return re.sub(r"--workdir=[^\s`]+", "--workdir=DIR", text.replace(bench_env.REPO + os.sep, ""))
 
 

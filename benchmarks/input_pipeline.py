@@ -121,24 +121,17 @@ def section(results, command, loads) -> str:
   mi = lm_step.machine_info()
   shapes = "; ".join(f"{r['name']} {r['step_batch_shape']['inputs']} "
                      f"({r['step_tokens']:,} tokens)" for r in results)
-  return "\n".join([
-      "<!-- input_pipeline:begin (written by benchmarks/input_pipeline.py) -->",
-      f"### Input pipeline against the step's demand ({mi['date']})",
-      "",
-      lm_step.machine_line(mi),
-      "",
-      f"Command: `{command}`",
-      "",
-      render(results),
-      "",
-      f"- {results[0]['num_batches']} train batches per pipeline, after one; tokens: real "
-      "target tokens (lm, mt), input positions (mlm). '+ transfer' adds "
-      "`sharding.global_batch` (host → device), as the training loop does each step.",
-      f"- Demand: lnjax's train step on the pipeline's first batch ({shapes}); setup: "
-      "corpus and tokenizer from lnjax's cache when present.",
-      f"- Load average (1 min) at start / end: {loads[0]:.2f} / {loads[1]:.2f}.",
-      "<!-- input_pipeline:end -->",
-  ])
+  return lm_step.section_text(
+      "input_pipeline", "benchmarks/input_pipeline.py", "Input pipeline against the step's "
+      "demand", mi, command, [
+          render(results),
+          "",
+          f"- {results[0]['num_batches']} train batches per pipeline, after one; tokens: real "
+          "target tokens (lm, mt), input positions (mlm). '+ transfer' adds "
+          "`sharding.global_batch` (host → device), as the training loop does each step.",
+          f"- Demand: lnjax's train step on the pipeline's first batch ({shapes}); setup: "
+          "corpus and tokenizer from lnjax's cache when present.",
+          f"- Load average (1 min) at start / end: {loads[0]:.2f} / {loads[1]:.2f}."])
 
 
 def main(argv=None) -> int:

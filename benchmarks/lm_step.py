@@ -331,6 +331,16 @@ def machine_line(mi: dict, accelerator: str = "no GPU") -> str:
   return f"Machine: {mi['cpu']}, {mi['cores']} cores, {accelerator}. Versions: {versions}."
 
 
+def section_text(tag: str, writer: str, title: str, mi: dict, command: str,
+                 body: list[str], accelerator: str = "no GPU") -> str:
+  """A BENCHMARKS.md section as every benchmark writes it (update_section's markers, which
+  name `writer`, the script that wrote it): the dated title, the machine, the command,
+  then `body`."""
+  return "\n".join([f"<!-- {tag}:begin (written by {writer}) -->",
+                    f"### {title} ({mi['date']})", "", machine_line(mi, accelerator), "",
+                    f"Command: `{command}`", "", *body, f"<!-- {tag}:end -->"])
+
+
 def stats(times: list[float]) -> dict:
   a = np.asarray(times) * 1e3
   return {"median_ms": float(np.median(a)), "min_ms": float(a.min()),
@@ -400,24 +410,9 @@ def render(res: dict) -> str:
 
 
 def section(res: dict, command: str) -> str:
-  mi = res["machine"]
-  return "\n".join([
-      f"<!-- {section_tag(res)}:begin (written by benchmarks/lm_step.py) -->",
-      f"### Train step, {res['norm']}-LN{_variant(res)} ({mi['date']})",
-      "",
-      machine_line(mi),
-      "",
-      f"Command: `{command}`",
-      "",
-      render(res),
-      "",
-      "FLOP formula:",
-      "",
-      "```",
-      FLOP_FORMULA,
-      "```",
-      f"<!-- {section_tag(res)}:end -->",
-  ])
+  return section_text(section_tag(res), "benchmarks/lm_step.py",
+                      f"Train step, {res['norm']}-LN{_variant(res)}", res["machine"], command,
+                      [render(res), "", "FLOP formula:", "", "```", FLOP_FORMULA, "```"])
 
 
 def section_tag(res: dict) -> str:

@@ -454,27 +454,12 @@ def section(results, peak, n_peaks, args, loads, command) -> str:
   tag = section_tag(args)
   accelerator = ("no GPU" if args.device == "cpu" else
                  f"{jax.device_count()} × {jax.devices()[0].device_kind} (runs on the first)")
-  return "\n".join([
-      f"<!-- {tag}:begin (written by benchmarks/suite.py) -->",
-      f"### Suite: {len(results)} models against PyTorch eager, {args.dtype}, "
-      f"{args.device} ({mi['date']})",
-      "",
-      lm_step.machine_line(mi, accelerator),
-      "",
-      f"Command: `{command}`",
-      "",
-      render(results, peak),
-      "",
+  title = f"Suite: {len(results)} models against PyTorch eager, {args.dtype}, {args.device}"
+  return lm_step.section_text(tag, "benchmarks/suite.py", title, mi, command, [
+      render(results, peak), "",
       *["- " + x for x in verdicts(results, peak, args)],
       *notes(results, peak, n_peaks, args, loads),
-      "",
-      "FLOP formulas:",
-      "",
-      "```",
-      FLOP_FORMULAS,
-      "```",
-      f"<!-- {tag}:end -->",
-  ])
+      "", "FLOP formulas:", "", "```", FLOP_FORMULAS, "```"], accelerator)
 
 
 def main(argv=None) -> int:
