@@ -117,20 +117,36 @@ def check_attention(cfg: ModelConfig, batch: dict, dtypes, impls, reps: int,
           t0 = time.perf_counter()
           jax.block_until_ready(step(params))
           times.append(time.perf_counter() - t0)
-      g = np.concatenate([np.ravel(x) for x in jax.tree.leaves(jax.device_get(grads))])
-      row.update(loss=float(loss), ms=1e3 * float(np.median(times)), grads=g)
+      leaves = jax.tree_util.tree_leaves_with_path(jax.device_get(grads))
+      row.update(loss=float(loss), ms=1e3 * float(np.median(times)),
+                 grads={jax.tree_util.keystr(k, simple=True, separator="/"): np.ravel(x)
+                        for k, x in leaves})
       print(f"gpu_check: {dtype} {impl}: first call {first_s:.1f} s (compilation included), "
             f"then {row['ms']:.2f} ms", flush=True)  # Progress: the check's longest phase.
       if reference is None:
         reference = row
       row["loss_diff"] = abs(row["loss"] - reference["loss"]) / abs(reference["loss"])
-      row["grad_diff"] = float(np.linalg.norm(g - reference["grads"])
-                               / np.linalg.norm(reference["grads"]))
+      row.update(_grad_diff(row["grads"], reference["grads"]))
       row["ok"] = (row["loss_diff"] <= TOLERANCE[dtype][0]
                    and row["grad_diff"] <= TOLERANCE[dtype][1] and np.isfinite(row["loss"]))
   for row in rows:
     row.pop("grads", None)
   return rows
+
+
+def _grad_diff(grads: dict, reference: dict) -> dict:
+  """The relative L2 difference of all gradients, and the parameter that holds the largest
+  share of its square (where a kernel's gap is, for the next reading)."""
+  sq = {name: float(np.sum((g - reference[name]) ** 2)) for name, g in grads.items()}
+  total = sum(float(np.sum(r ** 2)) for r in reference.values())
+  worst = max(sq, key=sq.get)
+  return {"grad_diff": float(np.sqrt(sum(sq.values()) / total)), "worst_param": worst,
+          "worst_share": sq[worst] / max(sum(sq.values()), 1e-300)}
+
+
+def _failure(r: dict) -> str:
+  return (f"FAILED ({r['worst_share']:.0%} of the gradient gap in "
+          f"`{r['worst_param']}`)" if r.get("worst_param") else "FAILED")
 
 
 def render_attention(rows: list[dict]) -> str:
@@ -147,7 +163,7 @@ def render_attention(rows: list[dict]) -> str:
     speed = f"{base['ms'] / r['ms']:.2f}×" if base else "—"
     lines.append(f"| {r['dtype']} | {r['impl']} | {r['loss']:.5f} | {r['loss_diff']:.1e} | "
                  f"{r['grad_diff']:.1e} | {r['ms']:.1f} | {speed} | "
-                 f"{'passed' if r['ok'] else 'FAILED'} |")
+                 f"{'passed' if r['ok'] else _failure(r)} |")
   return "\n".join(lines)
 
 

@@ -143,21 +143,29 @@ _SECTIONS = r"""
 import os, sys
 sys.path.insert(0, "benchmarks")
 import gpu_check, jax
+import numpy as np
 
 jax.default_backend = lambda: "gpu"  # What gpu_check.py sees on a lent machine.
 workdir = os.path.join(os.getcwd(), "runs", "x")  # A path on the machine that measured.
 row = {"dtype": "bfloat16", "loss": 9.7, "loss_diff": 0.0, "grad_diff": 0.0, "ms": 60.0,
        "ok": True}
-gpu_check.check_attention = lambda *a, **k: [dict(row, impl=i) for i in ("plain", "cudnn")]
+# The gap's split by parameter: 4² of 4² + 3² in "a"; |(4, 3)| / |(0, 0, 12)| in all.
+gap = gpu_check._grad_diff({"a": np.array([0.0, 4.0]), "b": np.array([15.0])},
+                           {"a": np.array([0.0, 0.0]), "b": np.array([12.0])})
+assert np.allclose([gap["grad_diff"], gap["worst_share"]], [5 / 12, 16 / 25]), gap
+assert gap["worst_param"] == "a", gap
+failed = dict(row, dtype="float32", impl="xla", ok=False, **gap)
+gpu_check.check_attention = lambda *a, **k: [dict(row, impl=i) for i in ("plain", "cudnn")] + [
+    failed]
 gpu_check.run_on_iwslt_or_multi30k = lambda impl, *a, **k: {
     "command": f"python -m lnjax.main --workdir={workdir}", "returncode": 0, "output": "",
     "summary": {"status": "completed", "step": 300, "eval_loss": 5.0,
                 "last_finite_train_loss": 5.1},
     "lines": [(25, 9.0, 1000), (50, 8.0, 2000)], "wall_s": 100.0, "data": "Multi30k"}
 out = sys.argv[1]
-for parts, seconds in (("kernels,run", 91), ("run", 80)):
+for parts, seconds, failures in (("kernels,run", 91, 1), ("run", 80, 0)):
   argv = ["--parts", parts, "--out", out, "--stages", f"tests={seconds}=passed"]
-  assert gpu_check.main(argv) == 0
+  assert gpu_check.main(argv) == failures
 """
 
 
@@ -166,7 +174,8 @@ def test_gpu_check_writes_one_section_per_part_with_repository_paths(tmp_path):
   """gpu_check.py's sections as a lent GPU machine writes them (the backend, kernels and run
   replaced by fixed results): the earlier stages in the first section written, each part's
   section replaced in place on a second call, the page's other text kept, paths relative
-  to the repository and the run's workdir written as DIR."""
+  to the repository and the run's workdir written as DIR; a failed kernel names the
+  parameter with the largest share of its gradient gap."""
   out = tmp_path / "BENCHMARKS.md"
   out.write_text("# Benchmarks\n\nText before.\n")
   r = subprocess.run([sys.executable, "-c", _SECTIONS, str(out)], cwd=REPO,
@@ -184,6 +193,7 @@ def test_gpu_check_writes_one_section_per_part_with_repository_paths(tmp_path):
   assert re.search(r"\nMachine: .+, \d+ cores, \d+ × \w+\. Versions: Python ", kernels)
   assert "| tests | 91 | passed |\n| attention kernels |" in kernels
   assert "| bfloat16 | cudnn | 9.70000 |" in kernels
+  assert "| 4.2e-01 | 60.0 | — | FAILED (64% of the gradient gap in `a`) |" in kernels
   # The second call wrote the run's section alone: its earlier stages went there.
   assert "| tests | 80 | passed |\n| 300-step run | 100 |  |" in run
   assert "| Multi30k | 300 | cudnn | completed | 9.000 (step 25) |" in run
