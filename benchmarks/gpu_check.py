@@ -138,7 +138,7 @@ def _grad_diff(grads: dict, reference: dict) -> dict:
   """The relative L2 difference of all gradients, and the parameter that holds the largest
   share of its square (where a kernel's gap is, for the next reading)."""
   sq = {name: float(np.sum((g - reference[name]) ** 2)) for name, g in grads.items()}
-  total = sum(float(np.sum(r ** 2)) for r in reference.values())
+  total = max(sum(float(np.sum(r ** 2)) for r in reference.values()), 1e-300)
   worst = max(sq, key=sq.get)
   return {"grad_diff": float(np.sqrt(sum(sq.values()) / total)), "worst_param": worst,
           "worst_share": sq[worst] / max(sum(sq.values()), 1e-300)}

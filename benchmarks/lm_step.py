@@ -325,9 +325,8 @@ def machine_info() -> dict:
 def machine_line(mi: dict, accelerator: str = "no GPU") -> str:
   """The "Machine: …" line every section a benchmark writes into BENCHMARKS.md carries:
   CPU, cores, accelerator and the versions of what was timed (`mi` from machine_info)."""
-  names = {"python": "Python", "jax": "jax", "jaxlib": "jaxlib", "flax": "flax",
-           "optax": "optax", "torch": "torch", "numpy": "numpy"}
-  versions = ", ".join(f"{name} {mi['versions'][key]}" for key, name in names.items())
+  versions = ", ".join(f"{'Python' if name == 'python' else name} {mi['versions'][name]}"
+                       for name in ("python", "jax", "jaxlib", "flax", "optax", "torch", "numpy"))
   return f"Machine: {mi['cpu']}, {mi['cores']} cores, {accelerator}. Versions: {versions}."
 
 
