@@ -138,15 +138,18 @@ def _grad_diff(grads: dict, reference: dict) -> dict:
   """The relative L2 difference of all gradients, and the parameter that holds the largest
   share of its square (where a kernel's gap is, for the next reading)."""
   sq = {name: float(np.sum((g - reference[name]) ** 2)) for name, g in grads.items()}
+  gap = sum(sq.values())
   total = max(sum(float(np.sum(r ** 2)) for r in reference.values()), 1e-300)
   worst = max(sq, key=sq.get)
-  return {"grad_diff": float(np.sqrt(sum(sq.values()) / total)), "worst_param": worst,
-          "worst_share": sq[worst] / max(sum(sq.values()), 1e-300)}
+  return {"grad_diff": float(np.sqrt(gap / total)), "worst_param": worst,
+          "worst_share": sq[worst] / max(gap, 1e-300)}
 
 
 def _failure(r: dict) -> str:
+  """A failed row's check; where its gradients differ, the parameter holding most of it (a
+  row failed on its loss alone, the reference's included, has no gap to place)."""
   return (f"FAILED ({r['worst_share']:.0%} of the gradient gap in "
-          f"`{r['worst_param']}`)" if r.get("worst_param") else "FAILED")
+          f"`{r['worst_param']}`)" if r.get("worst_share") else "FAILED")
 
 
 def render_attention(rows: list[dict]) -> str:
