@@ -33,7 +33,6 @@ import sys
 import bench_env  # noqa: E402,F401  (first: lnjax on the path, malloc tuned before JAX)
 
 import argparse  # noqa: E402
-import datetime  # noqa: E402
 import json  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
@@ -164,24 +163,27 @@ def main() -> None:
       print(f"default run / {setting}: peak {runs[setting]['peak_mib']:.0f} MiB, "
             f"{runs[setting]['wall_s']:.0f} s", flush=True)
   text = render(results, runs, args)
-  print(text)
+  print(f"Command: `{command(args)}`\n\n{text}")
   if args.json:
     with open(args.json, "w") as f:
       json.dump({"models": results, "default_run": runs}, f, indent=1)
   if args.out:
-    import lm_step
-    lm_step.update_section(args.out, "\n".join([
-        "<!-- memory:begin (written by benchmarks/memory.py) -->",
-        f"### Memory phase by phase ({datetime.date.today()})", "", text,
-        "<!-- memory:end -->"]), "memory")
+    import lm_step  # noqa: PLC0415  (imports JAX: only here, never in the workers' parent)
+    lm_step.update_section(args.out, lm_step.section_text(
+        "memory", "benchmarks/memory.py", "Memory phase by phase", lm_step.machine_info(),
+        command(args), text.split("\n")), "memory")
+
+
+def command(args) -> str:
+  """The command line that measured it, flags at their defaults left out."""
+  return (f"python benchmarks/memory.py --models {args.models} --steps {args.steps}"
+          + ("" if args.settings == ",".join(SETTINGS) else f" --settings '{args.settings}'")
+          + ("" if args.no_default_run else f" --default_steps {args.default_steps}"))
 
 
 def render(results: dict, runs: dict, args) -> str:
-  lines = [f"Measured {datetime.date.today()} with `python benchmarks/memory.py "
-           f"--models {args.models} --steps {args.steps}"
-           + ("" if args.settings == ",".join(SETTINGS) else f" --settings '{args.settings}'")
-           + ("" if args.no_default_run else f" --default_steps {args.default_steps}") + "`.",
-           "", "Resident set after each phase, MiB (peak so far in brackets):", "",
+  """The tables: each phase's resident set per model and setting, then the default run."""
+  lines = ["Resident set after each phase, MiB (peak so far in brackets):", "",
            "| model | setting | " + " | ".join(PHASES) + " | step ms | releases |",
            "|---|---|" + "---:|" * (len(PHASES) + 2)]
   for name, by_setting in results.items():
