@@ -364,7 +364,8 @@ def main(argv=None) -> int:
       stages = ([] if "kernels" in parts else earlier) + [["300-step run", r["wall_s"]]]
       lm_step.update_section(args.out, _section(
           RUN_TAG, "GPU training run", command, [
-              *_stage_table(stages), "", "The run (`python -m lnjax.main`, bf16 compute, float32 parameters and Adam):",
+              *_stage_table(stages), "",
+              "The run (`python -m lnjax.main`, bf16 compute, float32 parameters and Adam):",
               "", run_table, "", f"- Command: `{r['command']}`."]), RUN_TAG)
       print(f"updated {args.out} ({RUN_TAG})")
   print(f"gpu_check.py: {'FAILED' if failed else 'passed'} in {time.perf_counter() - t0:.0f} s")
