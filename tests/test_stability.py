@@ -254,7 +254,8 @@ def test_every_cell_probes_as_long_at_its_peak_rate(tmp_path):
 @pytest.mark.parametrize("recovery", ["none", "skip", "rollback"])
 def test_range_tests_never_recover_and_probes_that_roll_back_keep_checkpoints(tmp_path, recovery):
   """A range test's loss must blow up to bracket the edge, whatever train.on_instability the
-  probes use; a probe that rolls back needs a checkpoint every rollback_steps (else one)."""
+  probes use; a probe that rolls back needs a checkpoint every rollback_steps, any other
+  keeps one, its latest, saved every PROBE_CHECKPOINT_EVERY steps (or at its end)."""
   from lnjax.sweep import stability
   fixed = {"train.on_instability": recovery, "train.rollback_steps": 10}
   s = stability.Search(f"{REPO}/configs/lm.py:smoke", fixed, str(tmp_path), placements=["pre"],
@@ -266,6 +267,10 @@ def test_range_tests_never_recover_and_probes_that_roll_back_keep_checkpoints(tm
   probe = s.probe_runs(("pre", 2, 0), 1e-3)[0].config.train
   assert probe.on_instability == recovery
   assert probe.checkpoint_every_steps == (10 if recovery == "rollback" else 30)
+  assert probe.keep_checkpoints == (3 if recovery == "rollback" else 1)
+  long_probe = s.probe_runs(("pre", 2, 500), 1e-3)[0].config.train  # 500 + 30 steps.
+  assert long_probe.checkpoint_every_steps == (10 if recovery == "rollback"
+                                               else stability.PROBE_CHECKPOINT_EVERY)
 
 
 def test_an_unfinished_search_reports_its_bounds_so_far_and_its_next_probe(tmp_path):

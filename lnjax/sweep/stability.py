@@ -45,6 +45,8 @@ SUMMARY_KEYS = ("status", "step", "num_steps", "eval_loss", "unigram_baseline",
                 "instability_actions", "wall_seconds")
 # A range test's settings: searches alike in these can share their range tests.
 RANGE_SETTINGS = ("config", "fixed", "range_steps", "lr_min", "lr_max")
+# How often a probe that does not roll back saves its (one kept) checkpoint.
+PROBE_CHECKPOINT_EVERY = 200
 
 
 class Search:
@@ -94,13 +96,19 @@ class Search:
     cell spends as long at its peak rate)."""
     placement, depth, warmup = cell
     steps = warmup + self.stable.steps
-    # One checkpoint, at the end; a probe that rolls back needs one every rollback_steps.
-    every = min(steps, self.rollback_steps) if self.stable.recovery == "rollback" else steps
+    # A probe that rolls back needs a checkpoint every rollback_steps (and the config's
+    # keep_checkpoints); any other keeps one, the latest, every PROBE_CHECKPOINT_EVERY steps,
+    # so a probe killed without warning (SIGKILL, a lost machine) resumes, losing few steps.
+    if self.stable.recovery == "rollback":
+      saving = {"train.checkpoint_every_steps": min(steps, self.rollback_steps)}
+    else:
+      saving = {"train.checkpoint_every_steps": min(steps, PROBE_CHECKPOINT_EVERY),
+                "train.keep_checkpoints": 1}
     return [self._run(f"norm={placement},layers={depth},warmup={warmup},lr={lr:g},seed={s}", {
         "model.norm_position": placement, "model.num_layers": depth,
         "opt.learning_rate": lr, "opt.warmup_steps": warmup, "seed": s,
-        "train.num_steps": steps, "train.eval_every_steps": steps,
-        "train.checkpoint_every_steps": every}) for s in range(self.seeds)]
+        "train.num_steps": steps, "train.eval_every_steps": steps, **saving})
+            for s in range(self.seeds)]
 
   def _run(self, name: str, overrides: dict) -> sweep_lib.Run:
     overrides = {**overrides, "train.divergence_factor": self.stable.divergence_factor}
