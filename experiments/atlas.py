@@ -13,7 +13,8 @@ continues it from a clone, and no finished probe is run again; a warm-up slice t
 range tests of the no-warm-up slice of its depth (a range test serves every warm-up). A
 slice is one search per depth, so that each round of probes runs at one depth's pace, and
 --placements narrows a run to the cells wanted first (the state is the slice's, whichever
-placements continue it). Without --run, each slice's
+placements continue it); stopping a --run (SIGTERM, Ctrl-C) stops its search and the search
+its runs, each saving a checkpoint to resume from. Without --run, each slice's
 search is asked for its table (`--report_only`: nothing is launched) and the slices are
 merged: experiments/atlas/atlas.md (--report), docs/figures/atlas.png (--figure), and which
 cells of the 14 placements × depths 6, 12, 24 × warm-up 0, 500 are measured, which are still
@@ -111,8 +112,11 @@ def main(argv):
   if _PLACEMENTS.value and not _RUN.value:
     raise app.UsageError("--placements narrows a --run; the tables take every placement")
   if _RUN.value:
-    sys.exit(subprocess.run(search_command(_RUN.value, _WORKDIR.value, False,
-                                           _PLACEMENTS.value), cwd=REPO).returncode)
+    # The search in this process's place: a signal to it (SIGTERM, Ctrl-C) stops the search,
+    # which stops its runs, each saving a checkpoint.
+    command = search_command(_RUN.value, _WORKDIR.value, False, _PLACEMENTS.value)
+    os.chdir(REPO)
+    os.execv(command[0], command)
   cells, searching, lines, slices = {}, {}, [], []
   for name in SLICES:
     if not os.path.exists(state_path(name)):

@@ -62,3 +62,31 @@ def test_a_warmup_slice_is_one_depth_borrows_its_range_tests_and_can_narrow_its_
   assert [f for f in report if f.startswith("--placements=")] == [
       "--placements=post,pre,sandwich,peri,deepnorm,normformer,resi_dual,admin,mix,b2t,dyt,"
       "lns,olmo2,ngpt"] and "--depths=24" in report and "--report_only" in report
+
+
+@pytest.mark.slow
+def test_stopping_a_slice_stops_its_search_and_the_search_its_run(tmp_path):
+  """`--run` puts the search in its own place: SIGTERM to the command a user started stops
+  the search (exit 128 + 15) and its run, which saves what it can; nothing is left running."""
+  import shutil
+  import signal
+  import time
+  states, work = tmp_path / "states", tmp_path / "work"
+  states.mkdir()
+  shutil.copy(os.path.join(REPO, "experiments", "atlas", "d6.json"), states)  # Range tests.
+  with open(tmp_path / "stderr.txt", "w+") as log:  # (Not a pipe: none is read while it runs.)
+    proc = subprocess.Popen([sys.executable, "experiments/atlas.py", "--run=w500_d6",
+                             "--placements=pre", f"--states={states}", f"--workdir={work}"],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=log)
+    deadline = time.monotonic() + 120
+    while not list(work.glob("runs/norm=pre,*/log.txt")) and time.monotonic() < deadline:
+      time.sleep(0.2)
+    assert list(work.glob("runs/norm=pre,*/log.txt")), "no probe was launched"
+    time.sleep(2)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=120)
+    log.seek(0)
+    assert proc.returncode == 128 + signal.SIGTERM, log.read()[-3000:]
+  left = subprocess.run(["pgrep", "-f", str(work)], capture_output=True, text=True).stdout
+  assert not left, f"still running: {left}"
+  assert (states / "w500_d6.json").exists()  # The slice's state, where --states says.
