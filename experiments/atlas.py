@@ -5,6 +5,8 @@ depth × warm-up measured so far, one table and one figure.
   python experiments/atlas.py --run=d12 --workdir=/tmp/atlas_d12   # continues one slice
   python experiments/atlas.py --run=w500_d6 --placements=post,pre --workdir=/tmp/w6
                                                    # ... only these placements' cells of it
+  python experiments/atlas.py --run=w500_d24 --parallel=2 --workdir=/tmp/w24
+                                                   # ... two runs at once, one a core
 
 The atlas is measured in slices, each a `python -m lnjax.cli.stability` search on the
 CPU-size LM (configs/lm.py, size=small: D 128, character-level Tiny Shakespeare, batches of
@@ -36,8 +38,7 @@ from lnjax.analysis import plotting  # noqa: E402
 from lnjax.sweep import stability_report  # noqa: E402
 
 ALL = ",".join(models.NORM_POSITIONS)
-COMMON = ["--config=configs/lm.py:size=small", "--seeds=2", "--parallel=1",
-          "--config.data.batch_size=16"]
+COMMON = ["--config=configs/lm.py:size=small", "--seeds=2", "--config.data.batch_size=16"]
 # name: (the search's own flags, what the slice is for). Short probes and a 2× tolerance
 # keep 14 placements to a few hours on 2 cores; the claim pair is measured finer, and a
 # later slice's cell replaces an earlier one's.
@@ -64,6 +65,9 @@ _RUN = flags.DEFINE_string("run", None, f"Continue one slice ({', '.join(SLICES)
                            "--workdir; without it, table every slice.")
 _PLACEMENTS = flags.DEFINE_list("placements", None, "With --run: continue only these "
                                  "placements' cells of the slice (default: all of them).")
+_PARALLEL = flags.DEFINE_integer("parallel", 1, "With --run: runs at once, each on its share "
+                                 "of this process's cores (one slice a core; 2 for the last "
+                                 "slice left on 2 cores).", lower_bound=1)
 _WORKDIR = flags.DEFINE_string("workdir", "/tmp/lnjax_atlas", "The search's run folders "
                                "(--run), or each slice's own report (tables).")
 _STATES = flags.DEFINE_string("states", os.path.join(REPO, "experiments", "atlas"),
@@ -84,7 +88,7 @@ def search_command(name: str, workdir: str, report_only: bool,
   flags_ = [f"--placements={','.join(placements)}" if placements and f.startswith(
       "--placements=") else f for f in SLICES[name][0]]
   return [sys.executable, "-m", "lnjax.cli.stability", *COMMON, *flags_,
-          f"--workdir={workdir}", f"--state={state_path(name)}",
+          f"--parallel={_PARALLEL.value}", f"--workdir={workdir}", f"--state={state_path(name)}",
           *(["--report_only"] if report_only else
             [f"--range_tests_from={','.join(borrowed)}"] if borrowed else [])]
 

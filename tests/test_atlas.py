@@ -46,7 +46,7 @@ def test_a_warmup_slice_is_one_depth_borrows_its_range_tests_and_can_narrow_its_
   """Each warm-up slice searches one depth (a round of probes runs at that depth's pace),
   borrows the range tests of the no-warm-up slice of its depth, and --placements narrows
   the run to the cells wanted first, in the slice's own state."""
-  script = ("import json, sys; sys.argv = ['atlas', '--states=' + sys.argv[1]]; "
+  script = ("import json, sys; sys.argv = ['atlas', '--states=' + sys.argv[1], '--parallel=2']; "
             "sys.path.insert(0, 'experiments'); import atlas; from absl import flags; "
             "flags.FLAGS(sys.argv); print(json.dumps([atlas.search_command("
             "'w500_d6', 'W', False, ['post', 'pre']), atlas.search_command('w500_d24', 'W', "
@@ -58,6 +58,7 @@ def test_a_warmup_slice_is_one_depth_borrows_its_range_tests_and_can_narrow_its_
   narrowed, report = json.loads(r.stdout)
   assert "--placements=post,pre" in narrowed and "--depths=6" in narrowed
   assert "--warmups=500" in narrowed and f"--state={tmp_path}/w500_d6.json" in narrowed
+  assert [f for f in narrowed if f.startswith("--parallel")] == ["--parallel=2"]
   assert f"--range_tests_from={tmp_path}/d6.json" in narrowed
   assert [f for f in report if f.startswith("--placements=")] == [
       "--placements=post,pre,sandwich,peri,deepnorm,normformer,resi_dual,admin,mix,b2t,dyt,"
