@@ -162,8 +162,8 @@ def main() -> None:
       runs[setting] = default_run(setting, args.default_steps)
       print(f"default run / {setting}: peak {runs[setting]['peak_mib']:.0f} MiB, "
             f"{runs[setting]['wall_s']:.0f} s", flush=True)
-  text = render(results, runs, args)
-  print(f"Command: `{command(args)}`\n\n{text}")
+  lines = render(results, runs, args)
+  print(f"Command: `{command(args)}`", "", *lines, sep="\n")
   if args.json:
     with open(args.json, "w") as f:
       json.dump({"models": results, "default_run": runs}, f, indent=1)
@@ -171,7 +171,7 @@ def main() -> None:
     import lm_step  # noqa: PLC0415  (imports JAX: only here, never in the workers' parent)
     lm_step.update_section(args.out, lm_step.section_text(
         "memory", "benchmarks/memory.py", "Memory phase by phase", lm_step.machine_info(),
-        command(args), text.split("\n")), "memory")
+        command(args), lines), "memory")
 
 
 def command(args) -> str:
@@ -181,8 +181,9 @@ def command(args) -> str:
           + ("" if args.no_default_run else f" --default_steps {args.default_steps}"))
 
 
-def render(results: dict, runs: dict, args) -> str:
-  """The tables: each phase's resident set per model and setting, then the default run."""
+def render(results: dict, runs: dict, args) -> list[str]:
+  """The tables' lines: each phase's resident set per model and setting, then the default
+  run's."""
   lines = ["Resident set after each phase, MiB (peak so far in brackets):", "",
            "| model | setting | " + " | ".join(PHASES) + " | step ms | releases |",
            "|---|---|" + "---:|" * (len(PHASES) + 2)]
@@ -198,7 +199,7 @@ def render(results: dict, runs: dict, args) -> str:
     for setting, r in runs.items():
       lines.append(f"| {setting} | {r['peak_mib']:.0f} | {r['wall_s']:.0f} | "
                    f"{r['summary'].get('eval_loss', float('nan')):.4f} |")
-  return "\n".join(lines)
+  return lines
 
 
 if __name__ == "__main__":

@@ -3,8 +3,11 @@ training: from the committed 6-layer slice's state, in a folder of its own."""
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -69,9 +72,6 @@ def test_a_warmup_slice_is_one_depth_borrows_its_range_tests_and_can_narrow_its_
 def test_stopping_a_slice_stops_its_search_and_the_search_its_run(tmp_path):
   """`--run` puts the search in its own place: SIGTERM to the command a user started stops
   the search (exit 128 + 15) and its run, which saves what it can; nothing is left running."""
-  import shutil
-  import signal
-  import time
   states, work = tmp_path / "states", tmp_path / "work"
   states.mkdir()
   shutil.copy(os.path.join(REPO, "experiments", "atlas", "d6.json"), states)  # Range tests.
