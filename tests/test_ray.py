@@ -39,6 +39,7 @@ import pytest
 
 import test_gcs
 import test_stability
+from lnjax.sweep import launcher
 
 gcs = test_gcs.gcs  # The GCS emulator on 127.0.0.1 (a module fixture).
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -209,7 +210,8 @@ def _sweep(cluster, config, sweep, root, *flags, wait=True, timeout=300):
 
 
 def _losses(workdir: str) -> list[tuple]:
-  records = [json.loads(l) for l in open(os.path.join(workdir, "metrics.jsonl"))]
+  """(step, train_loss, eval_loss) per record; a line the run is still writing is left out."""
+  records = launcher.read_metrics(workdir)
   return [(r["step"], r.get("train_loss"), r.get("eval_loss")) for r in records
           if "train_loss" in r or "eval_loss" in r]
 
