@@ -195,6 +195,43 @@ def test_devices_per_run_sizes_each_slot(monkeypatch):
   assert len({s.env["TPU_MESH_CONTROLLER_PORT"] for s in slots}) == 2
 
 
+LAUNCHER_AT_NICE_7 = """
+import os, sys
+import ml_collections
+from lnjax import sweep
+from lnjax.sweep import launcher
+
+SEEN = ("import os; open('seen', 'w').write(repr((os.getsid(0) == os.getpid(), "
+        "sorted(os.sched_getaffinity(0)), os.nice(0), open('/proc/self/autogroup').read() "
+        "if os.path.exists('/proc/self/autogroup') else None)))")
+
+class Launcher(launcher.Launcher):  # Each run's process reports what it was started with.
+  def command(self, run):
+    return [sys.executable, "-c", SEEN]
+
+os.nice(7)
+os.chdir(sys.argv[1])
+run = sweep.Run("one", {}, ml_collections.ConfigDict({"train": {"num_steps": 1}}))
+Launcher("none.py", None, [run], sys.argv[1], launcher.make_slots("cpu", 1, 1)).run()
+"""
+
+
+def test_a_run_starts_on_its_slots_cores_in_its_own_session_at_the_launchers_niceness(tmp_path):
+  """The run's process leads a new session (Ctrl-C reaches the launcher alone), is pinned to
+  its slot's cores, and its session's autogroup (Linux) gets the launcher's niceness: under
+  autogroups a `nice -n 7` launcher's runs would otherwise weigh as much as the user's shell."""
+  script = tmp_path / "launch.py"
+  script.write_text(LAUNCHER_AT_NICE_7)
+  r = subprocess.run([sys.executable, str(script), str(tmp_path)], cwd=REPO, capture_output=True,
+                     text=True, timeout=120)
+  assert (tmp_path / "seen").exists(), r.stdout[-2000:] + r.stderr[-2000:]
+  leads_session, cores, nice, autogroup = eval((tmp_path / "seen").read_text())
+  assert leads_session and nice == 7
+  assert cores == [min(os.sched_getaffinity(0))]  # The one-core slot: the first core.
+  if autogroup is not None:  # Kernels built without CONFIG_SCHED_AUTOGROUP have no file.
+    assert autogroup.split()[-2:] == ["nice", "7"], autogroup
+
+
 @pytest.mark.slow
 def test_dry_run_prints_each_runs_command_and_launches_nothing(tmp_path):
   config = _config_file(tmp_path, "sweep.product(sweep.axis('model.norm_position', ['post', "

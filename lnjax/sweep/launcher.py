@@ -27,7 +27,7 @@ import sys
 import time
 
 from lnjax.core import errors, fileio, lock
-from lnjax.sweep import Run, flag_value
+from lnjax.sweep import Run, flag_value, priority
 
 # Run states, in the manifest and the progress view.
 PENDING, RUNNING, COMPLETED, DIVERGED, FAILED, INTERRUPTED, ELSEWHERE = (
@@ -354,11 +354,11 @@ class Launcher:
       offset = log.tell()
       env = {**os.environ, **slot.env, "PYTHONUNBUFFERED": "1"}
       # Its own session: a terminal's Ctrl-C reaches the launcher only, which then sends
-      # SIGTERM (checkpoint and exit) rather than SIGINT (a traceback, nothing saved).
+      # SIGTERM (checkpoint and exit) rather than SIGINT (a traceback, nothing saved). The
+      # session gets the launcher's niceness (lnjax/sweep/priority.py).
       proc = subprocess.Popen(
           cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-          start_new_session=True, pass_fds=(fd,),
-          preexec_fn=(lambda: os.sched_setaffinity(0, slot.cpus)) if slot.cpus else None)
+          start_new_session=True, pass_fds=(fd,), preexec_fn=lambda: priority.enter_slot(slot.cpus))
     os.close(fd)  # The process holds the lock until it exits.
     self.active[run.name] = _Active(run, slot, proc, offset)
     attempts = self.manifest["runs"][run.name].get("attempts", 0) + 1
