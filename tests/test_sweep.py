@@ -201,9 +201,9 @@ import ml_collections
 from lnjax import sweep
 from lnjax.sweep import launcher
 
-SEEN = ("import os; open('seen', 'w').write(repr((os.getsid(0) == os.getpid(), "
+SEEN = ("import json, os; open('seen', 'w').write(json.dumps([os.getsid(0) == os.getpid(), "
         "sorted(os.sched_getaffinity(0)), os.nice(0), open('/proc/self/autogroup').read() "
-        "if os.path.exists('/proc/self/autogroup') else None)))")
+        "if os.path.exists('/proc/self/autogroup') else None]))")
 
 class Launcher(launcher.Launcher):  # Each run's process reports what it was started with.
   def command(self, run):
@@ -225,7 +225,7 @@ def test_a_run_starts_on_its_slots_cores_in_its_own_session_at_the_launchers_nic
   r = subprocess.run([sys.executable, str(script), str(tmp_path)], cwd=REPO, capture_output=True,
                      text=True, timeout=120)
   assert (tmp_path / "seen").exists(), r.stdout[-2000:] + r.stderr[-2000:]
-  leads_session, cores, nice, autogroup = eval((tmp_path / "seen").read_text())
+  leads_session, cores, nice, autogroup = json.loads((tmp_path / "seen").read_text())
   assert leads_session and nice == 7
   assert cores == [min(os.sched_getaffinity(0))]  # The one-core slot: the first core.
   if autogroup is not None:  # Kernels built without CONFIG_SCHED_AUTOGROUP have no file.

@@ -26,4 +26,3 @@ def enter_slot(cpus: tuple[int, ...]) -> None:
         f.write(str(niceness))
     except OSError:  # A read-only /proc (some containers): the process's own nice stays.
       pass
-
