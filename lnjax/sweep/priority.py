@@ -20,9 +20,9 @@ def enter_slot(cpus: tuple[int, ...]) -> None:
   if cpus:
     os.sched_setaffinity(0, cpus)
   niceness = os.nice(0)
-  if niceness > 0 and os.path.exists(AUTOGROUP):
+  if niceness > 0:
     try:
       with open(AUTOGROUP, "w") as f:
         f.write(str(niceness))
-    except OSError:  # A read-only /proc (some containers): the process's own nice stays.
+    except OSError:  # No autogroups, or a read-only /proc: the process's own nice stays.
       pass
