@@ -273,11 +273,18 @@ class LnjaxTestMt(tfds.core.GeneratorBasedBuilder):
       yield i, {"de": d, "en": e}
 
 
+def _tfds_prepare(builder_cls, data_dir) -> None:
+  """`builder_cls` prepared as array_record in data_dir, as lnjax's own builders are."""
+  with paths.tfds_scratch():  # (Nothing left in the temp folder.)
+    builder = builder_cls(data_dir=str(data_dir), file_format="array_record")
+  builder.download_and_prepare()
+
+
 @pytest.fixture(scope="module")
 def tfds_dir(tmp_path_factory):
   root = tmp_path_factory.mktemp("tfds")
   for cls in (LnjaxTestLm, LnjaxTestMt):
-    cls(data_dir=str(root), file_format="array_record").download_and_prepare()
+    _tfds_prepare(cls, root)
   return str(root)
 
 
@@ -370,7 +377,7 @@ def test_packaged_tfds_builder_prepares_and_reads_as_array_record(tmp_path, monk
 
   assert packaged_lm.LnjaxPackagedLm.code_path.name == "packaged_lm.py"
   root = tmp_path / "tfds"
-  packaged_lm.LnjaxPackagedLm(data_dir=str(root), file_format="array_record").download_and_prepare()
+  _tfds_prepare(packaged_lm.LnjaxPackagedLm, root)
   assert list(root.rglob("*.array_record*"))
   src = sources.open_external("tfds:lnjax_packaged_lm", str(root))
   assert src.available_splits == ("test", "train")
@@ -538,8 +545,7 @@ def test_lm_splits_read_the_named_text_field(kind, tmp_path):
   train, val = _shakespeare_docs()
   train, val = train[:300], val[:60]
   if kind == "tfds":
-    LnjaxTestBody(data_dir=str(tmp_path / "tfds"), file_format="array_record"
-                  ).download_and_prepare()
+    _tfds_prepare(LnjaxTestBody, tmp_path / "tfds")
     name, tfds_dir = "tfds:lnjax_test_body", str(tmp_path / "tfds")
   else:
     datasets.DatasetDict({

@@ -30,6 +30,7 @@ import hashlib
 import os
 import pathlib
 import shutil
+import tempfile
 from typing import Iterator, Sequence
 
 from lnjax.core import errors, fileio
@@ -225,6 +226,20 @@ def remove_incomplete(data_dir: str | os.PathLike) -> list[str]:
   for p in stale:
     shutil.rmtree(p, ignore_errors=True)
   return [p.name for p in stale]
+
+
+@contextlib.contextmanager
+def tfds_scratch() -> Iterator[None]:
+  """Around the making of a TFDS builder: TFDS 4.9's DatasetBuilder, for a data set not yet
+  prepared, makes an empty folder with `tempfile.mkdtemp("tfds")`
+  (DatasetInfo.initialize_from_bucket) and never removes it (132 of them in /tmp after
+  one run of the test suite). Made in here, it goes into a folder removed at the end."""
+  with tempfile.TemporaryDirectory(prefix="lnjax_tfds_") as scratch:
+    before, tempfile.tempdir = tempfile.tempdir, scratch
+    try:
+      yield
+    finally:
+      tempfile.tempdir = before
 
 
 @contextlib.contextmanager

@@ -105,7 +105,8 @@ class TfdsSource(_External):
 
     self.name = TFDS_PREFIX + spec
     try:
-      builder = tfds.builder(spec, data_dir=data_dir, file_format="array_record")
+      with paths.tfds_scratch():
+        builder = tfds.builder(spec, data_dir=data_dir, file_format="array_record")
     except Exception as e:  # DatasetNotFoundError, a bad config or version
       # Without TensorFlow, TFDS leaves the builders that need it out of its catalog.
       hint = ("; TFDS registers its TensorFlow builders (wmt*_translate, ...) only with"
