@@ -234,8 +234,9 @@ def tfds_scratch() -> Iterator[None]:
   prepared, makes an empty folder with `tempfile.mkdtemp("tfds")`
   (DatasetInfo.initialize_from_bucket) and never removes it (56 of them in /tmp after
   one run of the test suite, 4.9.10). Made in here, it goes into a folder removed at the end."""
+  before = tempfile.tempdir  # (Process-wide: builders are made on the main thread.)
   with tempfile.TemporaryDirectory(prefix="lnjax_tfds_") as scratch:
-    before, tempfile.tempdir = tempfile.tempdir, scratch
+    tempfile.tempdir = scratch
     try:
       yield
     finally:
