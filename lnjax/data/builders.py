@@ -307,11 +307,13 @@ def prepared(make: Callable[[], tfds.core.DatasetBuilder]) -> tfds.core.DatasetB
   while another process (a host of a multi-process run, an xdist worker) was still
   preparing the data set knows none of its splits."""
   tfds.disable_progress_bar()  # no tqdm bars in training logs
-  with paths.tfds_scratch():
-    data_dir = make().data_dir
-  with paths.file_lock(pathlib.Path(data_dir).parent.parent / ".lock"):
+
+  def made() -> tfds.core.DatasetBuilder:
     with paths.tfds_scratch():
-      builder = make()
+      return make()
+
+  with paths.file_lock(pathlib.Path(made().data_dir).parent.parent / ".lock"):
+    builder = made()
     paths.remove_incomplete(builder.data_dir)
     builder.download_and_prepare()
   return builder
