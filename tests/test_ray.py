@@ -39,7 +39,7 @@ import pytest
 
 import test_gcs
 import test_stability
-from lnjax.sweep import launcher
+from lnjax.sweep import launcher, ray_backend
 
 gcs = test_gcs.gcs  # The GCS emulator on 127.0.0.1 (a module fixture).
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -194,11 +194,13 @@ def _config(tmp) -> str:
   return path
 
 
-def _sweep(cluster, config, sweep, root, *flags, wait=True, timeout=300):
+def _sweep(cluster, config, sweep, root, *flags, wait=True, timeout=300, niceness=0):
+  """The sweep's launcher, at `niceness` (`nice -n NICENESS python -m lnjax.cli.sweep`)."""
   cmd = [sys.executable, "-m", "lnjax.cli.sweep", f"--config={config}", f"--sweep={sweep}",
          f"--workdir={root}", "--backend=ray", f"--ray_address={cluster.address}", *flags]
   proc = subprocess.Popen(cmd, cwd=REPO, env=cluster.local, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                          stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                          preexec_fn=lambda: os.nice(niceness))
   if not wait:
     return proc
   try:
@@ -410,9 +412,11 @@ def _checkpointed_not_done(workdir: str):
 @pytest.mark.slow
 def test_a_run_whose_node_is_lost_is_rescheduled_and_resumes(cluster, reference):
   """Two runs (one per node); the second node's processes killed with -9 while its run
-  trains past its first checkpoint: Ray retries the task on the head, the run resumes."""
+  trains past its first checkpoint: Ray retries the task on the head, the run resumes.
+  The launcher runs at nice 17, above Ray's workers (15), and so does the run's process
+  on node_b."""
   root = os.path.join(reference["tmp"], "lost")
-  proc = _sweep(cluster, reference["config"], "two", root, wait=False)
+  proc = _sweep(cluster, reference["config"], "two", root, wait=False, niceness=17)
   try:
     def on_node_b():
       if not os.path.exists(os.path.join(root, "sweep.json")):
@@ -426,6 +430,11 @@ def test_a_run_whose_node_is_lost_is_rescheduled_and_resumes(cluster, reference)
     name = _wait_for(on_node_b, 120, "a run on node_b")
     workdir = os.path.join(root, name)
     _wait_for(lambda: _checkpointed_not_done(workdir), 120, "the run's checkpoint at step 20")
+    pid = json.load(open(os.path.join(workdir, ray_backend.TASK_FILE)))["pid"]
+    worker = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    worker_nice = os.getpriority(os.PRIO_PROCESS, worker)  # Ray's worker_niceness: 15.
+    assert "lnjax.main" in _cmdline(pid)
+    assert os.getpriority(os.PRIO_PROCESS, pid) == max(worker_nice, min(19, os.nice(0) + 17))
     killed = cluster.kill("node_b")
     assert any("raylet" in c for c in killed) and any("lnjax.main" in c for c in killed), (
         killed, _losses(workdir)[-1:])

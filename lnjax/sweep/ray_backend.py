@@ -149,6 +149,7 @@ class RayLauncher(launcher.Launcher):
             "devices_per_run": self.devices_per_run, "nodes_per_run": self.nodes_per_run,
             "parallel": self.parallel, "reschedules": self.reschedules, "cwd": os.getcwd(),
             "grace_seconds": self.grace_seconds, "submitted": submitted,
+            "niceness": os.nice(0),
             "runs": [(run, self.command(run), fileio.abspath(self.workdir(run))) for run in todo]}
     log = open(self.driver_log, "a")
     self._driver = subprocess.Popen(

@@ -16,7 +16,7 @@ import tempfile
 import time
 
 from lnjax.core import fileio, lock as lock_lib
-from lnjax.sweep import Run, launcher
+from lnjax.sweep import Run, launcher, priority
 from lnjax.sweep.ray_backend import LOG_UPLOAD_SECONDS, TASK_FILE
 
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a child gets when its parent dies.
@@ -24,10 +24,11 @@ PR_SET_PDEATHSIG = 1  # prctl(2): the signal a child gets when its parent dies.
 
 def train_process(run: Run, cmd: list[str], workdir: str, cwd: str, submitted: str,
                   process_id: int = 0, num_processes: int = 1,
-                  coordinator: str | None = None, grace_seconds: float = 600.0) -> dict:
-  """Runs lnjax.main for `run` on this node and returns {"code": its exit code}; process
-  0 holds the run's lock (on a bucket: waits for lnjax.main's own) and writes TASK_FILE
-  for the launcher."""
+                  coordinator: str | None = None, grace_seconds: float = 600.0,
+                  niceness: int = 0) -> dict:
+  """Runs lnjax.main for `run` on this node, at the launcher's `niceness` or above, and
+  returns {"code": its exit code}; process 0 holds the run's lock (on a bucket: waits for
+  lnjax.main's own) and writes TASK_FILE for the launcher."""
   import ray
   node_id, node_ip = ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
   remote = fileio.is_remote(workdir)
@@ -67,7 +68,7 @@ def train_process(run: Run, cmd: list[str], workdir: str, cwd: str, submitted: s
     proc = subprocess.Popen(
         cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         env={**os.environ, "PYTHONUNBUFFERED": "1"}, pass_fds=(lock,) if lock else (),
-        preexec_fn=lambda: _die_with(parent, death_signal))
+        preexec_fn=lambda: (_die_with(parent, death_signal), priority.at_least(niceness)))
   if lock is not None:
     os.close(lock)  # lnjax.main holds it until it exits.
   if process_id == 0:
@@ -227,7 +228,7 @@ class _Driver:
       ref = self.remote.options(**_ray_options(self.resources),
                                 max_retries=self.spec["reschedules"]).remote(
           run, cmd, workdir, self.spec["cwd"], self.spec["submitted"],
-          grace_seconds=self.spec["grace_seconds"])
+          grace_seconds=self.spec["grace_seconds"], niceness=self.spec["niceness"])
       entry.update(stage="train", refs=[ref])
     else:
       pg = placement_group([dict(self.resources)] * n, strategy="STRICT_SPREAD")
@@ -251,7 +252,7 @@ class _Driver:
           **_ray_options(self.resources), max_retries=0, scheduling_strategy=on(i)).remote(
               run, entry["cmd"], entry["workdir"], self.spec["cwd"],
               self.spec["submitted"], i, n, coordinator,
-              self.spec["grace_seconds"]) for i in range(n)])
+              self.spec["grace_seconds"], self.spec["niceness"]) for i in range(n)])
       return
     try:
       result = ray.get(ref)
