@@ -109,6 +109,16 @@ def so_far(cell: dict) -> str:
   return "searching: " + (f"{low:.3g}–{high:.3g}" if both else verdict(cell))
 
 
+def lift(before: dict | None, after: dict | None) -> str:
+  """What the warm-up does to one (placement, depth)'s edge: the highest stable rate after
+  it over the highest without it; a bound where the cell without it has no stable rate."""
+  if before is None or after is None or after["highest_stable_lr"] is None:
+    return "—"
+  if before["highest_stable_lr"] is None:
+    return f"> {after['highest_stable_lr'] / before['lowest_unstable_lr']:.2g}×"
+  return f"{after['highest_stable_lr'] / before['highest_stable_lr']:.2g}×"
+
+
 def main(argv):
   del argv
   if _RUN.value and _RUN.value not in SLICES:
@@ -160,6 +170,14 @@ def main(argv):
              so_far(searching[(p, d, w)]) if (p, d, w) in searching else "not yet"
              for d, w in columns]
     coverage.append(f"| {plotting.placement_label(p)} | " + " | ".join(marks) + " |")
+  # The warm-up's lift: a placement per row, a depth per column ("—": a cell not measured,
+  # or no stable rate after the warm-up).
+  (cold, warm), depths = GRID["warmups"], GRID["depths"]
+  lifts = ["| placement | " + " | ".join(f"{d} layers" for d in depths) + " |",
+           "|---|" + "---:|" * len(depths)]
+  for p in models.NORM_POSITIONS:
+    lifts.append(f"| {plotting.placement_label(p)} | " + " | ".join(
+        lift(cells.get((p, d, cold)), cells.get((p, d, warm))) for d in depths) + " |")
   total = len(models.NORM_POSITIONS) * len(GRID["depths"]) * len(GRID["warmups"])
   lines.append(f"Cells measured: {len(table)} of the atlas's {total} (14 placements × depths "
                f"{', '.join(map(str, GRID['depths']))} × warm-up "
@@ -167,7 +185,9 @@ def main(argv):
   report = "\n".join(["# The stability atlas", "", *md, "", *lines, "",
                       "Highest stable rate by cell (searching: the bounds its probes have "
                       "set so far; not yet: no probe yet):", "",
-                      *coverage]) + "\n"
+                      *coverage, "",
+                      f"The warm-up's lift: the highest stable rate after {warm} warm-up "
+                      f"steps over the highest without warm-up, by depth:", "", *lifts]) + "\n"
   path = _REPORT.value or os.path.join(_STATES.value, "atlas.md")
   with open(path, "w") as f:
     f.write(report)

@@ -44,6 +44,26 @@ def test_the_atlas_tables_a_slice_from_its_state_and_says_what_is_not_yet(tmp_pa
   assert json.loads((states / "d6.json").read_text()) == state
 
 
+@pytest.mark.slow
+def test_the_atlas_tables_the_warmups_lift_where_both_cells_are_measured(tmp_path):
+  """The committed 6-layer slices with and without warm-up: each placement's edge after it
+  over its edge without it (Post-LN 0.00644 / 0.0011, Pre-LN 0.173 / 0.0459); "—" at the
+  depths neither slice measured."""
+  states = tmp_path / "states"
+  states.mkdir()
+  for name in ("d6", "w500_d6"):
+    shutil.copy(os.path.join(REPO, "experiments", "atlas", f"{name}.json"), states)
+  r = subprocess.run([sys.executable, "experiments/atlas.py", f"--states={states}",
+                      f"--workdir={tmp_path / 'work'}", f"--figure={tmp_path / 'atlas.png'}"],
+                     cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+  report = (states / "atlas.md").read_text()
+  lifts = report[report.index("The warm-up's lift"):]
+  assert "| placement | 6 layers | 12 layers | 24 layers |" in lifts
+  assert "| Post-LN | 5.9× | — | — |" in lifts and "| Pre-LN | 3.8× | — | — |" in lifts
+  assert "| nGPT | 1× | — | — |" in lifts  # 0.3 both: the search's ceiling.
+
+
 def test_a_warmup_slice_is_one_depth_borrows_its_range_tests_and_can_narrow_its_placements(
     tmp_path):
   """Each warm-up slice searches one depth (a round of probes runs at that depth's pace),
