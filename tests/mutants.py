@@ -25,7 +25,7 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COPIED = ("lnjax", "tests", "configs", "benchmarks", "pyproject.toml")
+COPIED = ("lnjax", "tests", "configs", "benchmarks", "experiments", "pyproject.toml")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -330,9 +330,13 @@ MUTANTS = [
       ("tests/test_ray.py::test_a_run_whose_node_is_lost_is_rescheduled_and_resumes",),
       "a run whose node is lost is not started again on another node"),
     M("ray_run_outlives_its_task", "lnjax/sweep/ray_driver.py",
-      "preexec_fn=lambda: _die_with(parent, death_signal)", "preexec_fn=None",
+      "(_die_with(parent, death_signal), priority", "(None, priority",
       ("tests/test_ray.py::test_the_cluster_stopping_mid_sweep_is_one_line_and_the_relaunch_resumes",),
       "a run whose Ray cluster stopped trains on unseen instead of saving and stopping"),
+    M("ray_run_ignores_the_launchers_niceness", "lnjax/sweep/ray_driver.py",
+      "priority.at_least(niceness))", "None)",
+      ("tests/test_ray.py::test_a_run_whose_node_is_lost_is_rescheduled_and_resumes",),
+      "a `nice -n 19` launcher's runs on Ray stay at Ray's worker niceness (15)"),
     M("ray_cluster_loss_silent", "lnjax/sweep/ray_backend.py",
       "          self._lost()\n", "          pass\n",
       ("tests/test_ray.py::test_the_cluster_stopping_mid_sweep_is_one_line_and_the_relaunch_resumes",),
@@ -499,6 +503,11 @@ MUTANTS = [
       "        if unfinished:\n          continue",
       ("tests/test_plotting.py::test_stability_figure_draws_a_searching_cell_faded_at_its_bounds_so_far",),
       "the atlas's figure leaves out what the cells still searching have bounded so far"),
+    M("atlas_lift_inverted", "experiments/atlas.py",
+      "return f\"{after['highest_stable_lr'] / before['highest_stable_lr']:.2g}×\"",
+      "return f\"{before['highest_stable_lr'] / after['highest_stable_lr']:.2g}×\"",
+      ("tests/test_atlas.py::test_the_atlas_tables_the_warmups_lift_where_both_cells_are_measured",),
+      "the atlas's lift table divides the edge without warm-up by the edge after it"),
     M("stability_forgets_the_seeds_of_an_undecided_probe", "lnjax/sweep/stability.py",
       "          kept[run.name] = {k: summary[k] for k in SUMMARY_KEYS if k in summary}",
       "          pass",
@@ -626,8 +635,8 @@ MUTANTS = [
 
 
 def copy_repo(dest: str) -> str:
-  """lnjax/, tests/ (with its fixture corpora), configs/, benchmarks/, pyproject.toml under
-  dest/repo."""
+  """lnjax/, tests/ (with its fixture corpora), configs/, benchmarks/, experiments/,
+  pyproject.toml under dest/repo."""
   root = os.path.join(dest, "repo")
   os.makedirs(root)
   ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
