@@ -79,15 +79,20 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
+def _stat(pid) -> list[str]:
+  """/proc/PID/stat's fields after the command name: state, parent, group, session, ..."""
+  stat = open(f"/proc/{pid}/stat").read()
+  return stat[stat.rindex(")") + 2:].split()
+
+
 def _session_pids(sid: int) -> list[int]:
   pids = []
   for entry in os.listdir("/proc"):
     if entry.isdigit():
       try:
-        stat = open(f"/proc/{entry}/stat").read()
+        fields = _stat(entry)
       except OSError:
         continue
-      fields = stat[stat.rindex(")") + 2:].split()
       if int(fields[3]) == sid and fields[0] != "Z":
         pids.append(int(entry))
   return pids
@@ -431,7 +436,7 @@ def test_a_run_whose_node_is_lost_is_rescheduled_and_resumes(cluster, reference)
     workdir = os.path.join(root, name)
     _wait_for(lambda: _checkpointed_not_done(workdir), 120, "the run's checkpoint at step 20")
     pid = json.load(open(os.path.join(workdir, ray_backend.TASK_FILE)))["pid"]
-    worker = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    worker = int(_stat(pid)[1])
     worker_nice = os.getpriority(os.PRIO_PROCESS, worker)  # Ray's worker_niceness: 15.
     assert "lnjax.main" in _cmdline(pid)
     assert os.getpriority(os.PRIO_PROCESS, pid) == max(worker_nice, min(19, os.nice(0) + 17))
