@@ -285,3 +285,37 @@ def test_scanned_layers_with_every_option_equal_the_unrolled_ones(position):
   scanned = TransformerLM(dataclasses.replace(cfg, scan_layers=True))
   np.testing.assert_allclose(scanned.apply({"params": scan_params(params, cfg)}, TOKENS),
                              model.apply({"params": params}, TOKENS), atol=1e-5)
+
+
+@pytest.mark.slow  # (compiles a loss per placement)
+@pytest.mark.parametrize("position", ["hybridnorm", "derf"])
+def test_layer_removal_of_the_2025_placements_and_windowed_layers(position):
+  """removal.layer_removal (the model one layer shallower) equals the full model whose
+  block i returns its input, for HybridNorm and Derf (their blocks do not depend on the
+  index); with local and global layers in turn it is not offered (None): a layer moved
+  down would take another window."""
+  from lnjax import tasks
+  from lnjax.analysis import probes, removal
+  from lnjax.core.state import Setup
+  from lnjax.models.transformer import Block
+
+  cfg = ModelConfig(**{**TINY, "num_layers": 3}, norm_position=position)
+  model = TransformerLM(cfg)
+  params = nn.unbox(init_params(model, jax.random.key(0), TOKENS))
+  batches = [{"inputs": TOKENS[:, :-1], "targets": TOKENS[:, 1:],
+              "weights": np.ones((2, 7), np.float32)}]
+  setup = Setup(tasks.get("lm"), model, None, None)
+  profile = removal.layer_removal(setup, params, batches)
+  for i in range(3):
+    def skip(next_fun, args, kwargs, context, i=i):
+      if isinstance(context.module, Block) and context.module.index == i:
+        return args[0]
+      return next_fun(*args, **kwargs)
+
+    with nn.intercept_methods(skip):
+      skipped = float(probes.mean_loss(params, setup, batches))
+    assert profile["increase"][i] == pytest.approx(skipped - profile["loss"], abs=1e-5)
+  windowed = TransformerLM(dataclasses.replace(cfg, sliding_window=2,
+                                               attention_pattern="local,global"))
+  assert removal.layer_removal(Setup(tasks.get("lm"), windowed, None, None), params,
+                               batches)["increase"] is None

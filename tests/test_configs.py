@@ -123,3 +123,21 @@ def test_llama_shapes_have_the_published_parameter_counts():
     model = TransformerLM(run.resolve_config(llama.get_config(f"size={size}")).model)
     shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.ones((1, 8), jnp.int32)))
     assert sum(math.prod(x.shape) for x in jax.tree.leaves(shapes)) == expected, size
+
+
+@pytest.mark.slow  # Trains 40 steps (about a minute on 2 cores).
+def test_llama_smoke_trains(tmp_path):
+  """configs/llama.py:family=gemma2,smoke (the family with the most options: local and
+  global layers, soft-caps, (1 + w) RMSNorm, GeGLU, Sandwich) through train_and_evaluate,
+  as `lnjax train --config=llama:...,smoke` runs it: the loss falls."""
+  from configs import llama
+  from lnjax.core import train
+  from test_train import train_losses
+  c = llama.get_config("family=gemma2,smoke")
+  with c.unlocked():
+    c.mesh.data = 1
+    c.train.num_steps, c.train.eval_every_steps, c.train.checkpoint_every_steps = 40, 40, 40
+  wd = str(tmp_path / "gemma2")
+  assert train.train_and_evaluate(c, wd)["status"] == "completed"
+  losses = train_losses(wd)
+  assert losses[40] < losses[5] - 0.3, losses
