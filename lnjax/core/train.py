@@ -151,6 +151,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       with preemption.Stop() as stop:
         return _train_and_evaluate(config, workdir, resuming, None, stop, t_start)
     with lock_lib.workdir_lock(workdir) as lock, preemption.Stop() as stop:
+      preemption.on_forced_exit(lambda: lock.__exit__(None, None, None))
       if lock.previous_holder:
         log(f"Taking over the lock of {lock.previous_holder}, which ended without releasing it.")
       try:
