@@ -167,6 +167,17 @@ def test_a_stop_during_a_decode_batch_does_not_wait_for_the_batch():
     evaluate._stoppable(lambda: 1 / 0)
 
 
+
+def test_a_stop_passes_through_tfds_parsing_unchanged():
+  """TFDS's feature parser rewrites what it catches ("Error wile parsing feature index:
+  SIGTERM" was a stop's line); Preempted, a BaseException, is not caught there."""
+  from tensorflow_datasets.core.utils import py_utils
+  from lnjax.core import preemption
+  with pytest.raises(preemption.Preempted) as raised:
+    with py_utils.try_reraise("Error wile parsing feature index: "):
+      raise preemption.Preempted("SIGTERM")
+  assert str(raised.value) == raised.value.signal == "SIGTERM"
+
 # ---- A stop while XLA compiles (lnjax/core/preemption.py's watcher).
 # 16 unrolled layers: the LM smoke model's train step takes XLA 25-60 s to compile on the
 # tests' 2-core machine at their optimisation level (38 s for 8 layers at the default level:
