@@ -163,6 +163,14 @@ def test_warning_needs_history_and_ignores_the_learning_rate_schedule():
   assert not [w for s in range(1, 201) for w in rule(s, {NAME: 0.7 * lr(s)}, lr(s))]
 
 
+
+def test_the_warning_judges_from_exactly_min_history_steps():
+  """min_history=20: the 21st value is judged against 20 steps of history, the 20th is not."""
+  rule = health.EarlyWarning(factor=3.0, window=100, min_history=20)
+  assert [w["step"] for w in _feed(rule, [1.0] * 20 + [50.0])] == [21]
+  rule = health.EarlyWarning(factor=3.0, window=100, min_history=20)
+  assert not _feed(rule, [1.0] * 19 + [50.0])
+
 def _grads(first: float, top: float = 1e-3, prefix: str = "") -> dict:
   """Health scalars of a 3-layer stack: layer 0's sub-layers at `first` and first / 2."""
   return {f"health/{prefix}layer_0/ffn/grad_rms": first,
@@ -245,6 +253,23 @@ def test_skip_spikes_zeroes_the_update_and_keeps_the_state():
   assert int(state.count) == 0  # and stays out of the window
 
 
+
+def test_skip_spikes_skips_a_gradient_norm_spike_under_a_steady_loss():
+  """The gradient norm is judged against the gradient-norm history: norms near 1 then 5,
+  the loss steady at 10 throughout (5 is far below the loss history: a rule reading it
+  would let the spike through)."""
+  tx = health.skip_spikes(optax.sgd(0.1), window=8, num_sigma=6.0)
+  params = {"w": jnp.zeros(4)}
+  state, update = tx.init(params), jax.jit(tx.update)
+  rng = np.random.default_rng(0)
+  for i in range(8):
+    g = rng.normal(0, 1, 4)
+    norm = 5.0 if i == 7 else 1.0 + 0.01 * rng.standard_normal()
+    u, state = update({"w": jnp.asarray(g / np.linalg.norm(g) * norm, jnp.float32)}, state,
+                      params, value=10.0)
+    assert (float(jnp.abs(u["w"]).max()) == 0.0) == (i == 7), i
+  assert int(health.skipped_steps(state)) == 1
+
 # ---- Under sharding, and in a run. ---------------------------------------------------------
 
 def _sharded_stats(mesh_shape):
@@ -308,13 +333,27 @@ def _within_1_percent(run, clean) -> bool:
   return abs(run["eval_loss"] - clean["eval_loss"]) <= 0.01 * clean["eval_loss"]
 
 
+LR_SPIKE = {"train.inject_fault": "lr_spike:110:3:300"}  # Rate ×300 for 3 steps at step 110.
+
+
+@pytest.mark.slow
+def test_a_run_with_health_log_records_the_statistics(tmp_path):
+  """train.health=log builds the health hook (test_hooks.py: it never warns): a health/
+  record at every log step of the smoke run."""
+  _, records = _run(tmp_path, "log", **{
+      "train.health": "log", "train.num_steps": 20, "train.log_every_steps": 5,
+      "train.checkpoint_every_steps": 20, "train.eval_every_steps": 20})
+  health_steps = [r["step"] for r in records if any(k.startswith("health/") for k in r)]
+  assert health_steps == [5, 10, 15, 20], health_steps
+
+
 @pytest.mark.slow
 def test_rollback_recovers_from_a_learning_rate_spike(tmp_path, clean_run):
   """A learning rate ×300 for 3 steps at step 110: without recovery the run ends far from
   the clean run's held-out loss; with rollback (back ≥ 20 steps, 4 batches skipped) within
   1% of it, the action one record and one summary entry."""
   clean = clean_run
-  fault = {"train.inject_fault": "lr_spike:110:3:300"}
+  fault = LR_SPIKE
   broken, _ = _run(tmp_path, "broken", **fault)
   rescued, records = _run(tmp_path, "rescued", **fault, **ROLLBACK)
   assert abs(rescued["eval_loss"] - clean["eval_loss"]) <= 0.01 * clean["eval_loss"], (

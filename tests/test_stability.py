@@ -78,6 +78,16 @@ def test_a_low_end_that_fails_is_widened_down_to_lr_min_then_the_cell_stops():
     assert outcome.status == search.BELOW and outcome.upper == min(asked)
 
 
+
+def test_a_widened_low_end_becomes_the_upper_end():
+  """The low end 1e-4 found unstable: the bracket becomes [1e-5, 1e-4], its upper end
+  the rate just found unstable (not the upper end bisection had reached above it), so
+  the next probe is their geometric mean and nothing at or above 1e-4 is asked again."""
+  outcome, asked = search_with_oracle(3e-5, search.Bracket(1e-4, 1e-2))
+  after = asked[asked.index(1e-4) + 1:]
+  assert after[0] == search.rounded(math.sqrt(1e-5 * 1e-4)) and max(after) < 1e-4
+  assert outcome.lower <= 3e-5 < outcome.upper <= 1e-4
+
 @hypothesis.settings(max_examples=200, derandomize=True, deadline=None, database=None)
 @hypothesis.given(lo_exp=st.floats(-5, -1), span=st.floats(0.3, 3), edge_exp=st.floats(-9, 1),
                   floor_exp=st.floats(-8, -2), tolerance=st.sampled_from([1.4, 2.0, 3.0]),
