@@ -2,6 +2,9 @@
 equal to unrolled, the model unchanged when nobody asks for them; the early-warning rule,
 the host-side 6σ rule and the skip-step optax transform."""
 
+import subprocess
+import sys
+
 import flax.linen as nn
 import hypothesis
 import hypothesis.strategies as st
@@ -343,8 +346,11 @@ def test_a_run_with_health_log_records_the_statistics(tmp_path):
   _, records = _run(tmp_path, "log", **{
       "train.health": "log", "train.num_steps": 20, "train.log_every_steps": 5,
       "train.checkpoint_every_steps": 20, "train.eval_every_steps": 20})
-  health_steps = [r["step"] for r in records if any(k.startswith("health/") for k in r)]
-  assert health_steps == [5, 10, 15, 20], health_steps
+  health = [r for r in records if any(k.startswith("health/") for k in r)]
+  assert [r["step"] for r in health] == [5, 10, 15, 20], health
+  # Records of their own (not averaged into the train_* window), the sown activation
+  # statistics with them (the step asks for those at log steps only).
+  assert all("train_loss" not in r and any(k.endswith("max_logit") for k in r) for r in health)
 
 
 @pytest.mark.slow
@@ -374,10 +380,36 @@ def test_bad_recovery_settings_are_refused_in_one_line():
     run.TrainConfig(health="loud")
   with pytest.raises(errors.ConfigError, match="train.rollback_steps=500"):
     run.TrainConfig(num_steps=100, on_instability="rollback", rollback_steps=500)
-  with pytest.raises(errors.ConfigError, match="train.rollback_skip_batches=-1"):
-    run.TrainConfig(rollback_skip_batches=-1)
+  with pytest.raises(errors.ConfigError, match="train.rollback_skip_batches=-2"):
+    run.TrainConfig(rollback_skip_batches=-2)
+  # Both beyond the run: one line names both.
+  with pytest.raises(errors.ConfigError, match="train.rollback_steps=30 and "
+                     "train.rollback_skip_batches=40 exceed train.num_steps=20"):
+    run.TrainConfig(num_steps=20, on_instability="rollback", rollback_steps=30,
+                    rollback_skip_batches=40)
   with pytest.raises(errors.ConfigError, match="train.inject_fault="):
     run.TrainConfig(inject_fault="lr_spike:10:3")
+
+
+def test_rollback_defaults_follow_the_runs_length():
+  """K = min(100, num_steps // 20), at least 1, B = 2K within the run; set values kept."""
+  from lnjax.core import run
+  rollback = lambda n, **kw: run.TrainConfig(num_steps=n, on_instability="rollback",
+                                             **kw).rollback()
+  assert [rollback(n) for n in (1, 20, 160, 2000, 10**6)] == [
+      (1, 1), (1, 2), (8, 16), (100, 200), (100, 200)]
+  assert rollback(20, rollback_steps=5, rollback_skip_batches=0) == (5, 0)
+
+
+@pytest.mark.slow
+def test_rollback_alone_on_the_smoke_preset_runs(tmp_path):
+  """`lnjax train --config=lm:smoke --config.train.on_instability=rollback`, no other key."""
+  r = subprocess.run([sys.executable, "-m", "lnjax.cli.console", "train", "--config=lm:smoke",
+                      "--config.mesh.data=1", "--config.train.on_instability=rollback",
+                      f"--workdir={tmp_path / 'run'}"], capture_output=True, text=True,
+                     timeout=600, cwd=tmp_path)
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert "== completed at step 20/20" in r.stdout
 
 
 # Four batches of random tokens from step 150 of 160. One alone does the smoke LM no

@@ -272,7 +272,7 @@ def _hooks(b: build_lib.Built, workdir: str, first_step: int, checkpoints) -> li
       *([health] if health else []),
       *([health_hooks.Recovery(
           run.train.on_instability, health, checkpoints.manager.all_steps,
-          rollback_steps=run.train.rollback_steps, skip_batches=run.train.rollback_skip_batches,
+          rollback_steps=run.train.rollback()[0], skip_batches=run.train.rollback()[1],
           lr_factor=run.train.rollback_lr_factor, max_rollbacks=run.train.max_rollbacks)]
         if run.train.on_instability != "none" else []),
       hooks_lib.Divergence(max_loss),
