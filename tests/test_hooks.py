@@ -316,3 +316,27 @@ def test_health_log_records_the_statistics_and_warn_also_warns(tmp_path, mode):
   warned = [r["step"] for r in records(tmp_path) if "warning/layer_0/self_attn/update_rms" in r]
   assert warned == ([21] if mode == "warn" else [])
   assert any(line.startswith("warning: step 21:") for line in loop.lines) == (mode == "warn")
+
+
+
+def test_the_rate_leaves_out_the_first_step_and_a_program_compiled_later(tmp_path):
+  """Step 3 of 4 calls a program jax has not compiled yet (as the step with the health
+  statistics does at the first log step): neither its compilation nor the first step is in
+  the line's tok/s (2 tokens a step; steps 2-4 counted)."""
+  import functools
+  import time
+  unrolled = jax.jit(lambda x: functools.reduce(lambda a, i: jnp.sin(a) * i, range(300), x))
+  took = []
+
+  def train_step(state, batch, lr_scale=1.0):
+    if int(state.step) == 2:
+      t0 = time.perf_counter()
+      unrolled(jnp.ones(3)).block_until_ready()
+      took.append(time.perf_counter() - t0)
+    return _step(state, batch, lr_scale)
+
+  loop = make_loop(tmp_path, [1.0] * 4, [hooks.Logging(4, 4, 0)])
+  loop.train_step = train_step
+  assert loop.run() == hooks.COMPLETED
+  fields = loop.lines[-1].split()
+  assert float(fields[fields.index("tok/s") - 1]) > 3 * 6 / took[0], (loop.lines, took)
