@@ -142,3 +142,11 @@ def test_no_module_is_named_like_a_folder_beside_it():
 def test_no_module_over_500_lines():
   long = {m: n for m, p in _modules().items() if (n := len(p.read_text().splitlines())) > 500}
   assert not long, long
+
+
+def test_experiments_run_from_the_installed_package():
+  """An experiment imports lnjax (and its configs, lnjax.configs) as the installed package;
+  none puts the repository on sys.path."""
+  for path in sorted((REPO / "experiments").glob("*.py")):
+    text = path.read_text()
+    assert "sys.path" not in text and "from configs import" not in text, path.name
