@@ -14,7 +14,6 @@ import ml_collections
 from lnjax.core import build as build_lib, checkpoint as ckpt_lib, errors, fileio
 from lnjax.core import health_hooks, hooks as hooks_lib, lock as lock_lib, loop as loop_lib
 from lnjax.core import metrics as metrics_lib, preemption, run as run_lib, task as task_lib
-from lnjax import tasks
 from lnjax.models import count_params
 
 # Exit statuses of a run (lnjax.main turns them into exit codes).
@@ -113,7 +112,7 @@ def _added_at_default(key: str, saved: ml_collections.ConfigDict,
   section, _, name = key.partition(".")
   if not name or section not in saved or name in saved[section] or section not in config:
     return False
-  task = tasks.get(config.get("task", "lm"))
+  task = run_lib.resolve_config(config).task
   cls = run_lib.SECTIONS.get(section) or task.sections.get(section) or task.data_config
   field = {f.name: f for f in dataclasses.fields(cls)}.get(name)
   if field is None:
