@@ -108,7 +108,8 @@ def test_logging_writes_window_means_and_saves_the_open_window(tmp_path):
 def test_each_line_counts_the_tokens_of_its_own_steps(tmp_path, monkeypatch):
   """A step's metrics reach the hooks one step late, or at once when a hook wants its
   state (an evaluation step): either way a line counts its window's tokens (2 a step
-  here), not the next step's or none."""
+  here), not the next step's or none. The first step is out of the rate (its line, at
+  every_steps=1, has none)."""
   counted = []
 
   def line(progress, step, *unused):
@@ -125,7 +126,7 @@ def test_each_line_counts_the_tokens_of_its_own_steps(tmp_path, monkeypatch):
   log = hooks.Logging(every_steps=1, num_steps=5, first_step=0)
   loop = make_loop(tmp_path, [1.0] * 5, [log, WantsState()])
   assert loop.run() == hooks.COMPLETED
-  assert counted == [(1, 2.0), (2, 2.0), (3, 2.0), (4, 2.0), (5, 2.0)]
+  assert counted == [(1, 0.0), (2, 2.0), (3, 2.0), (4, 2.0), (5, 2.0)]
 
 
 def test_evaluation_every_n_steps_and_the_best_checkpoint(tmp_path):

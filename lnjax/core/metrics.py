@@ -181,7 +181,7 @@ class Progress:
     elapsed = time.perf_counter() - self._t0 - (_preparing_seconds[0] - self._preparing0)
     steps = step - self._s0
     rate = steps / elapsed if steps > 0 and elapsed > 0 else float("nan")
-    tokens_per_s = self._tokens / elapsed if elapsed > 0 else float("nan")
+    tokens_per_s = self._tokens / elapsed if steps > 0 and elapsed > 0 else float("nan")
     eta = (self.num_steps - step) / rate if rate == rate and rate > 0 else float("nan")
     self.restart_clock(step)
     return (f"step {step:>6}/{self.num_steps}  loss {loss:7.4f}  lr {lr:.3e}  "
