@@ -30,12 +30,11 @@ import sys
 
 from absl import app, flags
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(1, REPO)  # lnjax from this checkout when it was not pip-installed.
+from lnjax import models
+from lnjax.analysis import plotting
+from lnjax.sweep import stability_report
 
-from lnjax import models  # noqa: E402
-from lnjax.analysis import plotting  # noqa: E402
-from lnjax.sweep import stability_report  # noqa: E402
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 ALL = ",".join(models.NORM_POSITIONS)
 COMMON = ["--config=configs/lm.py:size=small", "--seeds=2", "--config.data.batch_size=16"]

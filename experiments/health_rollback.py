@@ -14,7 +14,6 @@ early warning marked.
 """
 
 import os
-import sys
 
 from absl import app, flags, logging
 
@@ -42,8 +41,7 @@ def runs(steps: int):
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)  # orbax logs each save at INFO.
-  sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-  from configs import lm
+  from lnjax.configs import lm
   from lnjax.core import metrics, train
 
   results = []

@@ -16,7 +16,6 @@ several processes to run them side by side); `--report_only` only gathers.
 
 import json
 import os
-import sys
 
 from absl import app, flags, logging
 
@@ -41,8 +40,7 @@ def runs() -> list[tuple[str, str, dict]]:
 
 
 def train_one(name: str, preset: str, overrides: dict, root: str) -> None:
-  sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-  from configs import multi30k_de_en
+  from lnjax.configs import multi30k_de_en
   from lnjax.core import train
   from lnjax.inference import predict
 

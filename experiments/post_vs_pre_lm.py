@@ -11,7 +11,6 @@ without it trains worse or stalls at the unigram baseline.
 """
 
 import os
-import sys
 
 from absl import app, flags, logging
 
@@ -37,8 +36,7 @@ def runs(steps: int, lr: float):
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)  # orbax logs each save at INFO.
-  sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-  from configs import default as default_config
+  from lnjax.configs import default as default_config
   from lnjax.core import metrics, train
 
   results = []

@@ -20,7 +20,6 @@ Writes report.md, results.json and theory_check.png (both panels) into --workdir
 
 import json
 import os
-import sys
 
 from absl import app, flags
 
@@ -149,5 +148,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
   app.run(main)

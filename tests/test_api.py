@@ -151,3 +151,20 @@ def test_the_wheel_installs_the_command_and_the_configs(tmp_path):
   r = subprocess.run([str(venv / "bin" / "python"), "-c", "import lnjax; print(lnjax.__file__)"],
                      cwd=empty, env=env, capture_output=True, text=True, timeout=120)
   assert r.stdout.strip().startswith(str(venv)), r.stdout  # The wheel's, not the clone's.
+
+
+@pytest.mark.slow
+def test_every_commands_help_exits_0(tmp_path):
+  """`lnjax COMMAND --help` prints the command's flags and exits 0 (absl's own help exits
+  1), for every command of the console."""
+  import concurrent.futures
+  from lnjax.cli import console
+
+  def help_of(name):
+    return subprocess.run([sys.executable, "-m", "lnjax.cli.console", name, "--help"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+
+  with concurrent.futures.ThreadPoolExecutor(2) as pool:
+    results = dict(zip(console.COMMANDS, pool.map(help_of, console.COMMANDS)))
+  for name, r in results.items():
+    assert r.returncode == 0 and "--" in r.stdout, (name, r.returncode, r.stderr[-500:])

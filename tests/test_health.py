@@ -2,6 +2,9 @@
 equal to unrolled, the model unchanged when nobody asks for them; the early-warning rule,
 the host-side 6σ rule and the skip-step optax transform."""
 
+import subprocess
+import sys
+
 import flax.linen as nn
 import hypothesis
 import hypothesis.strategies as st
@@ -163,6 +166,14 @@ def test_warning_needs_history_and_ignores_the_learning_rate_schedule():
   assert not [w for s in range(1, 201) for w in rule(s, {NAME: 0.7 * lr(s)}, lr(s))]
 
 
+
+def test_the_warning_judges_from_exactly_min_history_steps():
+  """min_history=20: the 21st value is judged against 20 steps of history, the 20th is not."""
+  rule = health.EarlyWarning(factor=3.0, window=100, min_history=20)
+  assert [w["step"] for w in _feed(rule, [1.0] * 20 + [50.0])] == [21]
+  rule = health.EarlyWarning(factor=3.0, window=100, min_history=20)
+  assert not _feed(rule, [1.0] * 19 + [50.0])
+
 def _grads(first: float, top: float = 1e-3, prefix: str = "") -> dict:
   """Health scalars of a 3-layer stack: layer 0's sub-layers at `first` and first / 2."""
   return {f"health/{prefix}layer_0/ffn/grad_rms": first,
@@ -245,6 +256,23 @@ def test_skip_spikes_zeroes_the_update_and_keeps_the_state():
   assert int(state.count) == 0  # and stays out of the window
 
 
+
+def test_skip_spikes_skips_a_gradient_norm_spike_under_a_steady_loss():
+  """The gradient norm is judged against the gradient-norm history: norms near 1 then 5,
+  the loss steady at 10 throughout (5 is far below the loss history: a rule reading it
+  would let the spike through)."""
+  tx = health.skip_spikes(optax.sgd(0.1), window=8, num_sigma=6.0)
+  params = {"w": jnp.zeros(4)}
+  state, update = tx.init(params), jax.jit(tx.update)
+  rng = np.random.default_rng(0)
+  for i in range(8):
+    g = rng.normal(0, 1, 4)
+    norm = 5.0 if i == 7 else 1.0 + 0.01 * rng.standard_normal()
+    u, state = update({"w": jnp.asarray(g / np.linalg.norm(g) * norm, jnp.float32)}, state,
+                      params, value=10.0)
+    assert (float(jnp.abs(u["w"]).max()) == 0.0) == (i == 7), i
+  assert int(health.skipped_steps(state)) == 1
+
 # ---- Under sharding, and in a run. ---------------------------------------------------------
 
 def _sharded_stats(mesh_shape):
@@ -308,13 +336,30 @@ def _within_1_percent(run, clean) -> bool:
   return abs(run["eval_loss"] - clean["eval_loss"]) <= 0.01 * clean["eval_loss"]
 
 
+LR_SPIKE = {"train.inject_fault": "lr_spike:110:3:300"}  # Rate ×300 for 3 steps at step 110.
+
+
+@pytest.mark.slow
+def test_a_run_with_health_log_records_the_statistics(tmp_path):
+  """train.health=log builds the health hook (test_hooks.py: it never warns): a health/
+  record at every log step of the smoke run."""
+  _, records = _run(tmp_path, "log", **{
+      "train.health": "log", "train.num_steps": 20, "train.log_every_steps": 5,
+      "train.checkpoint_every_steps": 20, "train.eval_every_steps": 20})
+  health = [r for r in records if any(k.startswith("health/") for k in r)]
+  assert [r["step"] for r in health] == [5, 10, 15, 20], health
+  # Records of their own (not averaged into the train_* window), the sown activation
+  # statistics with them (the step asks for those at log steps only).
+  assert all("train_loss" not in r and any(k.endswith("max_logit") for k in r) for r in health)
+
+
 @pytest.mark.slow
 def test_rollback_recovers_from_a_learning_rate_spike(tmp_path, clean_run):
   """A learning rate ×300 for 3 steps at step 110: without recovery the run ends far from
   the clean run's held-out loss; with rollback (back ≥ 20 steps, 4 batches skipped) within
   1% of it, the action one record and one summary entry."""
   clean = clean_run
-  fault = {"train.inject_fault": "lr_spike:110:3:300"}
+  fault = LR_SPIKE
   broken, _ = _run(tmp_path, "broken", **fault)
   rescued, records = _run(tmp_path, "rescued", **fault, **ROLLBACK)
   assert abs(rescued["eval_loss"] - clean["eval_loss"]) <= 0.01 * clean["eval_loss"], (
@@ -335,10 +380,36 @@ def test_bad_recovery_settings_are_refused_in_one_line():
     run.TrainConfig(health="loud")
   with pytest.raises(errors.ConfigError, match="train.rollback_steps=500"):
     run.TrainConfig(num_steps=100, on_instability="rollback", rollback_steps=500)
-  with pytest.raises(errors.ConfigError, match="train.rollback_skip_batches=-1"):
-    run.TrainConfig(rollback_skip_batches=-1)
+  with pytest.raises(errors.ConfigError, match="train.rollback_skip_batches=-2"):
+    run.TrainConfig(rollback_skip_batches=-2)
+  # Both beyond the run: one line names both.
+  with pytest.raises(errors.ConfigError, match="train.rollback_steps=30 and "
+                     "train.rollback_skip_batches=40 exceed train.num_steps=20"):
+    run.TrainConfig(num_steps=20, on_instability="rollback", rollback_steps=30,
+                    rollback_skip_batches=40)
   with pytest.raises(errors.ConfigError, match="train.inject_fault="):
     run.TrainConfig(inject_fault="lr_spike:10:3")
+
+
+def test_rollback_defaults_follow_the_runs_length():
+  """K = min(100, num_steps // 20), at least 1, B = 2K within the run; set values kept."""
+  from lnjax.core import run
+  rollback = lambda n, **kw: run.TrainConfig(num_steps=n, on_instability="rollback",
+                                             **kw).rollback()
+  assert [rollback(n) for n in (1, 20, 160, 2000, 10**6)] == [
+      (1, 1), (1, 2), (8, 16), (100, 200), (100, 200)]
+  assert rollback(20, rollback_steps=5, rollback_skip_batches=0) == (5, 0)
+
+
+@pytest.mark.slow
+def test_rollback_alone_on_the_smoke_preset_runs(tmp_path):
+  """`lnjax train --config=lm:smoke --config.train.on_instability=rollback`, no other key."""
+  r = subprocess.run([sys.executable, "-m", "lnjax.cli.console", "train", "--config=lm:smoke",
+                      "--config.mesh.data=1", "--config.train.on_instability=rollback",
+                      f"--workdir={tmp_path / 'run'}"], capture_output=True, text=True,
+                     timeout=600, cwd=tmp_path)
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert "== completed at step 20/20" in r.stdout
 
 
 # Four batches of random tokens from step 150 of 160. One alone does the smoke LM no

@@ -108,7 +108,8 @@ def test_logging_writes_window_means_and_saves_the_open_window(tmp_path):
 def test_each_line_counts_the_tokens_of_its_own_steps(tmp_path, monkeypatch):
   """A step's metrics reach the hooks one step late, or at once when a hook wants its
   state (an evaluation step): either way a line counts its window's tokens (2 a step
-  here), not the next step's or none."""
+  here), not the next step's or none. The first step is out of the rate (its line, at
+  every_steps=1, has none)."""
   counted = []
 
   def line(progress, step, *unused):
@@ -125,7 +126,7 @@ def test_each_line_counts_the_tokens_of_its_own_steps(tmp_path, monkeypatch):
   log = hooks.Logging(every_steps=1, num_steps=5, first_step=0)
   loop = make_loop(tmp_path, [1.0] * 5, [log, WantsState()])
   assert loop.run() == hooks.COMPLETED
-  assert counted == [(1, 2.0), (2, 2.0), (3, 2.0), (4, 2.0), (5, 2.0)]
+  assert counted == [(1, 0.0), (2, 2.0), (3, 2.0), (4, 2.0), (5, 2.0)]
 
 
 def test_evaluation_every_n_steps_and_the_best_checkpoint(tmp_path):
@@ -247,3 +248,96 @@ def test_a_hook_can_roll_back_skip_batches_and_scale_the_learning_rate(tmp_path)
   assert "Rolled back to step 2." in loop.lines
   assert sorted(os.listdir(tmp_path / "checkpoints")) == ["2", "4", "6"]  # 4 saved anew.
   assert json.loads(json.dumps(loop.hook_states())) == {"loop": {"lr_scale": 0.5}}
+
+
+def _rollback_run(tmp_path, max_rollbacks):
+  """115 steps of loss 1.0 with a spike at step 75 and one at step 110, checkpoints every
+  35 steps, rollback (≥ 1 step back, past 5 batches) at rate factor 0.5, health's 6σ rule
+  deciding (health_hooks.Recovery): (loop, the rollbacks' actions)."""
+  from lnjax.core import health_hooks
+  ckpts = checkpoint.Checkpoints(str(tmp_path), 35, 5)
+  losses = [1.0] * 130
+  losses[74] = losses[114] = 50.0  # Step 75's batch; step 110's after one rollback.
+  recovery = health_hooks.Recovery("rollback", None, ckpts.manager.all_steps,
+                                   rollback_steps=1, skip_batches=5, lr_factor=0.5,
+                                   max_rollbacks=max_rollbacks)
+
+  def restore(max_step):
+    ckpts.wait()
+    restored = ckpts.restore_latest(loop.state, max_step)
+    ckpts.drop_after(int(restored[0].step))
+    return restored
+
+  loop = make_loop(tmp_path, losses, [recovery, hooks.Checkpointing(ckpts, 115)],
+                   num_steps=115, restore=restore)
+  assert loop.run() == hooks.COMPLETED
+  return loop, [a for a in recovery.actions if "rollback_to_step" in a]
+
+
+def test_two_rollbacks_at_factor_one_half_scale_the_rate_by_one_half_then_one_quarter(tmp_path):
+  """factor^(r+1) at the r-th rollback (r from 0), set, not compounded: the second rollback
+  restores a checkpoint saved at ×0.5 (step 105) and the rate is then ×0.25, not ×0.125."""
+  loop, rollbacks = _rollback_run(tmp_path, max_rollbacks=3)
+  assert [(a["step"], a["rollback_to_step"], a["lr_scale"]) for a in rollbacks] == [
+      (75, 70, 0.5), (110, 105, 0.25)]
+  assert loop.lr_scale == 0.25 and loop.hook_states()["loop"] == {"lr_scale": 0.25}
+  # w: 70 steps at ×1, 35 (71..105) at ×0.5, 10 (106..115) at ×0.25.
+  assert float(loop.state.params["w"]) == 70 + 35 * 0.5 + 10 * 0.25
+
+
+def test_max_rollbacks_1_allows_exactly_one(tmp_path):
+  loop, rollbacks = _rollback_run(tmp_path, max_rollbacks=1)
+  assert [a["step"] for a in rollbacks] == [75]
+  assert any(line.endswith("(1/1; later instabilities run their course)") for line in loop.lines)
+  assert loop.lr_scale == 0.5
+
+
+
+UPDATE_RMS = "health/layer_0/self_attn/update_rms"
+
+
+@jax.jit
+def _step_with_health(state, batch, lr_scale=1.0, activations=False):
+  """_step, and an update RMS (per unit of learning rate) equal to the batch's loss."""
+  state, metrics = _step(state, batch, lr_scale)
+  return state, {**metrics, UPDATE_RMS: metrics["train_loss"] * metrics["learning_rate"]}
+
+
+@pytest.mark.parametrize("mode", ["log", "warn"])
+def test_health_log_records_the_statistics_and_warn_also_warns(tmp_path, mode):
+  """An update RMS 50× its median at step 21 of 30: both modes write the health/ record of
+  every log step (5, 10, ... 30); only warn prints the warning and writes its record."""
+  from lnjax.core import health, health_hooks
+  rule = health.EarlyWarning(factor=3.0, window=100, min_history=10)
+  hook = health_hooks.Health(mode, 5, 30, rule=rule)
+  loop = make_loop(tmp_path, [1.0] * 20 + [50.0] + [1.0] * 9, [hook])
+  loop.train_step = hook.wrap(lambda state, batch, **kw: _step_with_health(state, batch, **kw))
+  assert loop.run() == hooks.COMPLETED
+  assert [r["step"] for r in records(tmp_path) if UPDATE_RMS in r] == [5, 10, 15, 20, 25, 30]
+  warned = [r["step"] for r in records(tmp_path) if "warning/layer_0/self_attn/update_rms" in r]
+  assert warned == ([21] if mode == "warn" else [])
+  assert any(line.startswith("warning: step 21:") for line in loop.lines) == (mode == "warn")
+
+
+
+def test_the_rate_leaves_out_the_first_step_and_a_program_compiled_later(tmp_path):
+  """Step 3 of 4 calls a program jax has not compiled yet (as the step with the health
+  statistics does at the first log step): neither its compilation nor the first step is in
+  the line's tok/s (2 tokens a step; steps 2-4 counted)."""
+  import functools
+  import time
+  unrolled = jax.jit(lambda x: functools.reduce(lambda a, i: jnp.sin(a) * i, range(300), x))
+  took = []
+
+  def train_step(state, batch, lr_scale=1.0):
+    if int(state.step) == 2:
+      t0 = time.perf_counter()
+      unrolled(jnp.ones(3)).block_until_ready()
+      took.append(time.perf_counter() - t0)
+    return _step(state, batch, lr_scale)
+
+  loop = make_loop(tmp_path, [1.0] * 4, [hooks.Logging(4, 4, 0)])
+  loop.train_step = train_step
+  assert loop.run() == hooks.COMPLETED
+  fields = loop.lines[-1].split()
+  assert float(fields[fields.index("tok/s") - 1]) > 3 * 6 / took[0], (loop.lines, took)

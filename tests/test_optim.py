@@ -208,3 +208,45 @@ def test_exponential_schedule_grows_geometrically_for_the_range_test():
                                           decay_factor=gamma), 101)
   assert [lr(s, t) for t in (0, 1, 20, 50, 100)] == pytest.approx(
       [1e-5, 1e-5 * gamma, 1e-4, 10 ** -2.5, 1.0], rel=1e-4)
+
+
+def _updates(tx, grads, params):
+  """The updates of `tx` for the gradients `grads` in turn, from `params` (applied)."""
+  state, out = tx.init(params), []
+  for g in grads:
+    u, state = tx.update(g, state, params)
+    params = optax.apply_updates(params, u)
+    out.append(np.asarray(u["w"]))
+  return out
+
+
+def test_clipped_adamw_is_optax_clip_then_adamw_with_the_configured_weight_decay():
+  """The oracle: optax's own chain(clip_by_global_norm, adamw(...)), clipping the gradient
+  before the optimizer (clipping Adam's update instead, or optax's default weight decay
+  1e-4 instead of the configured 0.3, both change every update)."""
+  cfg = optim.OptConfig(name="adamw", learning_rate=0.1, b1=0.9, b2=0.98, eps=1e-8,
+                        weight_decay=0.3, grad_clip_norm=0.5)
+  schedule = optax.constant_schedule(0.1)
+  oracle = optax.chain(optax.clip_by_global_norm(0.5),
+                       optax.adamw(schedule, b1=0.9, b2=0.98, eps=1e-8, weight_decay=0.3))
+  rng = np.random.default_rng(0)
+  grads = [{"w": jnp.asarray(rng.normal(0, s, 4), jnp.float32)} for s in (3.0, 0.01, 2.0)]
+  params = {"w": jnp.asarray([1.0, -2.0, 3.0, 0.5])}
+  for ours, theirs in zip(_updates(optim.make_optimizer(cfg, schedule), grads, params),
+                          _updates(oracle, grads, params)):
+    np.testing.assert_allclose(ours, theirs, rtol=1e-6)
+
+
+def test_sgd_with_nesterov_momentum_against_its_closed_form():
+  """optax's Nesterov SGD: m_t = g_t + μ m_{t-1}, update -η (g_t + μ m_t) (Sutskever et
+  al. 2013, in the form of Bengio et al. 2013, arXiv 1212.0901); without the flag the
+  update is -η m_t."""
+  lr_, mu = 0.1, 0.9
+  g1, g2 = np.array([1.0, -2.0]), np.array([0.5, 3.0])
+  m1, m2 = g1, g2 + mu * g1
+  expected = [-lr_ * (g1 + mu * m1), -lr_ * (g2 + mu * m2)]
+  cfg = optim.OptConfig(name="sgd", learning_rate=lr_, momentum=mu, nesterov=True)
+  tx = optim.make_optimizer(cfg, optax.constant_schedule(lr_))
+  got = _updates(tx, [{"w": jnp.asarray(g, jnp.float32)} for g in (g1, g2)],
+                 {"w": jnp.zeros(2)})
+  np.testing.assert_allclose(got, expected, rtol=1e-6)

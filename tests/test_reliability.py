@@ -209,6 +209,19 @@ def test_3_flipped_bytes_fall_back_to_the_previous_checkpoint(reference, tmp_pat
     np.testing.assert_array_equal(x, y)
 
 
+
+def test_3_avg_2_is_the_numpy_mean_of_the_last_2_of_3_checkpoints(reference):
+  """The reference keeps steps 8, 16 and 20: avg:2 is the mean of 16 and 20 (not 8 and 16),
+  computed here in numpy from the checkpoints themselves."""
+  from lnjax.core import averaging
+  chosen = averaging.restore(reference, "avg:2")
+  assert chosen.steps == [16, 20] and chosen.label == "avg2-step20"
+  leaves = [jax.tree.leaves(checkpoint.restore_run(reference, step=s).state.params)
+            for s in (16, 20)]
+  for mean, a, b in zip(jax.tree.leaves(chosen.params), *leaves):
+    np.testing.assert_allclose(np.asarray(mean), (np.asarray(a, np.float64) +
+                                                  np.asarray(b, np.float64)) / 2, rtol=1e-6)
+
 # ---- 4. Run files: atomic writes; an empty config.json or a cut metrics line.
 
 def test_4_empty_config_json_is_one_line_and_nothing_is_overwritten(reference, tmp_path):

@@ -258,3 +258,21 @@ def test_preparing_a_data_set_leaves_nothing_in_the_temp_folder(tmp_path, monkey
   mt_builders.prepare("multi30k_de_en", data_dir=corpora, cache_dir=str(tmp_path / "cache"))
   assert os.listdir(temp) == []
   assert tempfile.gettempdir() == str(temp)
+
+
+
+@pytest.mark.parametrize("age_seconds, taken", [(120, False), (16 * 60, True)])
+def test_a_bucket_lock_of_another_host_is_taken_over_after_15_minutes(tmp_path, age_seconds,
+                                                                        taken):
+  """Its holder refreshes it at every summary write (minutes apart at most): a lock
+  refreshed 2 minutes ago is a live run's, one 16 minutes old a dead one's. (The lock's
+  logic on a local folder, as fileio serves both.)"""
+  with open(tmp_path / lock.LOCK_FILE, "w") as f:
+    json.dump({"host": "another-host", "pid": 1, "time": time.time() - age_seconds}, f)
+  if not taken:
+    with pytest.raises(errors.WorkdirError, match="in use by host another-host PID 1;"):
+      with lock.BucketLock(str(tmp_path)):
+        pass
+    return
+  with lock.BucketLock(str(tmp_path)) as held:
+    assert held.previous_holder == "host another-host PID 1"

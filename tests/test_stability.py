@@ -78,6 +78,16 @@ def test_a_low_end_that_fails_is_widened_down_to_lr_min_then_the_cell_stops():
     assert outcome.status == search.BELOW and outcome.upper == min(asked)
 
 
+
+def test_a_widened_low_end_becomes_the_upper_end():
+  """The low end 1e-4 found unstable: the bracket becomes [1e-5, 1e-4], its upper end
+  the rate just found unstable (not the upper end bisection had reached above it), so
+  the next probe is their geometric mean and nothing at or above 1e-4 is asked again."""
+  outcome, asked = search_with_oracle(3e-5, search.Bracket(1e-4, 1e-2))
+  after = asked[asked.index(1e-4) + 1:]
+  assert after[0] == search.rounded(math.sqrt(1e-5 * 1e-4)) and max(after) < 1e-4
+  assert outcome.lower <= 3e-5 < outcome.upper <= 1e-4
+
 @hypothesis.settings(max_examples=200, derandomize=True, deadline=None, database=None)
 @hypothesis.given(lo_exp=st.floats(-5, -1), span=st.floats(0.3, 3), edge_exp=st.floats(-9, 1),
                   floor_exp=st.floats(-8, -2), tolerance=st.sampled_from([1.4, 2.0, 3.0]),
@@ -508,19 +518,19 @@ def test_a_refusal_is_one_line_exit_2_and_writes_nothing(tmp_path):
 
 
 @pytest.mark.slow
-def test_report_only_writes_the_table_and_launches_nothing(tmp_path):
+def test_report_only_with_nothing_measured_says_so_and_launches_nothing(tmp_path):
   workdir = tmp_path / "search"
   out = _stability(workdir, "--placements=pre,post", "--probe_steps=20", "--report_only",
                    "--config.train.on_instability=skip", timeout=300)
   assert out.returncode == 0, out.stderr
-  # The definition printed and written names the probes' recovery.
+  # The definition printed names the probes' recovery.
   assert "(train.on_instability=skip)" in out.stdout
-  assert "(train.on_instability=skip)" in json.load(open(workdir / "stability.json"))["definition"]
-  assert "0 of 2 cells measured; 2 still searching" in out.stdout
-  assert out.stdout.count("unfinished: range test not yet run") == 2
+  # Nothing measured yet: one line says so, and no report with empty axes is drawn.
+  assert out.stdout.strip().splitlines()[-1] == (
+      f"Nothing measured yet in {workdir}: no range test has finished; the same command "
+      "without --report_only runs the search.")
   assert "-- round" not in out.stdout and not (workdir / "runs").exists()
-  for name in ("stability.md", "stability.json", "stability.png", "search.json"):
-    assert (workdir / name).stat().st_size > 0
+  assert sorted(os.listdir(workdir)) == ["search.json"]  # (The new search's settings.)
 
 
 def _launches(run_dir) -> int:

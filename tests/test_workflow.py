@@ -344,14 +344,11 @@ def test_progress_is_quiet_off_a_terminal_except_for_periodic_lines(capsys, monk
   assert len(err) == 1 and err[0].startswith("decoding x: 40/100 sentences (40%)"), err
 
 
-def test_a_first_time_compile_is_named_and_kept_out_of_the_rate():
+def test_a_first_time_compile_is_named():
   p = metrics.Progress(num_steps=100, first_step=0, num_shapes=7)
   assert p.compiling((64, 16)) == "compiling bucket 1/7 (64×16)"
   assert p.compiling((64, 16)) is None
   assert p.compiling((32, 32)) == "compiling bucket 2/7 (32×32)"
-  before = p._t0
-  p.exclude(5.0)
-  assert p._t0 == before + 5.0
   assert metrics.Progress(10, 0).compiling((8, 32)) == "compiling the train step"
 
 

@@ -25,6 +25,9 @@ def fail(message: str, code: int = 2, prog: str = "lnjax"):
   os._exit(code)
 
 
+HELP_FLAGS = ("--help", "-help", "-h", "-?", "--helpshort", "--helpfull", "--helpxml")
+
+
 def parse_flags(argv: list[str], prog: str = "lnjax") -> list[str]:
   """absl's parsing with any error of a flag or a config file as one line."""
   argv = [configs.resolve_flag(a) for a in argv]  # --config=lm:norm=post
@@ -32,6 +35,11 @@ def parse_flags(argv: list[str], prog: str = "lnjax") -> list[str]:
     remaining = flags.FLAGS(argv)
   except Exception as e:  # Flag, config-file and config-value errors all land here.
     fail(_parsing_error(e, argv), prog=prog)
+  except SystemExit:  # absl's --help (-h, --helpfull): its text, then exit 1; asked, it is 0.
+    if any(a.split("=")[0] in HELP_FLAGS for a in argv[1:]):
+      sys.stdout.flush()
+      sys.exit(0)
+    raise
   for name in _config_flags():
     try:  # A file that failed to load is a placeholder that raises on first use.
       flags.FLAGS[name].value.keys()

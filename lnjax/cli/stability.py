@@ -127,9 +127,13 @@ def main(argv):
             f"{', '.join(taken)}", flush=True)
     if s.is_new or not _REPORT_ONLY.value:  # (--report_only never rewrites a search's state.)
       s.save()
-    print(stable.describe(s.seeds), flush=True)
+    print(s.stable.describe(s.seeds), flush=True)  # (With the probes' recovery.)
     if _REPORT_ONLY.value:
       s.record()
+      if not s.state["range_tests"]:  # (No probe runs before its cell's range test.)
+        print(f"Nothing measured yet in {_WORKDIR.value}: no range test has finished; the "
+              "same command without --report_only runs the search.", flush=True)
+        return
     else:
       stability.run_search(s, launch)
   except errors.LnjaxError as e:

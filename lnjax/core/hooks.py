@@ -200,7 +200,6 @@ class Logging(Hook):
       what, phase = self._compiling
       phase.__exit__(None, None, None)
       self._compiling = None
-      self.progress.exclude(time.perf_counter() - self._t)
       if step > self.first_step + 1:  # (The first step has its own line below.)
         loop.log(f"{what[0].upper()}{what[1:]}: {time.perf_counter() - self._t:.1f} s, "
                  "kept out of tok/s and the ETA.")
@@ -209,6 +208,9 @@ class Logging(Hook):
       self.first_step_seconds = round(time.perf_counter() - self._t, 3)
       loop.summary.first_step_seconds = self.first_step_seconds
       loop.log(f"First step in {self.first_step_seconds:.2f} s (compilation included).")
+      # The rate starts after it: its data loader start-up and first run are not steady.
+      self._step_tokens.pop(step, None)
+      self.progress.restart_clock(step)
 
   def on_step(self, loop, step, metrics):
     for s in [s for s in self._step_tokens if s <= step]:

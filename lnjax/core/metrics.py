@@ -130,10 +130,27 @@ def truncate_metrics(workdir: str, step: int) -> None:
     fileio.write_text(path, new)
 
 
+# The time jax spends preparing programs (tracing, lowering, XLA compiling, or reading them
+# from the compilation cache), as jax.monitoring reports it: kept out of tokens/s and the ETA.
+_PREPARING_EVENTS = ("/jax/core/compile/jaxpr_trace_duration",
+                     "/jax/core/compile/jaxpr_to_mlir_module_duration",
+                     "/jax/core/compile/backend_compile_duration")
+_preparing_seconds = [0.0]
+
+
+def _count_preparing(event: str, seconds: float, **_) -> None:
+  if event in _PREPARING_EVENTS:
+    _preparing_seconds[0] += seconds
+
+
+jax.monitoring.register_event_duration_secs_listener(_count_preparing)
+
+
 class Progress:
-  """The console line: step, loss, lr, gradient norm, target tokens/s, ETA. The first step
-  of each batch shape compiles (a translation run has one shape per length bucket): that
-  time is kept out of tokens/s and the ETA."""
+  """The console line: step, loss, lr, gradient norm, target tokens/s, ETA. Every program
+  jax prepares meanwhile is kept out of tokens/s and the ETA: the first step of each batch
+  shape (a translation run has one shape per length bucket), the step variant that also
+  returns the health statistics (at the first log step), a recovery's scaled step."""
 
   def __init__(self, num_steps: int, first_step: int, num_shapes: int = 1):
     self.num_steps = num_steps
@@ -151,23 +168,20 @@ class Progress:
     return (f"compiling bucket {len(self._shapes)}/{self.num_shapes} "
             f"({'×'.join(map(str, shape))})")
 
-  def exclude(self, seconds: float) -> None:
-    """Keeps `seconds` (a compilation) out of the rate and the ETA."""
-    self._t0 += seconds
-
   def restart_clock(self, step: int) -> None:
     """Excludes time spent outside training steps (evaluation, checkpoints) from the rate."""
     self._t0, self._s0, self._tokens = time.perf_counter(), step, 0.0
+    self._preparing0 = _preparing_seconds[0]
 
   def add_tokens(self, n: float) -> None:
     """Real (unpadded) target tokens of one step, over all processes."""
     self._tokens += n
 
   def line(self, step: int, loss: float, lr: float, grad_norm: float) -> str:
-    elapsed = time.perf_counter() - self._t0
+    elapsed = time.perf_counter() - self._t0 - (_preparing_seconds[0] - self._preparing0)
     steps = step - self._s0
     rate = steps / elapsed if steps > 0 and elapsed > 0 else float("nan")
-    tokens_per_s = self._tokens / elapsed if elapsed > 0 else float("nan")
+    tokens_per_s = self._tokens / elapsed if steps > 0 and elapsed > 0 else float("nan")
     eta = (self.num_steps - step) / rate if rate == rate and rate > 0 else float("nan")
     self.restart_clock(step)
     return (f"step {step:>6}/{self.num_steps}  loss {loss:7.4f}  lr {lr:.3e}  "

@@ -41,8 +41,10 @@ class TrainConfig:
   on_instability: str = "none"  # none | skip: no update when the loss or grad norm is 6σ
   # above its trailing 128 steps | rollback: on a warning or such a spike, back to the
   # newest checkpoint >= rollback_steps old, then past rollback_skip_batches batches.
-  rollback_steps: int = 100  # K (PaLM restarted ~100 steps before a spike).
-  rollback_skip_batches: int = 200  # B: batches dropped after a rollback (PaLM: 200-500).
+  rollback_steps: int = 0  # K; 0 = PaLM's 100 (it restarted ~100 steps before a spike),
+  # or num_steps // 20 in a run shorter than 2000 steps (at least 1): see rollback().
+  rollback_skip_batches: int = -1  # B: batches dropped after a rollback; -1 = 2K, within
+  # the run (PaLM skipped 200-500).
   rollback_lr_factor: float = 1.0  # The learning rate ×= this at each rollback (1 = kept).
   max_rollbacks: int = 3  # R: rollbacks per run; later spikes run their course.
   inject_fault: str = ""  # Tests of recovery only: "garbage:STEP:N" (N batches of random
@@ -60,14 +62,30 @@ class TrainConfig:
     errors.check_choice("train.health", self.health, ("off", "log", "warn"))
     errors.check_choice("train.on_instability", self.on_instability,
                         ("none", "skip", "rollback"))
-    within = self.num_steps if self.on_instability == "rollback" else None  # (K, B <= run)
-    errors.check_int("train.rollback_steps", self.rollback_steps, 1, within)
-    errors.check_int("train.rollback_skip_batches", self.rollback_skip_batches, 0, within)
+    errors.check_int("train.rollback_steps", self.rollback_steps, 0)
+    errors.check_int("train.rollback_skip_batches", self.rollback_skip_batches, -1)
+    beyond = [f"train.{key}={value}" for key, value in zip(
+        ("rollback_steps", "rollback_skip_batches"), self.rollback()) if value > self.num_steps]
+    if self.on_instability == "rollback" and beyond:  # (One line naming every key.)
+      raise errors.ConfigError(
+          f"{' and '.join(beyond)} exceed{'s' if len(beyond) == 1 else ''} train.num_steps="
+          f"{self.num_steps}: set them within the run, or leave them at their defaults "
+          "(0 and -1: derived from the run's length)")
     errors.check_range("train.rollback_lr_factor", self.rollback_lr_factor, low=0.0, high=1.0,
                        low_open=True)
     errors.check_int("train.max_rollbacks", self.max_rollbacks, 1)
     self.fault()  # Refuses a malformed one now.
     self.profile_range()  # Refuses a malformed one now, before any compute.
+
+  def rollback(self, num_steps: int | None = None) -> tuple[int, int]:
+    """(K, B): rollback_steps and rollback_skip_batches, their defaults resolved for a run
+    of `num_steps` (default: this one's): K = min(100, num_steps // 20), at least 1 (the
+    20-step smoke run rolls back 1 step or more, a 2000-step run 100 as PaLM, arXiv
+    2204.02311, §5.1); B = 2K, within the run."""
+    num_steps = num_steps or self.num_steps
+    k = self.rollback_steps or min(100, max(1, num_steps // 20))
+    b = self.rollback_skip_batches
+    return k, (min(2 * k, num_steps) if b == -1 else b)
 
   def fault(self) -> tuple[str, int, int, float] | None:
     """train.inject_fault as (kind, first step, steps, lr factor); None if unset."""

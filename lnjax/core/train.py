@@ -14,7 +14,6 @@ import ml_collections
 from lnjax.core import build as build_lib, checkpoint as ckpt_lib, errors, fileio
 from lnjax.core import health_hooks, hooks as hooks_lib, lock as lock_lib, loop as loop_lib
 from lnjax.core import metrics as metrics_lib, preemption, run as run_lib, task as task_lib
-from lnjax import tasks
 from lnjax.models import count_params
 
 # Exit statuses of a run (lnjax.main turns them into exit codes).
@@ -113,7 +112,7 @@ def _added_at_default(key: str, saved: ml_collections.ConfigDict,
   section, _, name = key.partition(".")
   if not name or section not in saved or name in saved[section] or section not in config:
     return False
-  task = tasks.get(config.get("task", "lm"))
+  task = run_lib.resolve_config(config).task
   cls = run_lib.SECTIONS.get(section) or task.sections.get(section) or task.data_config
   field = {f.name: f for f in dataclasses.fields(cls)}.get(name)
   if field is None:
@@ -151,6 +150,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       with preemption.Stop() as stop:
         return _train_and_evaluate(config, workdir, resuming, None, stop, t_start)
     with lock_lib.workdir_lock(workdir) as lock, preemption.Stop() as stop:
+      preemption.on_forced_exit(lambda: lock.__exit__(None, None, None))
       if lock.previous_holder:
         log(f"Taking over the lock of {lock.previous_holder}, which ended without releasing it.")
       try:
@@ -271,7 +271,7 @@ def _hooks(b: build_lib.Built, workdir: str, first_step: int, checkpoints) -> li
       *([health] if health else []),
       *([health_hooks.Recovery(
           run.train.on_instability, health, checkpoints.manager.all_steps,
-          rollback_steps=run.train.rollback_steps, skip_batches=run.train.rollback_skip_batches,
+          rollback_steps=run.train.rollback()[0], skip_batches=run.train.rollback()[1],
           lr_factor=run.train.rollback_lr_factor, max_rollbacks=run.train.max_rollbacks)]
         if run.train.on_instability != "none" else []),
       hooks_lib.Divergence(max_loss),

@@ -32,7 +32,7 @@ import json
 import os
 from typing import Callable
 
-from lnjax.core import errors, fileio, sections
+from lnjax.core import errors, fileio, run as run_lib, sections
 from lnjax import sweep as sweep_lib
 from lnjax.sweep import launcher as launcher_lib
 from lnjax.sweep import search
@@ -64,7 +64,7 @@ class Search:
     # The probes recover as the config says (train.on_instability); the definition says so.
     stable = dataclasses.replace(stable, recovery=base.train.on_instability)
     self.seeds, self.range_steps, self.stable = seeds, range_steps, stable
-    self.rollback_steps = base.train.rollback_steps
+    self.train = sections.from_config(run_lib.TrainConfig, "train", base.train.to_dict())
     self.lr_min, self.lr_max, self.tolerance, self.widen = lr_min, lr_max, tolerance, widen
     self.settings = {"config": config_arg, "fixed": {k: _plain(v) for k, v in fixed.items()},
                      "seeds": seeds, "probe_steps": stable.steps, "range_steps": range_steps,
@@ -100,7 +100,7 @@ class Search:
     # keep_checkpoints); any other keeps one, the latest, every PROBE_CHECKPOINT_EVERY steps,
     # so a probe killed without warning (SIGKILL, a lost machine) resumes, losing few steps.
     if self.stable.recovery == "rollback":
-      saving = {"train.checkpoint_every_steps": min(steps, self.rollback_steps)}
+      saving = {"train.checkpoint_every_steps": min(steps, self.train.rollback(steps)[0])}
     else:
       saving = {"train.checkpoint_every_steps": min(steps, PROBE_CHECKPOINT_EVERY),
                 "train.keep_checkpoints": 1}
