@@ -118,7 +118,8 @@ def compile_report(lower, slice_: tpu.Slice, model_flops: float) -> dict:
                              f"{_first_line(e)}") from None
   t1 = time.perf_counter()
   try:
-    compiled = lowered.compile()
+    with _no_persistent_cache():
+      compiled = lowered.compile()
   except Exception as e:  # libtpu: an out-of-memory step is a compile error.
     missing = _hbm_shortfall(str(e))
     if missing is None:
@@ -132,6 +133,14 @@ def compile_report(lower, slice_: tpu.Slice, model_flops: float) -> dict:
           **cost_report(compiled, slice_.chip, model_flops / slice_.num_chips),
           "collectives": collectives(compiled.as_text()),
           "lower_seconds": t1 - t0, "compile_seconds": seconds}
+
+
+def _no_persistent_cache():
+  """JAX's persistent compilation cache (a run's train.compilation_cache_dir, the tests')
+  off for this compile: it can store a TPU program compiled here, not load one back
+  without a TPU client (a warning per compile)."""
+  from jax._src import config as jax_config  # (The option's context manager.)
+  return jax_config.enable_compilation_cache(False)
 
 
 def memory_report(compiled, chip: tpu.Chip) -> dict:
