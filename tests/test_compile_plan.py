@@ -163,3 +163,28 @@ def test_the_command_refuses_in_one_line_or_reports_a_model_too_large(tmp_path):
   assert not train["fits"] and train["verdict"].startswith("misses by")
   assert train["hbm_missing_bytes"] > 2 * tpu.GiB
   assert "MISSES BY" in big.stdout
+
+
+def test_the_preflight_compiles_the_grids_largest_run():
+  from lnjax import configs
+  from lnjax.sweep import grid, preflight
+  runs = grid.runs(configs.resolve("lm:smoke"), "model.d_model=64,512 model.remat_policy="
+                   "none,nothing_saveable data.batch_size=8,16")
+  big = preflight.largest(runs)
+  assert (big.setting("model.d_model"), big.setting("data.batch_size"),
+          big.setting("model.remat_policy")) == (512, 16, "none")
+
+
+@pytest.mark.slow  # Two sweep command lines, one compile that runs out of memory.
+def test_a_sweep_whose_largest_run_cannot_fit_is_refused_before_anything_is_queued(tmp_path):
+  base = [sys.executable, "-m", "lnjax.cli.sweep", "--config=lm:smoke",
+          f"--workdir={tmp_path / 'sweep'}", "--grid=model.d_model=64,16384", "--dry_run",
+          "--topology=v5e-4", "--config.model.vocab_size=512", "--config.model.num_layers=1",
+          "--config.model.d_ff=16384", "--config.model.num_heads=128", "--config.mesh.data=4"]
+  refused = subprocess.run(base, capture_output=True, text=True, cwd=REPO, timeout=600)
+  assert refused.returncode == 2, refused.stderr[-2000:]
+  assert len(refused.stderr.splitlines()) == 1 and "misses by" in refused.stderr
+  assert "d_model=16384" in refused.stderr and "lnjax.main" not in refused.stdout
+  skipped = subprocess.run(base + ["--skip_preflight"], capture_output=True, text=True,
+                           cwd=REPO, timeout=300)
+  assert skipped.returncode == 0 and "lnjax.main" in skipped.stdout, skipped.stderr[-2000:]
