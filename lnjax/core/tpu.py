@@ -13,9 +13,12 @@ pins) compiles; nothing here opens a TPU.
 """
 
 import dataclasses
+import glob
+import importlib.util
 import math
 import os
 import re
+import sys
 
 from lnjax.core import errors
 
@@ -163,3 +166,34 @@ def topology_devices(slice_: Slice) -> list:
         f"({lines[0] if lines else type(e).__name__}); install it with "
         "pip install 'libtpu==0.0.42.*' (requirements.txt)") from None
   return list(topology.devices)
+
+
+GOOGLE_PCI_VENDOR = "0x1ae0"  # TPU chips on a Cloud TPU VM's PCI bus (as jax looks for them).
+
+
+def tpu_attached() -> bool:
+  """A TPU chip on this host: a Google PCI device, or the accel/vfio devices TPU VMs have."""
+  for vendor in glob.glob("/sys/bus/pci/devices/*/vendor"):
+    try:
+      with open(vendor) as f:
+        if f.read().strip() == GOOGLE_PCI_VENDOR:
+          return True
+    except OSError:
+      continue
+  return bool(glob.glob("/dev/accel[0-9]*") or glob.glob("/dev/vfio/[0-9]*"))
+
+
+def cpu_unless_accelerated() -> bool:
+  """JAX_PLATFORMS=cpu for a command on a host with libtpu installed (requirements.txt, for
+  `lnjax compile`) but no TPU chip and no NVIDIA GPU: JAX would otherwise load libtpu (a
+  200 MB library) at its first jax.devices() to find no TPU, and take libtpu's one-process
+  lock file, which a second command at the same time then finds held. A JAX_PLATFORMS the
+  user set (even empty) is left as it is. True when it set it."""
+  if "JAX_PLATFORMS" in os.environ or importlib.util.find_spec("libtpu") is None:
+    return False
+  if tpu_attached() or glob.glob("/dev/nvidia[0-9]*"):
+    return False
+  os.environ["JAX_PLATFORMS"] = "cpu"
+  if "jax" in sys.modules:  # (Read at import: before any backend starts, this still holds.)
+    sys.modules["jax"].config.update("jax_platforms", "cpu")
+  return True
