@@ -188,3 +188,18 @@ def test_a_sweep_whose_largest_run_cannot_fit_is_refused_before_anything_is_queu
   skipped = subprocess.run(base + ["--skip_preflight"], capture_output=True, text=True,
                            cwd=REPO, timeout=300)
   assert skipped.returncode == 0 and "lnjax.main" in skipped.stdout, skipped.stderr[-2000:]
+
+
+def test_commands_keep_jax_on_the_cpu_where_libtpu_finds_no_tpu(monkeypatch):
+  """libtpu installed, no TPU chip, no NVIDIA GPU: JAX_PLATFORMS=cpu (JAX would load
+  libtpu to look for chips); a JAX_PLATFORMS the user set, even empty, stays."""
+  monkeypatch.setattr(tpu, "tpu_attached", lambda: False)
+  monkeypatch.setattr(tpu.importlib.util, "find_spec", lambda name: object())
+  monkeypatch.setattr(tpu.glob, "glob", lambda pattern: [])
+  monkeypatch.setenv("JAX_PLATFORMS", "")
+  assert not tpu.cpu_unless_accelerated() and os.environ["JAX_PLATFORMS"] == ""
+  monkeypatch.delenv("JAX_PLATFORMS")
+  assert tpu.cpu_unless_accelerated() and os.environ["JAX_PLATFORMS"] == "cpu"
+  monkeypatch.delenv("JAX_PLATFORMS")
+  monkeypatch.setattr(tpu, "tpu_attached", lambda: True)
+  assert not tpu.cpu_unless_accelerated() and "JAX_PLATFORMS" not in os.environ
