@@ -203,3 +203,18 @@ def test_commands_keep_jax_on_the_cpu_where_libtpu_finds_no_tpu(monkeypatch):
   monkeypatch.delenv("JAX_PLATFORMS")
   monkeypatch.setattr(tpu, "tpu_attached", lambda: True)
   assert not tpu.cpu_unless_accelerated() and "JAX_PLATFORMS" not in os.environ
+
+
+@pytest.mark.slow  # Four compiles: scanned, its two depth probes, unrolled.
+def test_a_scanned_stack_is_counted_at_its_full_depth():
+  """XLA's cost analysis counts a loop's body once; the plan's FLOPs of a scanned 3-layer
+  LM are the unrolled one's (the depth-1 and depth-2 probes extended to 3 layers)."""
+  slice_ = tpu.parse_topology(V5E_4)
+  flops = {}
+  for scan in (True, False):
+    config = _aligned_lm(**{"model.scan_layers": scan, "model.num_layers": 3, "mesh.data": 4})
+    train = plan.plan_run(config, slice_, with_eval=False)["train"]
+    flops[scan] = train["flops"]
+    if scan:
+      assert train["depth_extrapolated"] and train["flops_scanned_program"] < 0.6 * train["flops"]
+  assert flops[True] == pytest.approx(flops[False], rel=0.01)
