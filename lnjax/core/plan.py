@@ -52,19 +52,23 @@ def plan_run(config: ml_collections.ConfigDict, slice_: tpu.Slice, with_eval: bo
   return report
 
 
-def prepare(config: ml_collections.ConfigDict, slice_: tpu.Slice) -> dict:
-  """Mesh, setup, jitted steps and abstract state and batch of `config` on `slice_`."""
+def prepare(config: ml_collections.ConfigDict, slice_: tpu.Slice | None = None,
+            mesh=None) -> dict:
+  """Mesh, setup, jitted steps and abstract state and batch of `config` on `slice_`, or
+  on `mesh` (the devices attached here: benchmarks/plan_peak.py)."""
   run = run_lib.resolve_config(config)
   if run.task.batch_shapes is None:
     raise errors.ConfigError(f"task {run.task.name!r} does not describe its batches "
                              "(Task.batch_shapes): it cannot be compiled ahead")
-  mesh = slice_mesh(run.mesh, slice_)
+  mesh = mesh if mesh is not None else slice_mesh(run.mesh, slice_)
   batch_shards = mesh.shape["data"] * mesh.shape["fsdp"]
   if getattr(run.data, "batch_size", 0) % batch_shards:
     raise errors.ConfigError(f"data.batch_size={run.data.batch_size} must be divisible by "
                              f"mesh data×fsdp={batch_shards}")
   run, steps_per_epoch = _with_vocabulary(config, run, batch_shards)
-  setup = build.run_setup(run, steps_per_epoch)
+  # Decay boundaries in epochs need the epoch's length; where the data were not read, one
+  # step an epoch: where the schedule's steps fall changes no buffer and no FLOP.
+  setup = build.run_setup(run, steps_per_epoch or (1 if run.opt.decay_epochs else None))
   _, batch_sharding, train_step, eval_step = build.jit_steps(run, setup, mesh)
   state = state_lib.abstract_state(setup, mesh)
   batch = {k: jax.ShapeDtypeStruct(shape, dtype, sharding=batch_sharding)
@@ -130,7 +134,7 @@ def compile_report(lower, slice_: tpu.Slice, model_flops: float) -> dict:
             "compile_seconds": time.perf_counter() - t1,
             "verdict": f"misses by {missing['hbm_missing_bytes'] / GiB:.2f} GiB"}
   seconds = time.perf_counter() - t1
-  return {**memory_report(compiled, slice_.chip),
+  return {**memory_report(compiled, slice_.chip.hbm_bytes),
           **cost_report(compiled, slice_.chip, model_flops / slice_.num_chips),
           "collectives": collectives(compiled.as_text()),
           "lower_seconds": t1 - t0, "compile_seconds": seconds}
@@ -144,20 +148,20 @@ def _no_persistent_cache():
   return jax_config.enable_compilation_cache(False)
 
 
-def memory_report(compiled, chip: tpu.Chip) -> dict:
+def memory_report(compiled, capacity: float) -> dict:
   """Per-chip bytes of the compiled step: arguments (state, batch), outputs, temporaries
-  (activations, gradients, XLA's scratch) and the program; donated state is counted once
-  (alias)."""
+  (activations, gradients, XLA's scratch) and the program, donated state counted once
+  (alias); against a chip's `capacity` in bytes."""
   m = compiled.memory_analysis()
   total = (m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes
            + m.temp_size_in_bytes + m.generated_code_size_in_bytes)
-  fits = total <= chip.hbm_bytes
-  headroom = chip.hbm_bytes - total
+  fits = total <= capacity
+  headroom = capacity - total  # (int for a chip's capacity; inf where none is known.)
   return {"argument_bytes": int(m.argument_size_in_bytes),
           "output_bytes": int(m.output_size_in_bytes),
           "alias_bytes": int(m.alias_size_in_bytes), "temp_bytes": int(m.temp_size_in_bytes),
           "code_bytes": int(m.generated_code_size_in_bytes), "hbm_total_bytes": int(total),
-          "hbm_capacity_bytes": int(chip.hbm_bytes), "hbm_headroom_bytes": int(headroom),
+          "hbm_capacity_bytes": capacity, "hbm_headroom_bytes": headroom,
           "fits": bool(fits),
           "verdict": "fits" if fits else f"misses by {-headroom / GiB:.2f} GiB"}
 

@@ -35,7 +35,7 @@ class Chip:
   axes: int  # Dimensions of the slice's chip grid (2: a plane, 3: a torus).
   cores_per_chip: int  # For product names: v4-8 and v5p-8 are 8 cores, 4 chips.
   peak_bf16_flops: float  # FLOP/s.
-  hbm_bytes: float
+  hbm_bytes: int
   hbm_bandwidth: float  # Bytes/s.
   source: str
 
