@@ -135,7 +135,8 @@ def compile_report(lower, slice_: tpu.Slice, model_flops: float) -> dict:
             "verdict": f"misses by {missing['hbm_missing_bytes'] / GiB:.2f} GiB"}
   seconds = time.perf_counter() - t1
   return {**memory_report(compiled, slice_.chip.hbm_bytes),
-          **cost_report(compiled, slice_.chip, model_flops / slice_.num_chips),
+          **cost_report(compiled, slice_.chip, model_flops / slice_.num_chips, lowered,
+                        slice_.num_chips),
           "collectives": collectives(compiled.as_text()),
           "lower_seconds": t1 - t0, "compile_seconds": seconds}
 
@@ -166,14 +167,32 @@ def memory_report(compiled, capacity: float) -> dict:
           "verdict": "fits" if fits else f"misses by {-headroom / GiB:.2f} GiB"}
 
 
-def cost_report(compiled, chip: tpu.Chip, model_flops_per_chip: float) -> dict:
-  """FLOPs and HBM bytes of one step on one chip (XLA's cost analysis of the partitioned
-  program) and their roofline."""
-  cost = compiled.cost_analysis()
-  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-  return {"compiler_optimal_seconds": float(cost.get("optimal_seconds", float("nan"))),
+def cost_report(compiled, chip: tpu.Chip, model_flops_per_chip: float, lowered=None,
+                num_chips: int = 1) -> dict:
+  """FLOPs and HBM bytes of one step on one chip and their roofline (`cost_source`:
+  "compiled", XLA's cost analysis of the partitioned program, or "lowered", see
+  step_cost)."""
+  cost, source = step_cost(compiled, lowered, num_chips)
+  return {"cost_source": source,
+          "compiler_optimal_seconds": float(cost.get("optimal_seconds", float("nan"))),
           **roofline(float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0)),
                      chip, model_flops_per_chip)}
+
+
+def step_cost(compiled, lowered=None, num_chips: int = 1) -> tuple[dict, str]:
+  """(XLA's cost analysis of one chip's program, "compiled"). XLA:GPU keeps none for a
+  compiled program and jax none for a lowered one on a plugin's platform: there, XLA's
+  HLO cost analysis of the whole step before partitioning and the GPU passes (run by the
+  CPU client, as jax's Lowered.cost_analysis does on the CPU), over the chips, "lowered"."""
+  cost = compiled.cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) and cost else cost
+  if cost or lowered is None:
+    return cost or {}, "compiled"
+  from jax._src import xla_bridge  # (jax's own path to XLA's HLO cost analysis.)
+  from jax._src.lib import _jax
+  whole = _jax.hlo_module_cost_analysis(xla_bridge.get_backend("cpu"),
+                                        lowered.compiler_ir("hlo").as_hlo_module())
+  return {k: whole[k] / num_chips for k in ("flops", "bytes accessed") if k in whole}, "lowered"
 
 
 def roofline(flops: float, accessed: float, chip: tpu.Chip, model_flops_per_chip: float):
@@ -200,7 +219,7 @@ def _extrapolate_depth(config, slice_: tpu.Slice, steps: dict, report: dict,
   for name, (lower, share) in steps.items():
     if "flops" not in report[name]:
       continue  # (Out of memory: nothing to count.)
-    one, two = (_counts(lower(p)) for p in probes)
+    one, two = (_counts(lower(p), slice_.num_chips) for p in probes)
     line = {k: one[k] + (depth - 1) * (two[k] - one[k]) for k in one}
     r = report[name]
     r.update(flops_scanned_program=r["flops"], depth_extrapolated=True,
@@ -218,11 +237,10 @@ def _unrolled(config, depth: int) -> ml_collections.ConfigDict:
   return c
 
 
-def _counts(lowered) -> dict:
+def _counts(lowered, num_chips: int) -> dict:
   with _no_persistent_cache():
     compiled = lowered.compile()
-  cost = compiled.cost_analysis()
-  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  cost, _ = step_cost(compiled, lowered, num_chips)
   out = {"flops": float(cost.get("flops", 0.0)), "bytes": float(cost.get("bytes accessed", 0.0))}
   for kind, c in collectives(compiled.as_text()).items():
     out[f"{kind} count"], out[f"{kind} bytes"] = c["count"], c["bytes"]

@@ -38,6 +38,7 @@ class Chip:
   hbm_bytes: int
   hbm_bandwidth: float  # Bytes/s.
   source: str
+  platform: str = "tpu"  # tpu | cuda (lnjax/core/gpu_target.py).
 
 
 # Published per-chip figures (pages read 2026-12-05). Bandwidths are 10^9 bytes/s; HBM
@@ -56,6 +57,13 @@ CHIPS = {
     "v6e": Chip("v6e", "v6e", "default", 2, 1, 918e12, 32 * GiB, 1640e9,
                 "https://cloud.google.com/tpu/docs/v6e (918 TFLOP/s bf16, 32 GB HBM, "
                 "1640 GBps)"),
+}
+# NVIDIA GPUs, compiled for by XLA's CUDA plugin without a GPU (lnjax/core/gpu_target.py):
+# `h100` (one) or `h100-N` (N on one host, NVLink). HBM: 80 GB as 10^9 bytes.
+GPUS = {
+    "h100": Chip("h100", "", "", 1, 1, 989e12, 80 * 10**9, 3.35e12,
+                 "https://www.nvidia.com/en-us/data-center/h100/ (H100 SXM: 989 TFLOP/s "
+                 "dense bf16, 1979 with sparsity; 80 GB HBM3; 3.35 TB/s)", platform="cuda"),
 }
 # Product sizes offered (Cloud TPU's pages): chips per slice.
 SIZES_2D = (1, 4, 8, 16, 32, 64, 128, 256)
@@ -107,12 +115,19 @@ def known_names() -> str:
   """The accepted names, for an error line."""
   return ("GENERATION:AxB (v5e, v6e) or GENERATION:AxBxC (v4, v5p), e.g. v5e:2x4, "
           "v5p:2x2x1; or GENERATION-N, e.g. v5e-8, v5e-16, v5p-8, v6e-8, v4-8 "
-          f"(generations: {', '.join(CHIPS)})")
+          f"(generations: {', '.join(CHIPS)}); NVIDIA: h100, h100-8")
 
 
 def parse_topology(name: str, num_slices: int = 1) -> Slice:
   """`name` -> a Slice; an unknown name is a ConfigError listing the valid forms."""
   errors.check_int("--num_slices", num_slices, 1)
+  gpu = re.fullmatch(r"(h100)(?:-(\d+))?", str(name).strip().lower())
+  if gpu:
+    count = int(gpu.group(2) or 1)
+    if count not in (1, 2, 4, 8) or num_slices != 1:
+      raise errors.ConfigError(f"--topology={name!r}: h100, h100-2, h100-4 or h100-8 (one "
+                               "host; --num_slices 1)")
+    return Slice(name, GPUS[gpu.group(1)], (count,))
   m = re.fullmatch(r"(v\d+[a-z]?)(?::(\d+(?:x\d+){1,2})|-(\d+))", str(name).strip().lower())
   chip = CHIPS.get(m.group(1)) if m else None
   if chip is None:
@@ -144,7 +159,11 @@ def _product_grid(chip: Chip, n: int, name: str) -> tuple[int, ...]:
 
 def topology_devices(slice_: Slice) -> list:
   """The slice's devices as libtpu's compiler describes them (no TPU needed), slice by
-  slice. A libtpu that is missing or refuses the topology is one ConfigError line."""
+  slice. A libtpu that is missing or refuses the topology is one ConfigError line.
+  NVIDIA GPUs: lnjax/core/gpu_target.py."""
+  if slice_.chip.platform == "cuda":
+    from lnjax.core import gpu_target
+    return gpu_target.devices(slice_.chip, slice_.chips_per_slice)
   # Several processes may hold libtpu at once: this one only compiles, never opens a chip.
   os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
   # No Cloud TPU metadata server to ask (libtpu would print three warnings): the compile
