@@ -48,10 +48,12 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
 import lm_step  # noqa: E402
+import plan_peak  # noqa: E402
 import suite  # noqa: E402
 from lnjax.models import EncoderDecoder, ModelConfig  # noqa: E402
 
-TAG, RUN_TAG = "gpu_check", "gpu_check_run"  # Its two sections of BENCHMARKS.md.
+TAG, RUN_TAG = "gpu_check", "gpu_check_run"  # Its sections of BENCHMARKS.md, and the
+PLAN_TAG = "gpu_check_plan"  # plan beside the measured peak (benchmarks/plan_peak.py).
 # Largest allowed difference from the plain kernel in the same dtype: relative loss
 # difference and relative L2 norm of the gradients' difference.
 TOLERANCE = {"float32": (1e-5, 1e-4), "bfloat16": (1e-2, 5e-2)}
@@ -299,9 +301,11 @@ def main(argv=None) -> int:
   p.add_argument("--quick", action="store_true", help="CPU-size self-check; writes nothing")
   p.add_argument("--dry_run", action="store_true",
                  help="the GPU path at tiny sizes (suite.py's --dry_run), 2 steps; writes nothing")
-  p.add_argument("--parts", default="kernels,run",
-                 help="kernels (the attention check), run (the 300-step run), or both; each "
-                      "writes its own section of --out")
+  p.add_argument("--parts", default="kernels,run,plan",
+                 help="kernels (the attention check), run (the 300-step run), plan (the "
+                      "compiled plan's predicted memory beside the measured peak: "
+                      "benchmarks/plan_peak.py), comma-separated; each writes its own "
+                      "section of --out")
   p.add_argument("--out", help="Markdown file whose gpu_check sections are added or replaced")
   p.add_argument("--budget_s", type=float, default=240,
                  help="seconds for the whole script: the run is killed when they are spent "
@@ -310,8 +314,8 @@ def main(argv=None) -> int:
                  help="gpu_check.sh's earlier stages as NAME=SECONDS[=NOTE],... for the table")
   args = p.parse_args(argv)
   parts = set(args.parts.split(","))
-  if not parts or parts - {"kernels", "run"}:
-    p.error(f"--parts: kernels, run or kernels,run, not {args.parts!r}")
+  if not parts or parts - {"kernels", "run", "plan"}:
+    p.error(f"--parts: some of kernels, run, plan, not {args.parts!r}")
   write = args.out and jax.default_backend() == "gpu" and not (args.quick or args.dry_run)
   earlier = [s.split("=", 2) for s in args.stages.split(",") if s]  # gpu_check.sh's stages.
   chosen = os.environ.get("GPU_CHECK_STAGES")
@@ -368,6 +372,22 @@ def main(argv=None) -> int:
               "The run (`python -m lnjax.main`, bf16 compute, float32 parameters and Adam):",
               "", run_table, "", f"- Command: `{r['command']}`."]), RUN_TAG)
       print(f"updated {args.out} ({RUN_TAG})")
+  if "plan" in parts:
+    t_plan = time.perf_counter()
+    r = plan_peak.check(args.dry_run)
+    plan_table = plan_peak.render(r)
+    print(plan_table, flush=True)
+    if not np.isfinite(r["loss"]):
+      failed.append({"plan": r["loss"]})
+    if write:
+      lm_step.update_section(args.out, _section(PLAN_TAG, "GPU plan against the measured peak",
+          command, [*_stage_table([["plan vs peak", time.perf_counter() - t_plan]]), "",
+                    "The IWSLT-size encoder-decoder's train step (bf16 compute), compiled "
+                    "by lnjax/core/plan.py for the GPUs attached (XLA's memory analysis: "
+                    "arguments + outputs - donated + temporaries + program, per device), "
+                    f"then {plan_peak.STEPS} real steps (benchmarks/plan_peak.py):", "",
+                    plan_table]), PLAN_TAG)
+      print(f"updated {args.out} ({PLAN_TAG})")
   print(f"gpu_check.py: {'FAILED' if failed else 'passed'} in {time.perf_counter() - t0:.0f} s")
   return 1 if failed else 0
 

@@ -15,8 +15,11 @@
 #      timed (benchmarks/gpu_check.py; BENCHMARKS.md's gpu_check section, with each stage's
 #      time);
 #   4. run: a 300-step IWSLT-size encoder-decoder run with cuDNN flash attention
-#      (benchmarks/gpu_check.py; BENCHMARKS.md's gpu_check_run section).
-# On a CPU it runs stages 2 to 4 at tiny sizes, end to end (suite.py and gpu_check.py
+#      (benchmarks/gpu_check.py; BENCHMARKS.md's gpu_check_run section);
+#   5. plan: the IWSLT-size train step's memory as `lnjax compile`'s library predicts it
+#      for the GPUs attached (XLA's memory analysis) beside JAX's measured peak after 3
+#      steps (benchmarks/plan_peak.py; BENCHMARKS.md's gpu_check_plan section).
+# On a CPU it runs stages 2 to 5 at tiny sizes, end to end (suite.py and gpu_check.py
 # --dry_run: every model and dtype of the GPU stages, so that a lent GPU's minutes are
 # spent measuring, not finding a crash), writes nothing, says it needs a GPU and exits 0.
 #
@@ -27,7 +30,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${GPU_CHECK_OUT:-BENCHMARKS.md}
-only=",${GPU_CHECK_STAGES:-tests,suite,kernels,run},"  # The stages that run: a subset of these.
+only=",${GPU_CHECK_STAGES:-tests,suite,kernels,run,plan},"  # The stages that run: a subset of these.
 suite=(benchmarks/suite.py --dtype bfloat16 --models lm,mt_iwslt)  # Stage 2's comparison.
 if ! command -v python >/dev/null; then  # An image with python3 alone (the first GPU machine's).
   bin=$(mktemp -d)
@@ -39,7 +42,7 @@ backend=$(python -c 'import jax; print(jax.default_backend())' 2>/dev/null || ec
 if [ "$backend" != gpu ]; then
   python "${suite[@]}" --dry_run
   python benchmarks/gpu_check.py --dry_run
-  echo "gpu_check: needs a GPU (JAX's backend here: $backend); ran stages 2 to 4 at tiny" \
+  echo "gpu_check: needs a GPU (JAX's backend here: $backend); ran stages 2 to 5 at tiny" \
        "sizes (--dry_run), nothing written. On a GPU machine: pip install -e \".[cuda]\"" \
        "(BUILD.md)."
   exit 0
@@ -85,7 +88,7 @@ fi
 
 # Its own 420 s budget ends the run in time to write the tables; the outer limit is a backstop.
 parts=""
-for part in kernels run; do [[ $only == *,$part,* ]] && parts+="${parts:+,}$part"; done
+for part in kernels run plan; do [[ $only == *,$part,* ]] && parts+="${parts:+,}$part"; done
 if [ -n "$parts" ]; then
   timeout -k 10 480 python benchmarks/gpu_check.py --parts "$parts" --out "$out" \
     --stages "$stages" --budget_s 420 || failed=1

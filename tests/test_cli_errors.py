@@ -27,11 +27,13 @@ COMMANDS = {
     "lnjax.cli.analyze": (False, ["--workdir=W"]),
     "lnjax.cli.compare": (False, []),
     "lnjax.cli.prepare": (False, ["iwslt14_de_en"]),
+    "lnjax.cli.compile": (True, ["--topology=v5e:2x2"]),
 }
 CONSOLE = ["lnjax.cli.console", "train"]  # The `lnjax` command hands its flags to lnjax.main.
 INTERNAL = {"lnjax.sweep.ray_driver"}  # The Ray driver a sweep starts (its spec on stdin).
 # Commands that import JAX before parsing their flags (3-4 s of CPU each): the slow tier.
-IMPORT_JAX = {"lnjax.cli.average", "lnjax.cli.compare", "lnjax.cli.prepare"}
+IMPORT_JAX = {"lnjax.cli.average", "lnjax.cli.compare", "lnjax.cli.prepare",
+              "lnjax.cli.compile"}
 
 
 def _entry_points() -> set[str]:

@@ -283,6 +283,8 @@ def test_the_gpu_stages_dry_run_on_the_cpu(tmp_path):
   assert "| float32 | plain |" in out and "| bfloat16 | xla |" in out, out[-3000:]
   assert "| bfloat16 | cudnn | — |" in out and "not offered" in out, out[-3000:]
   assert "Multi30k's first 2,000 pairs" in out and "| completed |" in out, out[-3000:]
+  # The compiled plan's predicted memory beside the measured peak (none on the CPU).
+  assert "| 1 × cpu | 16×16 |" in out and "no device memory statistics" in out, out[-3000:]
   assert "gpu_check.py: passed" in out
 
 

@@ -13,7 +13,7 @@ from absl import flags
 from ml_collections.config_flags import config_flags  # is_config_flag is not re-exported.
 
 from lnjax import configs
-from lnjax.core import errors
+from lnjax.core import errors, tpu
 
 
 def fail(message: str, code: int = 2, prog: str = "lnjax"):
@@ -29,7 +29,10 @@ HELP_FLAGS = ("--help", "-help", "-h", "-?", "--helpshort", "--helpfull", "--hel
 
 
 def parse_flags(argv: list[str], prog: str = "lnjax") -> list[str]:
-  """absl's parsing with any error of a flag or a config file as one line."""
+  """absl's parsing with any error of a flag or a config file as one line. Every command
+  passes here first: on a host with libtpu but no accelerator, JAX is kept to the CPU
+  (lnjax/core/tpu.py's cpu_unless_accelerated; the run's subprocesses inherit it)."""
+  tpu.cpu_unless_accelerated()
   argv = [configs.resolve_flag(a) for a in argv]  # --config=lm:norm=post
   try:
     remaining = flags.FLAGS(argv)

@@ -23,6 +23,7 @@ COMMANDS = {
     "prepare": ("lnjax.cli.prepare", "download and tokenize a data set ahead of a run"),
     "finetune": ("lnjax.cli.finetune", "fine-tune a BERT run on a GLUE task"),
     "stability": ("lnjax.cli.stability", "the highest stable learning rate per setting"),
+    "compile": ("lnjax.cli.compile", "compile a run for a TPU slice here: per-chip HBM, FLOPs"),
 }
 
 

@@ -62,6 +62,13 @@ _WAIT = flags.DEFINE_bool("wait", True, "slurm: wait for the job array and repor
 _REPORT = flags.DEFINE_bool("report", False, "Gather the runs' results (report.md, "
                             "results.csv/json, PNG plots in --workdir); launch nothing.")
 _DRY_RUN = flags.DEFINE_bool("dry_run", False, "Print the runs and their commands only.")
+_TOPOLOGY = flags.DEFINE_string("topology", None, "The TPU slice the runs are for (v5e-16, "
+                                "v5p-8, ...): the grid's largest run is compiled for it "
+                                "first and a run that cannot fit is refused (lnjax/sweep/"
+                                "preflight.py).")
+_NUM_SLICES = flags.DEFINE_integer("num_slices", 1, "--topology: slices per run (multislice).")
+_SKIP_PREFLIGHT = flags.DEFINE_bool("skip_preflight", False, "--topology: queue the runs "
+                                    "without compiling the largest one first.")
 _REFRESH = flags.DEFINE_float("refresh_seconds", 2.0, "Progress table redraw (terminal).")
 _TABLE_EVERY = flags.DEFINE_float("table_every_seconds", 60.0,
                                   "Progress table period when the output is not a terminal.")
@@ -87,6 +94,9 @@ def main(argv):
       print(f"\nReport: {result['paths']['report.md']} (with results.csv, results.json, "
             "loss_curves.png, stability_map.png)")
       return
+    if _TOPOLOGY.value and not _SKIP_PREFLIGHT.value:  # Before anything is queued.
+      from lnjax.sweep import preflight
+      preflight.check(runs, _TOPOLOGY.value, _NUM_SLICES.value)
     view = {"refresh_seconds": _REFRESH.value, "table_every_seconds": _TABLE_EVERY.value}
     if _BACKEND.value == "slurm":
       from lnjax.sweep import slurm

@@ -85,11 +85,26 @@ def build(config: ml_collections.ConfigDict, mesh: Mesh | None = None, *,
   if seconds >= 2 and log is not None:
     log(f"Data ready in {seconds:.1f} s ({run.data.name}: corpus, tokenizer; cached "
         "for the next run).")
-  config, run = _complete_config(config, run, data)
-  setup = state_lib.make_setup(run.model, run.opt, run.train.num_steps, data.steps_per_epoch,
+  config, run = complete_config(config, run, data)
+  setup = run_setup(run, data.steps_per_epoch)
+  state_sharding, batch_sharding, train_step, eval_step = jit_steps(run, setup, mesh)
+  return Built(config, run, mesh, data, setup, state_sharding, batch_sharding, train_step,
+               eval_step, seconds)
+
+
+def run_setup(run: run_lib.RunConfig, steps_per_epoch: int | None) -> state_lib.Setup:
+  """The task, model, optimizer and schedule of `run` (what its steps close over)."""
+  setup = state_lib.make_setup(run.model, run.opt, run.train.num_steps, steps_per_epoch,
                                task=run.task)
   if run.train.on_instability == "skip":  # The 6σ skip-step rule inside the optimizer.
     setup = dataclasses.replace(setup, tx=health.skip_spikes(setup.tx))
+  return setup
+
+
+def jit_steps(run: run_lib.RunConfig, setup: state_lib.Setup, mesh: Mesh):
+  """(state sharding, batch sharding, train_step, eval_step) on `mesh`: the jitted steps
+  every run trains with, and that `lnjax compile` (lnjax/core/plan.py) compiles for a TPU
+  slice."""
   batch_sharding = sharding.batch_sharding(mesh)
   state_sharding = state_lib.state_shardings(setup, mesh)
 
@@ -104,11 +119,11 @@ def build(config: ml_collections.ConfigDict, mesh: Mesh | None = None, *,
 
   def train_step(state, batch, *, lr_scale: float = 1.0, activations: bool = False):
     return compiled(float(lr_scale), bool(activations))(state, batch)
+  train_step.lower = lambda state, batch: compiled(1.0, False).lower(state, batch)
   eval_step = jax.jit(functools.partial(steps.eval_step, setup=setup),
                       in_shardings=(state_sharding.params, batch_sharding),
                       out_shardings=sharding.replicated(mesh))
-  return Built(config, run, mesh, data, setup, state_sharding, batch_sharding, train_step,
-               eval_step, seconds)
+  return state_sharding, batch_sharding, train_step, eval_step
 
 
 def _make_data(run: run_lib.RunConfig, mesh: Mesh, whole: bool):
@@ -123,7 +138,7 @@ def _make_data(run: run_lib.RunConfig, mesh: Mesh, whole: bool):
   return data, phase.seconds
 
 
-def _complete_config(config: ml_collections.ConfigDict, run: run_lib.RunConfig,
+def complete_config(config: ml_collections.ConfigDict, run: run_lib.RunConfig,
                      data: task_lib.DataSource):
   """The config with what only the data know: the vocabulary size, and decay boundaries
   given in epochs as steps (config.json keeps them so; a resume compares against it)."""

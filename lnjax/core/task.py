@@ -82,3 +82,7 @@ class Task:
   # (setup, fresh params, run) -> the params a new run starts from (GLUE: the encoder of a
   # pre-training run); applied once before step 0, never on resume. None: the fresh ones.
   init_params: Callable[[Any, Any, Any], Any] | None = None
+  # (data config, batch multiple) -> {key: (shape, dtype)} of the largest global train
+  # batch, known from the config alone: what `lnjax compile` (lnjax/core/plan.py) compiles
+  # the steps for without reading a corpus. None: the task cannot say (no plan).
+  batch_shapes: Callable[[Any, int], dict] | None = None

@@ -14,6 +14,14 @@ def make_data(cfg: data_lib.LMDataConfig, seed: int, process_index: int, process
   return data_lib.make_lm_data(cfg, seed, process_index, process_count)
 
 
+def batch_shapes(cfg: data_lib.LMDataConfig, batch_multiple: int) -> dict:
+  """Every batch: B windows of T tokens (lnjax/data/pipeline.py)."""
+  del batch_multiple
+  B, T = cfg.batch_size, cfg.seq_len
+  return {"inputs": ((B, T), jnp.int32), "targets": ((B, T), jnp.int32),
+          "weights": ((B, T), jnp.float32)}
+
+
 LANGUAGE_MODELING = Task(
     name="lm",
     data_config=data_lib.LMDataConfig,
@@ -22,6 +30,7 @@ LANGUAGE_MODELING = Task(
     model_inputs=lambda batch: (batch["inputs"],),
     random_inputs=lambda key, vocab: (jax.random.randint(key, (32, 8), 1, vocab),),
     make_data=make_data,
+    batch_shapes=batch_shapes,
 )
 
 TASKS = (LANGUAGE_MODELING,)

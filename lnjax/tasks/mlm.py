@@ -23,6 +23,15 @@ def bert_loss(outputs: dict, batch: dict, label_smoothing: float):
   return loss_sum, nll_sum, count
 
 
+def batch_shapes(cfg: mlm_data.MLMDataConfig, batch_multiple: int) -> dict:
+  """Every batch: B sequences of L tokens, P = data.max_predictions masked positions."""
+  del batch_multiple
+  B, L, P = cfg.batch_size, cfg.seq_len, cfg.max_predictions
+  return {"inputs": ((B, L), jnp.int32), "segment_ids": ((B, L), jnp.int32),
+          "mlm_positions": ((B, P), jnp.int32), "targets": ((B, P), jnp.int32),
+          "weights": ((B, P), jnp.float32), "nsp_labels": ((B,), jnp.int32)}
+
+
 def _masked_lm(name: str, next_sentence: bool) -> Task:
   def make_data(cfg, seed, process_index, process_count, batch_multiple):
     del batch_multiple  # Pairs are all one shape.
@@ -37,6 +46,7 @@ def _masked_lm(name: str, next_sentence: bool) -> Task:
       model_inputs=lambda batch: (batch["inputs"], batch["segment_ids"], batch["mlm_positions"]),
       make_data=make_data,
       loss=bert_loss,
+      batch_shapes=batch_shapes,
   )
 
 

@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 
 from lnjax.inference import evaluate
-from lnjax.data import translation as mt_data
+from lnjax.data import batching, translation as mt_data
 from lnjax.models import EncoderDecoder
 from lnjax.core.task import EvalContext, Task
 
@@ -23,6 +23,17 @@ def bleu(ctx: EvalContext) -> dict:
           "eval_decode_sentences_per_second": result["sentences_per_second"]}
 
 
+def batch_shapes(cfg: mt_data.MTDataConfig, batch_multiple: int) -> dict:
+  """The longest bucket's batch (the most attention memory): length L = the bucket of
+  data.max_len, as many rows as data.max_tokens allows (lnjax/data/batching.py). A corpus
+  without pairs that long trains on shorter buckets only."""
+  L = batching.bucket_len(cfg.max_len, cfg.max_len, cfg.buckets_per_octave)
+  B = batching.batch_rows(L, cfg.max_tokens, batch_multiple)
+  ids, mask = ((B, L), jnp.int32), ((B, L), jnp.float32)
+  return {"inputs": ids, "inputs_mask": mask, "targets": ids, "decoder_inputs": ids,
+          "weights": mask}
+
+
 TRANSLATION = Task(
     name="translation",
     data_config=mt_data.MTDataConfig,
@@ -35,6 +46,7 @@ TRANSLATION = Task(
     sections={"decode": evaluate.DecodeConfig},
     evaluators=(bleu,),
     best_metric="eval_bleu",
+    batch_shapes=batch_shapes,
 )
 
 TASKS = (TRANSLATION,)

@@ -1,0 +1,220 @@
+"""`lnjax compile` (lnjax/core/plan.py, lnjax/core/tpu.py, lnjax/cli/compile.py): a run's
+steps compiled for a TPU slice by libtpu's compiler on this CPU host (libtpu comes with
+requirements.txt). Compiling needs no TPU; each compile of the smoke LM takes ~10 s on two
+cores, so those tests are in the slow tier."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import lnjax
+from lnjax import tasks
+from lnjax.cli import compile as compile_cli
+from lnjax.core import errors, plan, tpu
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+V5E_4 = "v5e:2x2"
+MESHES = {"data": {"mesh.data": 4}, "fsdp": {"mesh.data": 1, "mesh.fsdp": 4},
+          "fsdp+tensor": {"mesh.data": 1, "mesh.fsdp": 2, "mesh.model": 2}}
+
+
+def _config(name="lm", preset="smoke", **overrides):
+  config = lnjax.get_config(name, preset).unlock()
+  for key, value in overrides.items():
+    section, field = key.split(".")
+    config[section][field] = value
+  return config.lock()
+
+
+def _aligned_lm(**overrides):
+  """The smoke LM at widths whose every shard fills TPU tiles (minor dimensions multiples
+  of 128 after sharding over 4 chips), so a chip's buffers hold no padding and the
+  compiler's argument bytes are the hand count exactly (up to the scalars' tiles)."""
+  return _config(**{"model.vocab_size": 512, "model.d_model": 512, "model.d_ff": 1024,
+                    "model.num_heads": 4, **overrides})
+
+
+@pytest.mark.parametrize("name, grid", [("v5e:2x4", (2, 4)), ("v5e-8", (2, 4)),
+                                        ("v5e-16", (4, 4)), ("v6e-8", (2, 4)),
+                                        ("v5p-8", (2, 2, 1)), ("v5p-16", (2, 2, 2)),
+                                        ("v4-32", (2, 2, 4)), ("v5e-256", (16, 16))])
+def test_topology_names_give_cloud_tpus_chip_grids(name, grid):
+  assert tpu.parse_topology(name).grid == grid
+
+
+@pytest.mark.parametrize("name, listed", [
+    ("v7:2x2", "v5e-8, v5e-16, v5p-8, v6e-8"), ("v5e:2x2x1", "v5e-8, v5e-16, v5p-8, v6e-8"),
+    ("tpu", "v5e-8, v5e-16, v5p-8, v6e-8"), ("", "v5e-8, v5e-16, v5p-8, v6e-8"),
+    ("v5e-12", "v5e-1, v5e-4, v5e-8, v5e-16"), ("v5p-6", "v5p-8, v5p-16")])
+def test_an_unknown_topology_is_refused_listing_the_valid_ones(name, listed):
+  with pytest.raises(errors.ConfigError, match=listed):
+    tpu.parse_topology(name)
+
+
+def test_the_mesh_flag_names_every_axis():
+  assert compile_cli.mesh_override("fsdp=4,model=2") == {
+      "mesh.data": 1, "mesh.fsdp": 4, "mesh.model": 2}
+  with pytest.raises(errors.ConfigError, match="--mesh"):
+    compile_cli.mesh_override("tensor=2")
+
+
+def test_collectives_are_read_from_hlo_text():
+  hlo = """
+  %all-gather-start = (bf16[4,128]{1,0}, bf16[16,128]{1,0}) all-gather-start(bf16[4,128]{1,0} %p)
+  %all-gather-done = bf16[16,128]{1,0} all-gather-done((bf16[4,128]{1,0}, bf16[16,128]{1,0}) %all-gather-start)
+  %all-reduce.1 = f32[1024]{0:T(1024)} all-reduce(f32[1024]{0} %x), to_apply=%add
+  %reduce-scatter = f32[8,16]{1,0} reduce-scatter(f32[32,16]{1,0} %y), dimensions={0}
+  %fusion = f32[8]{0} fusion(f32[8]{0} %all-reduce.1), kind=kLoop
+  """
+  c = plan.collectives(hlo)
+  assert c["all-gather"] == {"count": 1, "bytes": 16 * 128 * 2}
+  assert c["all-reduce"] == {"count": 1, "bytes": 1024 * 4}
+  assert c["reduce-scatter"] == {"count": 1, "bytes": 8 * 16 * 4}
+  assert c["all-to-all"]["count"] == c["collective-permute"]["count"] == 0
+
+
+def test_the_compilers_out_of_memory_message_becomes_the_shortfall():
+  message = ("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for "
+             "HLO temporaries (26.84G) exceeds available HBM (15.75G).")
+  short = plan._hbm_shortfall(message)
+  assert short["hbm_missing_bytes"] == pytest.approx((26.84 - 15.75) * tpu.GiB, rel=1e-6)
+  assert plan._hbm_shortfall("INVALID_ARGUMENT: shapes differ") is None
+
+
+@pytest.mark.slow  # Prepares three corpora (the translation one trains a SentencePiece).
+@pytest.mark.parametrize("name, preset", [("lm", "smoke"), ("bert", "smoke"),
+                                          ("multi30k_de_en", "smoke")])
+def test_batch_shapes_are_those_of_the_real_train_batches(name, preset):
+  """What the plan compiles is what the data give: the same keys, dtypes and shapes (the
+  longest bucket's for translation)."""
+  config = _config(name, preset)
+  task = tasks.get(config.get("task", "lm"))
+  from lnjax.core import run as run_lib
+  run = run_lib.resolve_config(config)
+  data = task.make_data(run.data, 0, 0, 1, 1)
+  real = {k: (v.shape, v.dtype) for k, v in next(data.train_iter()).items()}
+  if hasattr(data, "train_shapes"):  # Translation: the longest bucket.
+    rows, length = max(data.train_shapes, key=lambda s: s[1])
+    real = {k: ((rows, length), dtype) for k, (_, dtype) in real.items()}
+  spec = {k: (shape, jnp.dtype(dtype)) for k, (shape, dtype) in
+          task.batch_shapes(run.data, 1).items()}
+  assert spec == real
+
+
+@pytest.mark.slow  # Three compiles of the train step for 4 TPU v5e chips (~10 s each).
+@pytest.mark.parametrize("mesh", list(MESHES))
+def test_the_train_steps_argument_bytes_are_the_sharded_state_and_batch(mesh):
+  """Per chip: parameters + Adam's two moments, each leaf divided over the mesh axes its
+  logical axes map to (counted by hand from the shapes), plus the batch's rows of that chip;
+  donation makes the outputs alias the state."""
+  config = _aligned_lm(**MESHES[mesh])
+  slice_ = tpu.parse_topology(V5E_4)
+  parts = plan.prepare(config, slice_)
+  state, batch = parts["state"], parts["batch"]
+  hand = sum(math.prod(x.sharding.shard_shape(x.shape)) * x.dtype.itemsize
+             for x in jax.tree.leaves((state, batch)))
+  report = plan.compile_report(lambda: parts["train_step"].lower(state, batch), slice_, 1.0)
+  assert report["argument_bytes"] == pytest.approx(hand, rel=2e-3)
+  assert report["alias_bytes"] == pytest.approx(hand, rel=2e-3)  # State donated.
+  params = sum(x.size for x in jax.tree.leaves(state.params))
+  whole = 3 * 4 * params  # float32 parameters, mu and nu.
+  expected = {"data": whole, "fsdp": whole / 4, "fsdp+tensor": whole / 4}[mesh]
+  assert report["argument_bytes"] == pytest.approx(expected, rel=0.02)
+  assert report["fits"] and report["verdict"] == "fits" and report["flops"] > 0
+  gathers = report["collectives"]["all-gather"]["count"]
+  assert (gathers == 0) == (mesh == "data")  # FSDP gathers the parameters it shards.
+
+
+def test_a_mesh_other_than_the_chip_count_is_refused():
+  with pytest.raises(errors.ConfigError, match="differs from the 4 chips"):
+    plan.prepare(_aligned_lm(**{"mesh.data": 2}), tpu.parse_topology(V5E_4))
+
+
+def test_a_batch_the_data_axes_do_not_divide_is_refused():
+  with pytest.raises(errors.ConfigError, match="data.batch_size=6"):
+    plan.prepare(_aligned_lm(**{"data.batch_size": 6}), tpu.parse_topology(V5E_4))
+
+
+@pytest.mark.slow  # Two command lines (JAX's import; one compile that runs out of memory).
+def test_the_command_refuses_in_one_line_or_reports_a_model_too_large(tmp_path):
+  """An unknown topology: one line, exit 2, nothing written. A model too large for the
+  chip: the report, saying by how much it misses, and exit 1. ~1.6 G parameters replicated
+  on every chip (data parallel) are 19 GB of float32 state and Adam moments alone, more
+  than a v5e's 16 GiB."""
+  out = tmp_path / "plan.json"
+  base = [sys.executable, "-m", "lnjax.cli.compile", "--config=lm:smoke", f"--output={out}",
+          "--noeval", "--config.model.vocab_size=512", "--config.model.num_layers=1",
+          "--config.model.d_model=16384", "--config.model.d_ff=16384",
+          "--config.model.num_heads=128"]
+  bad = subprocess.run(base + ["--topology=v9x:2x2"], capture_output=True, text=True,
+                       cwd=REPO, timeout=300)
+  assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1, bad.stderr
+  assert "v5e-8" in bad.stderr and not out.exists()
+  big = subprocess.run(base + ["--topology=v5e-4", "--mesh=data=4"], capture_output=True,
+                       text=True, cwd=REPO, timeout=600)
+  assert big.returncode == 1, big.stderr[-2000:]
+  train = json.loads(out.read_text())["train"]
+  assert not train["fits"] and train["verdict"].startswith("misses by")
+  assert train["hbm_missing_bytes"] > 2 * tpu.GiB
+  assert "MISSES BY" in big.stdout
+
+
+def test_the_preflight_compiles_the_grids_largest_run():
+  from lnjax import configs
+  from lnjax.sweep import grid, preflight
+  runs = grid.runs(configs.resolve("lm:smoke"), "model.d_model=64,512 model.remat_policy="
+                   "none,nothing_saveable data.batch_size=8,16")
+  big = preflight.largest(runs)
+  assert (big.setting("model.d_model"), big.setting("data.batch_size"),
+          big.setting("model.remat_policy")) == (512, 16, "none")
+
+
+@pytest.mark.slow  # Two sweep command lines, one compile that runs out of memory.
+def test_a_sweep_whose_largest_run_cannot_fit_is_refused_before_anything_is_queued(tmp_path):
+  base = [sys.executable, "-m", "lnjax.cli.sweep", "--config=lm:smoke",
+          f"--workdir={tmp_path / 'sweep'}", "--grid=model.d_model=64,16384", "--dry_run",
+          "--topology=v5e-4", "--config.model.vocab_size=512", "--config.model.num_layers=1",
+          "--config.model.d_ff=16384", "--config.model.num_heads=128", "--config.mesh.data=4"]
+  refused = subprocess.run(base, capture_output=True, text=True, cwd=REPO, timeout=600)
+  assert refused.returncode == 2, refused.stderr[-2000:]
+  assert len(refused.stderr.splitlines()) == 1 and "misses by" in refused.stderr
+  assert "d_model=16384" in refused.stderr and "lnjax.main" not in refused.stdout
+  skipped = subprocess.run(base + ["--skip_preflight"], capture_output=True, text=True,
+                           cwd=REPO, timeout=300)
+  assert skipped.returncode == 0 and "lnjax.main" in skipped.stdout, skipped.stderr[-2000:]
+
+
+def test_commands_keep_jax_on_the_cpu_where_libtpu_finds_no_tpu(monkeypatch):
+  """libtpu installed, no TPU chip, no NVIDIA GPU: JAX_PLATFORMS=cpu (JAX would load
+  libtpu to look for chips); a JAX_PLATFORMS the user set, even empty, stays."""
+  monkeypatch.setattr(tpu, "tpu_attached", lambda: False)
+  monkeypatch.setattr(tpu.importlib.util, "find_spec", lambda name: object())
+  monkeypatch.setattr(tpu.glob, "glob", lambda pattern: [])
+  monkeypatch.setenv("JAX_PLATFORMS", "")
+  assert not tpu.cpu_unless_accelerated() and os.environ["JAX_PLATFORMS"] == ""
+  monkeypatch.delenv("JAX_PLATFORMS")
+  assert tpu.cpu_unless_accelerated() and os.environ["JAX_PLATFORMS"] == "cpu"
+  monkeypatch.delenv("JAX_PLATFORMS")
+  monkeypatch.setattr(tpu, "tpu_attached", lambda: True)
+  assert not tpu.cpu_unless_accelerated() and "JAX_PLATFORMS" not in os.environ
+
+
+@pytest.mark.slow  # Four compiles: scanned, its two depth probes, unrolled.
+def test_a_scanned_stack_is_counted_at_its_full_depth():
+  """XLA's cost analysis counts a loop's body once; the plan's FLOPs of a scanned 3-layer
+  LM are the unrolled one's (the depth-1 and depth-2 probes extended to 3 layers)."""
+  slice_ = tpu.parse_topology(V5E_4)
+  flops = {}
+  for scan in (True, False):
+    config = _aligned_lm(**{"model.scan_layers": scan, "model.num_layers": 3, "mesh.data": 4})
+    train = plan.plan_run(config, slice_, with_eval=False)["train"]
+    flops[scan] = train["flops"]
+    if scan:
+      assert train["depth_extrapolated"] and train["flops_scanned_program"] < 0.6 * train["flops"]
+  assert flops[True] == pytest.approx(flops[False], rel=0.01)
