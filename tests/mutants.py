@@ -223,8 +223,8 @@ MUTANTS = [
       "nGPT's attention scales q kᵀ by 1/√d_h instead of √d_h"),
     # ---- The modern block (issue 59) and the 2025 placements (issue 61).
     M("gqa_kv_heads_tiled", "lnjax/models/layers.py",
-      "    k_BxHxSxK = jnp.repeat(k_BxGxSxK, h // g, axis=1)",
-      "    k_BxHxSxK = jnp.tile(k_BxGxSxK, (1, h // g, 1, 1))",
+      "k_BxHxSxK = jnp.repeat(k_BxGxSxK, h // g, axis=1)",
+      "k_BxHxSxK = jnp.tile(k_BxGxSxK, (1, h // g, 1, 1))",
       ("tests/test_block_options.py::test_gqa_equals_multi_head_attention_with_repeated_key_value_weights",),
       "GQA's key heads tiled (head j serving query heads j, j+G, ...) instead of repeated"),
     M("rope_decode_at_position_zero", "lnjax/models/layers.py",

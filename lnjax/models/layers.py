@@ -154,10 +154,10 @@ class Attention(nn.Module):
     if not isinstance(window, int) or window:
       bias_BxHxTxS = bias_BxHxTxS + window_bias(offset + jnp.arange(t),
                                                 jnp.arange(k_BxGxSxK.shape[2]), window)
-    # GQA: key/value head j serves query heads j·H/G ... (j+1)·H/G - 1 (transformers'
-    # repeat_kv order).
-    k_BxHxSxK = jnp.repeat(k_BxGxSxK, h // g, axis=1)
-    v_BxHxSxK = jnp.repeat(v_BxGxSxK, h // g, axis=1)
+    k_BxHxSxK, v_BxHxSxK = k_BxGxSxK, v_BxGxSxK
+    if g != h:  # GQA: key/value head j serves query heads j·H/G ... (j+1)·H/G - 1
+      k_BxHxSxK = jnp.repeat(k_BxGxSxK, h // g, axis=1)  # (transformers' repeat_kv order)
+      v_BxHxSxK = jnp.repeat(v_BxGxSxK, h // g, axis=1)
     if self.unit_qk is not None:
       q_BxHxTxK, k_BxHxSxK = self.unit_qk(name="qk_scale")(q_BxHxTxK, k_BxHxSxK)
     scale = self.query_scale or k_h**-0.5
