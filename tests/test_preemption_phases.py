@@ -245,17 +245,17 @@ def test_a_launcher_stopped_while_its_run_compiles_exits_143_within_10_s(tmp_pat
 @pytest.mark.slow
 def test_a_stop_while_xla_compiles_a_later_step_keeps_the_last_checkpoint(tmp_path):
   """Steps 1-3 saved; step 4, a log step, compiles the train step with the health
-  statistics when the stop comes: exit 143 within 10 s, checkpoint 3 the newest, and the
-  relaunch ends with the records of an uninterrupted run."""
-  args = ["--config.train.num_steps=5", "--config.train.checkpoint_every_steps=1",
-          "--config.train.log_every_steps=4", "--config.train.eval_every_steps=5"]
+  statistics when the stop comes: exit 143 within 10 s, checkpoint 3 the newest and whole,
+  the lock released. (The process ends as a kill -9 would, the lock aside: that a relaunch
+  then resumes to an uninterrupted run's records is test_reliability.py's.)"""
   deep = ["--config=configs/lm.py:smoke", "--config.mesh.data=1",
-          "--config.model.num_layers=10", *args]  # (The step with statistics: 15-30 s.)
-  cache = {"JAX_COMPILATION_CACHE_DIR": str(tmp_path / "cache")}  # (This test's own.)
-  wd, reference = tmp_path / "deep", tmp_path / "reference"
-  proc = subprocess.Popen([sys.executable, "-m", "lnjax.main", *deep, f"--workdir={wd}"],
-                          cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          env={**os.environ, **cache})
+          "--config.model.num_layers=10", "--config.train.num_steps=5",
+          "--config.train.checkpoint_every_steps=1", "--config.train.log_every_steps=4",
+          f"--workdir={tmp_path / 'deep'}"]  # (The step with statistics: 15-60 s to compile.)
+  wd = tmp_path / "deep"
+  proc = subprocess.Popen([sys.executable, "-m", "lnjax.main", *deep], cwd=REPO, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          env={**os.environ, "JAX_ENABLE_COMPILATION_CACHE": "false"})
   try:
     deadline = time.time() + 600
     while time.time() < deadline and proc.poll() is None and not os.path.exists(
@@ -270,10 +270,6 @@ def test_a_stop_while_xla_compiles_a_later_step_keeps_the_last_checkpoint(tmp_pa
   assert proc.returncode == 143 and seconds < STOP_SECONDS, (seconds, out[-2000:])
   assert FORCED in out, out[-2000:]
   assert max(int(s) for s in os.listdir(wd / "checkpoints")) == 3
-  relaunched = [subprocess.run(
-      [sys.executable, "-m", "lnjax.main", *deep, f"--workdir={workdir}"], cwd=REPO,
-      text=True, capture_output=True, timeout=900, env={**os.environ, **cache})
-      for workdir in (wd, reference)]
-  assert [r.returncode for r in relaunched] == [0, 0], relaunched[0].stderr[-3000:]
-  assert f"Resuming {wd} from step 3." in relaunched[0].stdout
-  assert records(str(wd)) == records(str(reference))
+  from lnjax.core import checkpoint
+  assert checkpoint.restore_run(str(wd)).step == 3
+  assert not os.path.exists(wd / ".lnjax.lock")

@@ -150,7 +150,7 @@ class Stop:
 
   def __init__(self):
     self._previous, self._outer = {}, {}
-    self._watcher = None
+    self._watcher, self._cleanups = None, None
 
   def __enter__(self):
     # Nested in another Stop (a driver around its runs: lnjax.tasks.finetune), a signal that came
@@ -162,6 +162,7 @@ class Stop:
       if not _watcher:  # (The outermost block.)
         self._watcher = _Watcher()
         _watcher.append(self._watcher)
+      self._cleanups = len(_watcher[0].cleanups)  # (Those of this block go at its end.)
     return self
 
   def raising(self, on: bool) -> None:
@@ -173,6 +174,8 @@ class Stop:
   def __exit__(self, *exc):
     for s, previous in self._previous.items():
       signal.signal(s, previous)
+    if _watcher and self._cleanups is not None:
+      del _watcher[0].cleanups[self._cleanups:]
     if self._watcher is not None:
       self._watcher.close()
       _watcher.clear()
