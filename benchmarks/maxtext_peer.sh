@@ -22,9 +22,14 @@ case "${1:-}" in
   install)
     [ -n "$py" ] || { echo "maxtext_peer.sh: no Python >= 3.12 (set MAXTEXT_PYTHON)" >&2; exit 2; }
     "$py" -m venv "$venv"
-    # MaxText's TPU extra pins its own JAX and libtpu (jax>=0.11.1, libtpu>=0.0.46 for
-    # 0.2.5): newer than lnjax's 0.10.2 / 0.0.42, so the two compile with different XLAs.
-    "$venv/bin/pip" install --quiet --disable-pip-version-check "maxtext[tpu]==0.2.5"
+    # MaxText's TPU extra brings its own JAX and libtpu (jax 0.12.0.1 and libtpu 0.0.52 on
+    # 2026-12-05, newer than lnjax's 0.10.2 / 0.0.42.1: the two compile with different
+    # XLAs). pip's resolver backtracked over google-cloud-aiplatform for 40 minutes after
+    # installing the rest (stopped by hand that day); train_compile then lacked tokamax
+    # and xprof, installed here without their dependencies.
+    timeout "${MAXTEXT_INSTALL_SECONDS:-1800}" "$venv/bin/pip" install --quiet \
+        --disable-pip-version-check "maxtext[tpu]==0.2.5" || true
+    "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps tokamax xprof
     "$venv/bin/python" -c "import maxtext, jax; print('maxtext ok, jax', jax.__version__)";;
   run)
     shift
