@@ -13,6 +13,7 @@ line on stderr); 1 a run failed (its error line; the same command retries it); 2
 refused input; 128 + signal when stopped (the runs saved).
 """
 
+import math
 import sys
 
 from lnjax.core import allocator
@@ -103,8 +104,9 @@ def main(argv):
     placements = [p for p in _PLACEMENTS.value if p]
     depths = _ints("depths", _DEPTHS.value or [config.model.num_layers])
     warmups = _ints("warmups", _WARMUPS.value)
-    probe_steps = _PROBE_STEPS.value or config.train.num_steps
-    range_steps = _RANGE_STEPS.value or probe_steps
+    # (0 is a value, refused below, not "unset".)
+    probe_steps = config.train.num_steps if _PROBE_STEPS.value is None else _PROBE_STEPS.value
+    range_steps = probe_steps if _RANGE_STEPS.value is None else _RANGE_STEPS.value
     for name, value, low in (("seeds", _SEEDS.value, 1), ("probe_steps", probe_steps, 1),
                              ("range_steps", range_steps, 2)):
       errors.check_int(f"--{name}", value, low)
@@ -114,6 +116,12 @@ def main(argv):
     for name, value in (("tolerance", _TOLERANCE.value), ("widen", _WIDEN.value)):
       if not value > 1:
         raise errors.ConfigError(f"--{name}={value:g} must be > 1")
+    # Any finite margin (a negative one accepts a loss above the baseline); the factor as
+    # train.divergence_factor's (0 = NaN/Inf only).
+    errors.check_range("--margin_nats", _MARGIN.value, low=-math.inf, high=math.inf,
+                       low_open=True, high_open=True)
+    errors.check_range("--divergence_factor", _DIVERGENCE.value, low=0.0, high=math.inf,
+                       high_open=True)
     stability.check_inputs(config_arg, fixed, placements, depths, warmups)
     stable = search.Stable(probe_steps, _DIVERGENCE.value, _MARGIN.value)
     s = stability.Search(config_arg, fixed, _WORKDIR.value, placements=placements,

@@ -122,6 +122,7 @@ class RunConfig:
 SECTIONS = {"model": ModelConfig, "opt": OptConfig, "data": None,
             "train": TrainConfig, "mesh": MeshConfig}
 TOP_LEVEL = ("seed", "task")
+MAX_SEED = 2**63 - 1  # jax.random.key takes an int64.
 
 
 def resolve_config(config: ml_collections.ConfigDict) -> RunConfig:
@@ -136,8 +137,7 @@ def resolve_config(config: ml_collections.ConfigDict) -> RunConfig:
     if section not in config:
       raise errors.ConfigError(f"config has no section {section!r}")
   seed = config.get("seed", 0)
-  if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-    raise errors.ConfigError(f"seed={seed!r} must be an integer >= 0")
+  errors.check_int("seed", seed, 0, MAX_SEED)
   parts = {name: sections.from_config(cls or task.data_config, name, config[name].to_dict())
            for name, cls in SECTIONS.items()}
   extra = {name: sections.from_config(cls, name, config[name].to_dict())
