@@ -28,9 +28,11 @@ _OUTPUT = flags.DEFINE_string("output", None, "With --hf: the report's folder (d
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  from lnjax.core import errors, progress  # Imported late: JAX starts after flags.
+  from lnjax.core import errors, fileio, progress  # Imported late: JAX starts after flags.
   try:
     if _HF.value is not None or _WORKDIR.value is None:  # lnjax/hf/analyze.py
+      # Its report's folder (default ./hf_analysis/NAME) is in no run.
+      fileio.refuse_run_files("--output", _OUTPUT.value, [_OUTPUT.value or "hf_analysis"])
       from lnjax.hf import analyze as hf_analyze
       with progress.Phase(f"analyzing {_HF.value}"):
         result, out = hf_analyze.analyze_flags(_HF.value, _TEXT.value, _OUTPUT.value,

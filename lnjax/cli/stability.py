@@ -23,7 +23,7 @@ from ml_collections import config_flags
 
 from lnjax import cli
 from lnjax import sweep as sweep_lib
-from lnjax.core import errors
+from lnjax.core import errors, fileio
 from lnjax.sweep import launcher as launcher_lib, search, stability
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file[:presets] of the "
@@ -123,6 +123,9 @@ def main(argv):
     errors.check_range("--divergence_factor", _DIVERGENCE.value, low=0.0, high=math.inf,
                        high_open=True)
     stability.check_inputs(config_arg, fixed, placements, depths, warmups)
+    fileio.refuse_run_files("--workdir", _WORKDIR.value,
+                            [_WORKDIR.value, *([_STATE.value] if _STATE.value else [])],
+                            own=[_WORKDIR.value])
     stable = search.Stable(probe_steps, _DIVERGENCE.value, _MARGIN.value)
     s = stability.Search(config_arg, fixed, _WORKDIR.value, placements=placements,
                          depths=depths, warmups=warmups, seeds=_SEEDS.value,

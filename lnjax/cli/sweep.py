@@ -30,7 +30,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from lnjax import cli
-from lnjax.core import errors
+from lnjax.core import errors, fileio
 from lnjax import sweep as sweep_lib
 from lnjax.sweep import launcher as launcher_lib
 
@@ -78,6 +78,7 @@ def main(argv):
   config_arg, fixed = cli.config_and_overrides()
   root = _WORKDIR.value
   try:
+    fileio.refuse_run_files("--workdir", root, [root], own=[root])
     runs = _runs(config_arg, fixed)
     if _REPORT.value:
       from lnjax.sweep import report  # matplotlib only when asked for.

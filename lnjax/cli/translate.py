@@ -46,7 +46,7 @@ def main(argv):
                                  ("length_penalty", _LENPEN.value)) if v is not None}
   try:
     if _OUTPUT.value != "-":
-      fileio.refuse_run_files("--output", _OUTPUT.value, [_OUTPUT.value])
+      fileio.refuse_run_files("--output", _OUTPUT.value, [_OUTPUT.value], own=[_WORKDIR.value])
     lines = refs = None
     if not _SPLIT.value:
       lines, bad = translate.read_lines(_INPUT.value)
