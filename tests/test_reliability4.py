@@ -81,10 +81,10 @@ def test_logits_refuses_ids_outside_the_vocabulary():
 
 @pytest.mark.slow  # Three command lines.
 @pytest.mark.parametrize("flag, needle", [
-    ("--probe_steps=0", "--probe_steps=0 is invalid"),
-    ("--range_steps=0", "--range_steps=0 is invalid"),
-    ("--margin_nats=nan", "--margin_nats=nan must be a number"),
-    ("--divergence_factor=-1", "--divergence_factor=-1.0 must be a number in [0.0, inf)")])
+    ("--probe_steps=0", "--probe_steps=0: is invalid: must be an integer in [1, "),
+    ("--range_steps=0", "--range_steps=0: is invalid: must be an integer in [2, "),
+    ("--margin_nats=nan", "--margin_nats=nan: must be a number in (-inf, inf)"),
+    ("--divergence_factor=-1", "--divergence_factor=-1.0: must be a number in [0.0, inf)")])
 def test_the_stability_search_refuses_its_flags_boundaries(tmp_path, flag, needle):
   """--probe_steps=0 was read as unset (the config's steps), NaN and a negative factor were
   passed on to every run. One line, exit 2, and no workdir."""

@@ -18,6 +18,8 @@ _STEP = flags.DEFINE_string("step", "latest", "init | latest | best | a checkpoi
 _BATCHES = flags.DEFINE_integer("batches", 4, "Held-out batches to average over.")
 _LR = flags.DEFINE_float("lr", None, "Learning rate of the update ratios (default: the "
                          "run's peak opt.learning_rate).")
+cli.number("batches", 1)
+cli.number("lr", 0.0, low_open=True)
 _HF = flags.DEFINE_string("hf", None, "Instead of a run: a Hugging Face GPT-2 or BERT folder, "
                           "or a hub name (gpt2, bert-base-uncased: fetched when online).")
 _TEXT = flags.DEFINE_string("text", None, "With --hf: the UTF-8 text file its loss is on.")

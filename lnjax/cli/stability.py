@@ -13,7 +13,6 @@ line on stderr); 1 a run failed (its error line; the same command retries it); 2
 refused input; 128 + signal when stopped (the runs saved).
 """
 
-import math
 import sys
 
 from lnjax.core import allocator
@@ -65,6 +64,12 @@ _DEVICES_PER_RUN = flags.DEFINE_integer("devices_per_run", None, "local, ray: de
 _RAY_ADDRESS = flags.DEFINE_string("ray_address", None, "ray: the cluster's HEAD:PORT.")
 _SBATCH_ARGS = flags.DEFINE_string("sbatch_args", "", "slurm: sbatch options.")
 flags.mark_flags_as_required(["config", "workdir"])
+for _name, _low in (("seeds", 1), ("probe_steps", 1), ("range_steps", 2), ("parallel", 1),
+                    ("devices_per_run", 1), ("divergence_factor", 0.0)):
+  cli.number(_name, _low)  # (divergence_factor: 0 = NaN/Inf only, as train's.)
+for _name, _low in (("lr_min", 0.0), ("lr_max", 0.0), ("tolerance", 1.0), ("widen", 1.0)):
+  cli.number(_name, _low, low_open=True)
+cli.number("margin_nats")  # Any finite margin (a negative one accepts a loss above the baseline).
 PROG = "lnjax.cli.stability"
 
 
@@ -113,15 +118,6 @@ def main(argv):
     if not 0 < _LR_MIN.value < _LR_MAX.value:
       raise errors.ConfigError(f"--lr_min={_LR_MIN.value:g} and --lr_max={_LR_MAX.value:g} "
                                "must satisfy 0 < lr_min < lr_max")
-    for name, value in (("tolerance", _TOLERANCE.value), ("widen", _WIDEN.value)):
-      if not value > 1:
-        raise errors.ConfigError(f"--{name}={value:g} must be > 1")
-    # Any finite margin (a negative one accepts a loss above the baseline); the factor as
-    # train.divergence_factor's (0 = NaN/Inf only).
-    errors.check_range("--margin_nats", _MARGIN.value, low=-math.inf, high=math.inf,
-                       low_open=True, high_open=True)
-    errors.check_range("--divergence_factor", _DIVERGENCE.value, low=0.0, high=math.inf,
-                       high_open=True)
     stability.check_inputs(config_arg, fixed, placements, depths, warmups)
     fileio.refuse_run_files("--workdir", _WORKDIR.value,
                             [_WORKDIR.value, *([_STATE.value] if _STATE.value else [])],

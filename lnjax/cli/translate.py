@@ -32,6 +32,9 @@ _LENPEN = flags.DEFINE_float("length_penalty", None, "α in log p / length^α; d
 _MAX_LEN = flags.DEFINE_integer("max_len", None, "Longest hypothesis in tokens (EOS "
                                 "included); default source length + decode.max_extra_len. "
                                 "At most model.max_len.")
+cli.number("beam_size", 1)
+cli.number("length_penalty")  # Any finite α.
+cli.number("max_len", 1)
 
 
 def main(argv):
