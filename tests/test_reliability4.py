@@ -21,6 +21,7 @@ from lnjax.models import ModelConfig, TransformerLM
 from test_train import REPO, smoke_config
 
 
+@pytest.mark.slow  # Compiles the initialization.
 def test_a_model_shorter_than_eight_positions_initializes():
   """model.max_len=2: the init's example input was 8 positions long (lnjax/tasks/lm.py), a
   length the model refuses. It is min(8, max_len) now; the parameters' shapes are the same."""

@@ -6,7 +6,6 @@ exit 1, config_flags' a traceback).
   app.run(main, flags_parser=cli.parse_flags)   # every `python -m lnjax.…` command
 """
 
-import math
 import os
 import sys
 
@@ -70,9 +69,7 @@ def number(name: str, low=None, high=None, *, low_open: bool = False) -> None:
       if integer:
         errors.check_int(f"--{name}", value, low, INT64_MAX if high is None else high)
       else:
-        errors.check_range(f"--{name}", value, low=-math.inf if low is None else low,
-                           high=math.inf if high is None else high, low_open=low_open or
-                           low is None, high_open=high is None)
+        errors.check_range(f"--{name}", value, low=low, high=high, low_open=low_open)
     except errors.ConfigError as e:
       raise flags.ValidationError(str(e).split(" ", 1)[1]) from None
     return True

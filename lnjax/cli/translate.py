@@ -33,7 +33,7 @@ _MAX_LEN = flags.DEFINE_integer("max_len", None, "Longest hypothesis in tokens (
                                 "included); default source length + decode.max_extra_len. "
                                 "At most model.max_len.")
 cli.number("beam_size", 1)
-cli.number("length_penalty")  # Any finite α.
+cli.number("length_penalty", 0.0)  # As decode.length_penalty.
 cli.number("max_len", 1)
 
 
