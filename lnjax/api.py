@@ -70,12 +70,27 @@ class Loaded:
     import jax
     import numpy as np
 
-    arrays = [np.asarray(self.encode(x) if isinstance(x, str) else x, np.int32)
+    arrays = [self._ids(np.asarray(self.encode(x) if isinstance(x, str) else x))
               for x in inputs]
     single = all(a.ndim == 1 for a in arrays)
     batch = [a[None] if single else a for a in arrays]
     out = self.model.apply({"params": self.params}, *batch, deterministic=True)
     return jax.tree.map(lambda x: np.asarray(x[0] if single else x), out)
+
+
+  def _ids(self, ids):
+    """`ids` as int32 token ids, or a ValueError naming the vocabulary's range (an id
+    outside it would index past the embedding table, which JAX clamps silently)."""
+    import numpy as np
+
+    vocab = self.model.cfg.vocab_size
+    if ids.size and not np.issubdtype(ids.dtype, np.integer):
+      raise ValueError(f"token ids must be integers in [0, {vocab - 1}], got dtype {ids.dtype}")
+    outside = ids[(ids < 0) | (ids >= vocab)] if ids.size else ids
+    if outside.size:
+      raise ValueError(f"token id {int(outside[0])} is outside the vocabulary: ids must be in "
+                       f"[0, {vocab - 1}] (model.vocab_size={vocab})")
+    return ids.astype(np.int32)
 
 
 def load(workdir: str, checkpoint: str = "latest") -> Loaded:

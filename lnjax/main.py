@@ -29,6 +29,8 @@ _DISTRIBUTED = flags.DEFINE_bool(
 _COORDINATOR = flags.DEFINE_string("coordinator_address", None, "host:port of process 0.")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Processes in the run.")
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index.")
+cli.number("num_processes", 1)
+cli.number("process_id", 0)
 _MODE = flags.DEFINE_enum("mode", "train", ["train", "predict"],
                           "train: train (or resume) the run in --workdir; predict: decode "
                           "--split with the run's --checkpoint and score it (translation).")

@@ -113,10 +113,31 @@ def test_load_gives_the_checkpoints_parameters_and_the_tokenizer(tmp_path):
   assert not np.allclose(lnjax.load(str(tmp_path)).logits(text), logits_TxV)  # step 20
 
 
+def _venv_seeing_these_packages(venv):
+  """A new venv whose python also sees the packages of the interpreter running the tests
+  (its site directories, their .pth files processed), after the venv's own.
+  `--system-site-packages` would give the base interpreter's: inside a virtual environment
+  (the README's install), not the ones installed there (the `lnjax` command then died with
+  "No module named 'absl'")."""
+  import site
+  import sysconfig
+
+  subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+  r = subprocess.run([str(venv / "bin" / "python"), "-c",
+                      "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                     capture_output=True, text=True, check=True, timeout=120)
+  dirs = [*site.getsitepackages(), *([site.getusersitepackages()] if site.ENABLE_USER_SITE
+                                     else []), sysconfig.get_path("purelib")]
+  dirs = [d for d in dict.fromkeys(dirs) if os.path.isdir(d)]
+  pathlib.Path(r.stdout.strip(), "lnjax_test_parent_env.pth").write_text(
+      "".join(f"import site; site.addsitedir({d!r})\n" for d in dirs))
+  return venv
+
+
 @pytest.mark.slow
 def test_the_wheel_installs_the_command_and_the_configs(tmp_path):
-  """pip wheel, a fresh venv (the heavy dependencies from the system's site-packages),
-  then `lnjax train --config=default:smoke` from an empty directory."""
+  """pip wheel, a fresh venv (the heavy dependencies from this interpreter's site
+  directories), then `lnjax train --config=default:smoke` from an empty directory."""
   src = tmp_path / "src"
   ignore = __import__("shutil").ignore_patterns("__pycache__", "*.pyc")
   for name in ("lnjax", "pyproject.toml", "README.md"):
@@ -133,9 +154,7 @@ def test_the_wheel_installs_the_command_and_the_configs(tmp_path):
   names = zipfile.ZipFile(wheel).namelist()
   assert "lnjax/configs/default.py" in names and "lnjax/configs/lm.py" in names
   assert any(n.endswith("entry_points.txt") for n in names)
-  venv = tmp_path / "venv"
-  subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
-                 check=True, timeout=300)
+  venv = _venv_seeing_these_packages(tmp_path / "venv")
   r = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-deps",
                       str(wheel)], capture_output=True, text=True, timeout=600)
   assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]

@@ -63,8 +63,8 @@ def test_the_output_guard_refuses_the_runs_files_only(tmp_path, target, refused)
   if refused:
     with pytest.raises(errors.WorkdirError, match="never overwritten"):
       fileio.refuse_run_files("--output", path, [path])
-  else:
-    fileio.refuse_run_files("--output", path, [path])
+  else:  # (Into its own run: a command that reads the run, as analyze does.)
+    fileio.refuse_run_files("--output", path, [path], own=[wd])
   # An export folder (its config.json names the run's config) is no run: export again.
   os.makedirs(tmp_path / "exp")
   (tmp_path / "exp" / "config.json").write_text('{"lnjax_config": {}}')

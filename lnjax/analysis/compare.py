@@ -167,7 +167,7 @@ def plot(runs: list[dict], path: str, title: str | None = None):
 
 
 def compare(workdirs: list[str], output: str = "compare", title: str | None = None) -> dict:
-  fileio.refuse_run_files("--output", output, [output + ".png", output + ".md"])
+  fileio.refuse_run_files("--output", output, [output + ".png", output + ".md"], own=workdirs)
   runs = [load_run(w) for w in workdirs]
   for r, name in zip(runs, _names(workdirs)):
     r["name"] = name

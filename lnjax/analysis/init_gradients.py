@@ -15,6 +15,7 @@ import ml_collections
 import numpy as np
 
 from lnjax.core import build as build_lib
+from lnjax.core import state as state_lib
 
 
 def make_config(model: str, norm: str, total_layers: int | None = None, *,
@@ -71,8 +72,9 @@ class Measurer:
     setup = self.setup
     # The run's own initialization (models.init_params: Admin's profiling pass included),
     # compiled once for all seeds.
+    example, random = state_lib.init_inputs(setup)
     self._init = jax.jit(lambda key: nn.unbox(models.init_params(
-        setup.model, key, *setup.task.example_inputs(), random_inputs=setup.task.random_inputs)))
+        setup.model, key, *example, random_inputs=random)))
     self._grad = jax.jit(jax.grad(lambda p, bs: probes.mean_loss(p, setup, bs)))
     self._probes = probes
 

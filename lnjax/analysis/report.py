@@ -80,7 +80,7 @@ def analyze(workdir: str, step: str = "latest", num_batches: int = 4, lr: float 
       "num_layers": run.model.num_layers, "d_model": run.model.d_model,
   }
   out = os.path.join(workdir, "analysis", label)
-  fileio.refuse_run_files("--step", step, [out])
+  fileio.refuse_run_files("--step", step, [out], own=[workdir])
   fileio.makedirs(out)
   fileio.write_text(os.path.join(out, "analysis.json"), json.dumps(result, indent=1))
   _plots(result, out)

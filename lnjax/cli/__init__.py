@@ -33,11 +33,19 @@ def parse_flags(argv: list[str], prog: str = "lnjax") -> list[str]:
   passes here first: on a host with libtpu but no accelerator, JAX is kept to the CPU
   (lnjax/core/tpu.py's cpu_unless_accelerated; the run's subprocesses inherit it)."""
   tpu.cpu_unless_accelerated()
+  try:
+    return parse(argv)
+  except errors.ConfigError as e:
+    fail(str(e), prog=prog)
+
+
+def parse(argv: list[str]) -> list[str]:
+  """parse_flags without the exit: an error is a one-line errors.ConfigError."""
   argv = [configs.resolve_flag(a) for a in argv]  # --config=lm:norm=post
   try:
     remaining = flags.FLAGS(argv)
   except Exception as e:  # Flag, config-file and config-value errors all land here.
-    fail(_parsing_error(e, argv), prog=prog)
+    raise errors.ConfigError(_parsing_error(e, argv)) from None
   except SystemExit:  # absl's --help (-h, --helpfull): its text, then exit 1; asked, it is 0.
     if any(a.split("=")[0] in HELP_FLAGS for a in argv[1:]):
       sys.stdout.flush()
@@ -48,10 +56,36 @@ def parse_flags(argv: list[str], prog: str = "lnjax") -> list[str]:
       flags.FLAGS[name].value.keys()
     except OSError as e:
       lines = [l.strip() for l in str(e.__cause__ or e).splitlines() if l.strip()]
-      fail(f"--{name}: {lines[-1] if lines else e}", prog=prog)
+      raise errors.ConfigError(f"--{name}: {lines[-1] if lines else e}") from None
     except errors.LnjaxError as e:
-      fail(str(e), prog=prog)
+      raise errors.ConfigError(str(e)) from None
   return remaining
+
+
+INT64_MAX = 2**63 - 1
+
+
+def number(name: str, low=None, high=None, *, low_open: bool = False) -> None:
+  """The domain of the numeric flag --`name`, checked while the flags are parsed (a value
+  outside it is one line, exit 2, before the command starts): [low, high], (low, high]
+  with `low_open`; an integer flag at most the largest int64, a float one finite (absl's
+  own bounds let NaN through). Unset (None) passes."""
+  flag = flags.FLAGS[name]
+  integer = isinstance(flag.parser, flags.IntegerParser)
+
+  def check(value) -> bool:
+    if value is None:
+      return True
+    try:
+      if integer:
+        errors.check_int(f"--{name}", value, low, INT64_MAX if high is None else high)
+      else:
+        errors.check_range(f"--{name}", value, low=low, high=high, low_open=low_open)
+    except errors.ConfigError as e:
+      raise flags.ValidationError(str(e).split(" ", 1)[1]) from None
+    return True
+
+  flags.register_validator(name, check)
 
 
 def refuse_arguments(argv: list[str], prog: str = "lnjax") -> None:

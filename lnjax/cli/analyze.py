@@ -18,6 +18,8 @@ _STEP = flags.DEFINE_string("step", "latest", "init | latest | best | a checkpoi
 _BATCHES = flags.DEFINE_integer("batches", 4, "Held-out batches to average over.")
 _LR = flags.DEFINE_float("lr", None, "Learning rate of the update ratios (default: the "
                          "run's peak opt.learning_rate).")
+cli.number("batches", 1)
+cli.number("lr", 0.0, low_open=True)
 _HF = flags.DEFINE_string("hf", None, "Instead of a run: a Hugging Face GPT-2 or BERT folder, "
                           "or a hub name (gpt2, bert-base-uncased: fetched when online).")
 _TEXT = flags.DEFINE_string("text", None, "With --hf: the UTF-8 text file its loss is on.")
@@ -28,9 +30,11 @@ _OUTPUT = flags.DEFINE_string("output", None, "With --hf: the report's folder (d
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  from lnjax.core import errors, progress  # Imported late: JAX starts after flags.
+  from lnjax.core import errors, fileio, progress  # Imported late: JAX starts after flags.
   try:
     if _HF.value is not None or _WORKDIR.value is None:  # lnjax/hf/analyze.py
+      # Its report's folder (default ./hf_analysis/NAME) is in no run.
+      fileio.refuse_run_files("--output", _OUTPUT.value, [_OUTPUT.value or "hf_analysis"])
       from lnjax.hf import analyze as hf_analyze
       with progress.Phase(f"analyzing {_HF.value}"):
         result, out = hf_analyze.analyze_flags(_HF.value, _TEXT.value, _OUTPUT.value,

@@ -16,6 +16,7 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "The run whose checkpoints to av
 _LAST = flags.DEFINE_integer("last", 5, "Average the last N checkpoints (checkpoints/).",
                              lower_bound=1)
 _OUTPUT = flags.DEFINE_string("output", None, "The new workdir (default: WORKDIR_avgN).")
+cli.number("last", 1)
 
 
 def main(argv):

@@ -22,7 +22,7 @@ from ml_collections import config_flags
 
 from lnjax import cli
 from lnjax import sweep as sweep_lib
-from lnjax.core import errors
+from lnjax.core import errors, fileio
 from lnjax.sweep import launcher as launcher_lib, search, stability
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file[:presets] of the "
@@ -64,6 +64,12 @@ _DEVICES_PER_RUN = flags.DEFINE_integer("devices_per_run", None, "local, ray: de
 _RAY_ADDRESS = flags.DEFINE_string("ray_address", None, "ray: the cluster's HEAD:PORT.")
 _SBATCH_ARGS = flags.DEFINE_string("sbatch_args", "", "slurm: sbatch options.")
 flags.mark_flags_as_required(["config", "workdir"])
+for _name, _low in (("seeds", 1), ("probe_steps", 1), ("range_steps", 2), ("parallel", 1),
+                    ("devices_per_run", 1), ("divergence_factor", 0.0)):
+  cli.number(_name, _low)  # (divergence_factor: 0 = NaN/Inf only, as train's.)
+for _name, _low in (("lr_min", 0.0), ("lr_max", 0.0), ("tolerance", 1.0), ("widen", 1.0)):
+  cli.number(_name, _low, low_open=True)
+cli.number("margin_nats")  # Any finite margin (a negative one accepts a loss above the baseline).
 PROG = "lnjax.cli.stability"
 
 
@@ -103,18 +109,19 @@ def main(argv):
     placements = [p for p in _PLACEMENTS.value if p]
     depths = _ints("depths", _DEPTHS.value or [config.model.num_layers])
     warmups = _ints("warmups", _WARMUPS.value)
-    probe_steps = _PROBE_STEPS.value or config.train.num_steps
-    range_steps = _RANGE_STEPS.value or probe_steps
+    # (0 is a value, refused below, not "unset".)
+    probe_steps = config.train.num_steps if _PROBE_STEPS.value is None else _PROBE_STEPS.value
+    range_steps = probe_steps if _RANGE_STEPS.value is None else _RANGE_STEPS.value
     for name, value, low in (("seeds", _SEEDS.value, 1), ("probe_steps", probe_steps, 1),
                              ("range_steps", range_steps, 2)):
       errors.check_int(f"--{name}", value, low)
     if not 0 < _LR_MIN.value < _LR_MAX.value:
       raise errors.ConfigError(f"--lr_min={_LR_MIN.value:g} and --lr_max={_LR_MAX.value:g} "
                                "must satisfy 0 < lr_min < lr_max")
-    for name, value in (("tolerance", _TOLERANCE.value), ("widen", _WIDEN.value)):
-      if not value > 1:
-        raise errors.ConfigError(f"--{name}={value:g} must be > 1")
     stability.check_inputs(config_arg, fixed, placements, depths, warmups)
+    fileio.refuse_run_files("--workdir", _WORKDIR.value,
+                            [_WORKDIR.value, *([_STATE.value] if _STATE.value else [])],
+                            own=[_WORKDIR.value])
     stable = search.Stable(probe_steps, _DIVERGENCE.value, _MARGIN.value)
     s = stability.Search(config_arg, fixed, _WORKDIR.value, placements=placements,
                          depths=depths, warmups=warmups, seeds=_SEEDS.value,

@@ -30,7 +30,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from lnjax import cli
-from lnjax.core import errors
+from lnjax.core import errors, fileio
 from lnjax import sweep as sweep_lib
 from lnjax.sweep import launcher as launcher_lib
 
@@ -75,6 +75,11 @@ _TABLE_EVERY = flags.DEFINE_float("table_every_seconds", 60.0,
 _GRACE = flags.DEFINE_float("grace_seconds", 600.0, "After SIGINT/SIGTERM, how long runs "
                             "may take to save before they are killed.")
 flags.mark_flags_as_required(["config", "workdir"])
+for _name in ("parallel", "devices_per_run", "nodes_per_run"):
+  cli.number(_name, 1)
+for _name in ("ray_connect_seconds", "refresh_seconds", "table_every_seconds"):
+  cli.number(_name, 0.0, low_open=True)
+cli.number("grace_seconds", 0.0)
 PROG = "lnjax.cli.sweep"  # The errors' prefix.
 
 
@@ -85,6 +90,7 @@ def main(argv):
   config_arg, fixed = cli.config_and_overrides()
   root = _WORKDIR.value
   try:
+    fileio.refuse_run_files("--workdir", root, [root], own=[root])
     runs = _runs(config_arg, fixed)
     if _REPORT.value:
       from lnjax.sweep import report  # matplotlib only when asked for.

@@ -32,6 +32,9 @@ _LENPEN = flags.DEFINE_float("length_penalty", None, "α in log p / length^α; d
 _MAX_LEN = flags.DEFINE_integer("max_len", None, "Longest hypothesis in tokens (EOS "
                                 "included); default source length + decode.max_extra_len. "
                                 "At most model.max_len.")
+cli.number("beam_size", 1)
+cli.number("length_penalty", 0.0)  # As decode.length_penalty.
+cli.number("max_len", 1)
 
 
 def main(argv):
@@ -46,7 +49,7 @@ def main(argv):
                                  ("length_penalty", _LENPEN.value)) if v is not None}
   try:
     if _OUTPUT.value != "-":
-      fileio.refuse_run_files("--output", _OUTPUT.value, [_OUTPUT.value])
+      fileio.refuse_run_files("--output", _OUTPUT.value, [_OUTPUT.value], own=[_WORKDIR.value])
     lines = refs = None
     if not _SPLIT.value:
       lines, bad = translate.read_lines(_INPUT.value)

@@ -89,9 +89,9 @@ def restore(workdir: str, spec: str = "latest", mesh=None, flag: str = "--checkp
 def write_average(workdir: str, last: int, output: str) -> dict:
   """Writes the mean of `workdir`'s last `last` checkpoints as the run in `output`."""
   errors.check_int("--last", last, 1)
+  fileio.refuse_run_files("--output", output, [output])
   if ckpt_lib.load_config(output) is not None or checkpoint_steps(output):
     raise errors.WorkdirError(f"{output} already holds a run; choose a new --output")
-  fileio.refuse_run_files("--output", output, [output])
   steps = checkpoint_steps(workdir)
   if len(steps) < last:
     raise errors.CheckpointError(

@@ -5,6 +5,9 @@ import numbers
 from typing import Any, Sequence
 
 
+INT64_MAX = 2**63 - 1
+
+
 class LnjaxError(Exception):
   """An error the user can fix; `lnjax.main` prints its message as one line."""
 
@@ -30,8 +33,11 @@ def check_choice(key: str, value: Any, choices: Sequence[Any]) -> None:
 
 def check_range(key: str, value: Any, *, low=None, high=None, low_open=False,
                 high_open=False) -> None:
-  """Refuses a number outside [low, high] (or the open ends asked for), NaN included."""
-  bad = isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value)
+  """Refuses a number outside [low, high] (or the open ends asked for), NaN and ±inf
+  included: an end left None is open (no setting takes an infinite value), and an integer
+  past int64 (what JAX and numpy hold) is refused too."""
+  bad = (isinstance(value, bool) or not isinstance(value, (int, float))
+         or not math.isfinite(value) or (isinstance(value, int) and abs(value) > INT64_MAX))
   if not bad and low is not None:
     bad = value <= low if low_open else value < low
   if not bad and high is not None:
@@ -39,15 +45,16 @@ def check_range(key: str, value: Any, *, low=None, high=None, low_open=False,
   if bad:
     lo = "-inf" if low is None else f"{low}"
     hi = "inf" if high is None else f"{high}"
-    interval = ("(" if low_open else "[") + f"{lo}, {hi}" + (")" if high_open else "]")
+    interval = (("(" if low_open or low is None else "[") + f"{lo}, {hi}"
+                + (")" if high_open or high is None else "]"))
     raise ConfigError(f"{key}={value!r} must be a number in {interval}")
 
 
 def check_int(key: str, value: Any, low: int, high: int | None = None) -> None:
   """Refuses a non-integer (a bool included: True as a batch size is a mistake) or one
-  outside [low, high]."""
+  outside [low, high] (high None: the largest int64)."""
   ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)  # numpy's too
-  if not ok or value < low or (high is not None and value > high):
+  if not ok or value < low or value > (INT64_MAX if high is None else high):
     rng = f">= {low}" if high is None else f"in [{low}, {high}]"
     raise ConfigError(f"{key}={value!r} is invalid: must be an integer {rng}")
 

@@ -212,38 +212,77 @@ RUN_FILES = ("config.json", "summary.json", "metrics.jsonl", "checkpoints", "bes
              "corrupt_checkpoints", "tensorboard", "profile", "wandb", ".lnjax.lock",
              "averaged_from.json", "finetune_config.json", "seeds", "sweep.json", "log.txt",
              ".lock")
+# Folders of runs: the file that marks one, and the sub-folder its runs are in ("" = the
+# folder itself): a sweep's root, a fine-tuning driver's seeds/, a stability search's runs/.
+CONTAINERS = {"sweep.json": "", "finetune_config.json": "seeds", "search.json": "runs"}
 # What marks a folder as a run's workdir (an export's config.json holds "lnjax_config").
-_RUN_MARKS = ("summary.json", "metrics.jsonl", "checkpoints", "sweep.json", "finetune_config.json")
+_RUN_MARKS = ("summary.json", "metrics.jsonl", "checkpoints", *CONTAINERS)
 
 
 def is_run_workdir(path: str) -> bool:
-  """Whether `path` holds a run (a training run, an average, a fine-tuning or a sweep)."""
+  """Whether `path` holds a run (a training run, an average, a fine-tuning, a sweep or a
+  stability search)."""
   if any(exists(join(path, mark)) for mark in _RUN_MARKS):
     return True
   text = read_text(join(path, "config.json")) if isdir(path) else None
   return text is not None and '"lnjax_config"' not in text
 
 
-def refuse_run_files(flag: str, value: str, targets: list[str]) -> None:
-  """The one guard of every command's output: `targets` (the files or folders the command
-  given `flag`=`value` would write) must not be, or be inside, a run's own files
-  (RUN_FILES of any workdir above them), nor a workdir itself. A refusal is one line
-  (errors.WorkdirError, exit 2) before anything is written."""
+def resolve(path: str) -> str:
+  """The path the guard compares: symbolic links resolved (a link to a run's checkpoints/ is
+  that folder); a bucket URL, which has no links, with '.', '..' and '//' folded."""
+  if not is_remote(path):
+    return os.path.realpath(path)
+  scheme, rest = str(path).split("://", 1)
+  return f"{scheme}://{os.path.normpath('/' + rest).lstrip('/')}"
+
+
+def _folders_up(path: str):
+  """`path`, then every folder above it, up to the root (or the bucket)."""
+  while True:
+    yield path
+    parent = os.path.dirname(path)
+    if parent == path or (is_remote(path) and not is_remote(parent)):
+      return
+    path = parent
+
+
+def _runs_folder(folder: str) -> str | None:
+  """The sub-folder a folder of runs keeps its runs in ("": itself); None: not one."""
+  return next((sub for mark, sub in CONTAINERS.items() if exists(join(folder, mark))), None)
+
+
+def refuse_run_files(flag: str, value: str, targets: list[str], own=()) -> None:
+  """The one guard of every command's output and workdir: no command writes into a run that
+  is not its own. Each of `targets` (what the command given `flag`=`value` would write),
+  its symbolic links resolved, may not be
+    - a run's folder, unless one of `own` (train resuming its workdir, a sweep its root);
+    - inside a run's own files (RUN_FILES: checkpoints/, metrics.jsonl, ... of any run);
+    - inside the folder of a run not in `own` (analyze writes analysis/ into the run it
+      reads; a folder of runs, CONTAINERS, takes new runs where it keeps its own).
+  A refusal is one line (errors.WorkdirError, exit 2) before anything is written."""
   from lnjax.core import errors
 
+  owned = {resolve(o) for o in own}
   for target in targets:
-    target = abspath(target).rstrip("/")
-    folder = target
-    while True:
-      if is_run_workdir(folder):
-        rel = os.path.relpath(target, folder) if not is_remote(folder) else target[len(folder):].lstrip("/")
-        if rel == "." or rel.split("/")[0] in RUN_FILES:
-          what = "is the workdir of" if rel == "." else f"would write {rel} of"
-          raise errors.WorkdirError(
-              f"{flag}={value} {what} the run in {folder}: a run's own files are never "
-              "overwritten; choose an output outside them (a new folder)")
-      parent = os.path.dirname(folder)
-      if parent == folder or parent.endswith(":/") or parent.endswith(":"):
-        break
-      folder = parent
-
+    path = resolve(target)
+    for folder in _folders_up(path):
+      if not is_run_workdir(folder):
+        continue
+      rel = path[len(folder):].lstrip("/") or "."
+      first, runs_in = rel.split("/")[0], _runs_folder(folder)
+      if rel == ".":
+        if folder in owned:
+          continue
+        what = "is the folder of"
+      elif runs_in is not None and (first == runs_in if runs_in else first not in RUN_FILES):
+        continue  # A run where a folder of runs keeps them (checked as a run itself).
+      elif first in RUN_FILES:
+        what = f"would write {rel} of"
+      elif folder not in owned:
+        what = "is inside"
+      else:
+        continue
+      raise errors.WorkdirError(
+          f"{flag}={value} {what} the run in {folder}: a run's own files are never "
+          "overwritten; choose an output outside them (a new folder)")

@@ -53,9 +53,7 @@ class TrainConfig:
   def __post_init__(self):
     for key in ("num_steps", "log_every_steps", "eval_every_steps", "checkpoint_every_steps",
                 "keep_checkpoints"):
-      value = getattr(self, key)
-      if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise errors.ConfigError(f"train.{key}={value!r} must be an integer >= 1")
+      errors.check_int(f"train.{key}", getattr(self, key), 1)
     errors.check_range("train.label_smoothing", self.label_smoothing, low=0.0, high=1.0,
                        high_open=True)
     errors.check_range("train.divergence_factor", self.divergence_factor, low=0.0)
@@ -140,6 +138,7 @@ class RunConfig:
 SECTIONS = {"model": ModelConfig, "opt": OptConfig, "data": None,
             "train": TrainConfig, "mesh": MeshConfig}
 TOP_LEVEL = ("seed", "task")
+MAX_SEED = errors.INT64_MAX  # jax.random.key takes an int64.
 
 
 def resolve_config(config: ml_collections.ConfigDict) -> RunConfig:
@@ -154,8 +153,7 @@ def resolve_config(config: ml_collections.ConfigDict) -> RunConfig:
     if section not in config:
       raise errors.ConfigError(f"config has no section {section!r}")
   seed = config.get("seed", 0)
-  if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-    raise errors.ConfigError(f"seed={seed!r} must be an integer >= 0")
+  errors.check_int("seed", seed, 0, MAX_SEED)
   parts = {name: sections.from_config(cls or task.data_config, name, config[name].to_dict())
            for name, cls in SECTIONS.items()}
   extra = {name: sections.from_config(cls, name, config[name].to_dict())

@@ -50,14 +50,15 @@ class MeshConfig:
   def __post_init__(self):
     for key in MESH_AXES:
       value = getattr(self, key)
-      if isinstance(value, bool) or not isinstance(value, int) or (value < 1 and value != -1):
-        raise errors.ConfigError(f"mesh.{key}={value!r} must be a positive integer or -1")
+      ok = isinstance(value, int) and not isinstance(value, bool) and (
+          value == -1 or 1 <= value <= errors.INT64_MAX)
+      if not ok:
+        raise errors.ConfigError(f"mesh.{key}={value!r} must be a positive integer (at most "
+                                 "2^63 - 1) or -1")
     if [getattr(self, k) for k in MESH_AXES].count(-1) > 1:
       raise errors.ConfigError("mesh: at most one of data, fsdp, model may be -1")
     for key in MESH_AXES:
-      value = getattr(self, f"dcn_{key}")
-      if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise errors.ConfigError(f"mesh.dcn_{key}={value!r} must be a positive integer")
+      errors.check_int(f"mesh.dcn_{key}", getattr(self, f"dcn_{key}"), 1)
 
   @property
   def dcn_shape(self) -> tuple[int, int, int]:

@@ -39,10 +39,21 @@ def make_setup(model_cfg: ModelConfig, opt_cfg: optim.OptConfig, num_steps: int,
   return Setup(task, task.make_model(model_cfg), tx, schedule)
 
 
+EXAMPLE_LEN = 8  # Positions of model.init's inputs; no parameter's shape depends on it.
+
+
+def init_inputs(setup: Setup) -> tuple[tuple, Any]:
+  """(example inputs, random inputs) of models.init_params for `setup`'s model: EXAMPLE_LEN
+  positions, or model.max_len when shorter (such a model refuses a longer input)."""
+  t = min(EXAMPLE_LEN, setup.model.cfg.max_len)
+  random = setup.task.random_inputs
+  return setup.task.example_inputs(t), random and (lambda key, vocab: random(key, vocab, t))
+
+
 def _init_boxed(setup: Setup, seed: int) -> TrainState:
   """Parameters still boxed with their logical axis names (nn.Partitioned)."""
-  params = init_params(setup.model, jax.random.key(seed), *setup.task.example_inputs(),
-                       random_inputs=setup.task.random_inputs)
+  example, random = init_inputs(setup)
+  params = init_params(setup.model, jax.random.key(seed), *example, random_inputs=random)
   return TrainState(step=jnp.zeros((), jnp.int32), params=params,
                     opt_state=setup.tx.init(params))
 

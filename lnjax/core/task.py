@@ -66,7 +66,9 @@ class Task:
   name: str
   data_config: type  # The dataclass `config.data` maps onto.
   make_model: Callable[[ModelConfig], nn.Module]
-  example_inputs: Callable[[], tuple]  # Arguments of model.init (shapes only matter).
+  # (length T) -> arguments of model.init, T positions long (shapes only matter; the core
+  # asks for min(8, model.max_len): state.init_inputs).
+  example_inputs: Callable[[int], tuple]
   model_inputs: Callable[[dict], tuple]  # A batch -> the model's positional arguments.
   # (data config, seed, process index, process count, batch multiple) -> DataSource.
   make_data: Callable[[Any, int, int, int, int], DataSource]
@@ -76,9 +78,9 @@ class Task:
   # (model outputs, batch, label_smoothing) -> (objective sum, NLL sum, count): the step
   # minimizes objective sum / count and reports NLL sum / count as the loss.
   loss: Callable[..., tuple] = losses.token_cross_entropy
-  # (key, vocab_size) -> a batch of random model inputs for a data-dependent init (Admin's
-  # profiling pass, models.init_params); None: the example inputs.
-  random_inputs: Callable[[jax.Array, int], tuple] | None = None
+  # (key, vocab_size, length T) -> a batch of random model inputs for a data-dependent init
+  # (Admin's profiling pass, models.init_params); None: the example inputs.
+  random_inputs: Callable[[jax.Array, int, int], tuple] | None = None
   # (setup, fresh params, run) -> the params a new run starts from (GLUE: the encoder of a
   # pre-training run); applied once before step 0, never on resume. None: the fresh ones.
   init_params: Callable[[Any, Any, Any], Any] | None = None

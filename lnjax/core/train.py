@@ -143,6 +143,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """
   t_start = time.perf_counter()
   run_lib.resolve_config(config)  # A bad key or value is refused before anything else.
+  # Its own run (resumed) or a new one, never inside another run (a sweep's root excepted).
+  fileio.refuse_run_files("--workdir", workdir, [workdir], own=[workdir])
   created = not fileio.exists(workdir)
   try:
     resuming = prepare_workdir(workdir, config)

@@ -105,9 +105,10 @@ class MTDataConfig:
     names = ", ".join(splits or ())
     # A list (from a command line or YAML) is fine; a bare string is the classic
     # mistake ('validation' would iterate as characters).
-    if not isinstance(self.eval_splits, (list, tuple)):
-      raise errors.ConfigError(
-          f"data.eval_splits={self.eval_splits!r} must be a tuple of split names from: {names}")
+    # The held-out loss is the first split's; none at all is refused.
+    if not isinstance(self.eval_splits, (list, tuple)) or not self.eval_splits:
+      raise errors.ConfigError(f"data.eval_splits={self.eval_splits!r} must be a non-empty "
+                               f"tuple of split names from: {names}")
     object.__setattr__(self, "eval_splits", tuple(self.eval_splits))
     for split in self.eval_splits:
       if splits is not None and split not in splits:

@@ -36,8 +36,10 @@ class DecodeConfig:
   def __post_init__(self):
     for key, low in (("beam_size", 1), ("max_extra_len", 1), ("bleu_every_steps", 0)):
       value = getattr(self, key)
-      if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise errors.ConfigError(f"decode.{key}={value!r} must be an integer >= {low}")
+      if (isinstance(value, bool) or not isinstance(value, int) or value < low
+          or value > errors.INT64_MAX):
+        raise errors.ConfigError(f"decode.{key}={value!r} must be an integer >= {low} (at "
+                                 "most 2^63 - 1)")
     errors.check_range("decode.length_penalty", self.length_penalty, low=0.0)
 
 

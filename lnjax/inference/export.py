@@ -62,7 +62,8 @@ def export(workdir: str, output: str, checkpoint: str = "best", dtype: str = "fl
   averaging.parse_spec(checkpoint)
   from lnjax.core import fileio
   fileio.refuse_run_files("--output", output, [os.path.join(output, name) for name in
-                                               (WEIGHTS_FILE, CONFIG_FILE, TOKENIZER_FILE)])
+                                               (WEIGHTS_FILE, CONFIG_FILE, TOKENIZER_FILE)],
+                          own=[workdir])
   config = ckpt_lib.load_config(workdir)
   if config is None:
     raise errors.CheckpointError(f"{workdir} holds no config.json: not an lnjax workdir")

@@ -85,7 +85,7 @@ def predict(workdir: str, split: str | None = None, checkpoint: str = "best",
   if dataclasses.asdict(t.decode) != dataclasses.asdict(t.run.section(evaluate.DecodeConfig)):
     stem += "." + ".".join(f"{k}{getattr(t.decode, k)}" for k in DECODE_KEYS
                            if getattr(t.decode, k) != getattr(t.run.section(evaluate.DecodeConfig), k))
-  fileio.refuse_run_files("--split", split, [stem + ".hyp", stem + ".json"])
+  fileio.refuse_run_files("--split", split, [stem + ".hyp", stem + ".json"], own=[workdir])
   result = evaluate.score_split(t.chosen.restored.setup, t.params, t.data, split, t.decode,
                                 t.mesh)
   evaluate.write_hypotheses(stem + ".hyp", result.pop("hypotheses"))

@@ -133,6 +133,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
   ft = sections.from_config(FinetuneConfig, "finetune", config.finetune.to_dict())
   configs = {seed: seed_config(config, seed) for seed in ft.seeds}
+  fileio.refuse_run_files("--workdir", workdir, [workdir], own=[workdir])
   if jax.process_index() == 0:
     fileio.makedirs(workdir)
     fileio.write_text(os.path.join(workdir, FINETUNE_CONFIG_FILE),

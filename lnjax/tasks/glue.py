@@ -147,7 +147,7 @@ GLUE = Task(
     name="glue",
     data_config=GlueDataConfig,
     make_model=functools.partial(BertClassifier, num_classes=NUM_CLASSES),
-    example_inputs=lambda: (jnp.ones((1, 8), jnp.int32), jnp.zeros((1, 8), jnp.int32)),
+    example_inputs=lambda t=8: (jnp.ones((1, t), jnp.int32), jnp.zeros((1, t), jnp.int32)),
     model_inputs=lambda batch: (batch["inputs"], batch["segment_ids"]),
     make_data=make_data,
     loss=classification_loss,

@@ -26,9 +26,9 @@ LANGUAGE_MODELING = Task(
     name="lm",
     data_config=data_lib.LMDataConfig,
     make_model=TransformerLM,
-    example_inputs=lambda: (jnp.zeros((1, 8), jnp.int32),),
+    example_inputs=lambda t=8: (jnp.zeros((1, t), jnp.int32),),
     model_inputs=lambda batch: (batch["inputs"],),
-    random_inputs=lambda key, vocab: (jax.random.randint(key, (32, 8), 1, vocab),),
+    random_inputs=lambda key, vocab, t=8: (jax.random.randint(key, (32, t), 1, vocab),),
     make_data=make_data,
     batch_shapes=batch_shapes,
 )

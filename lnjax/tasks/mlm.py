@@ -41,7 +41,7 @@ def _masked_lm(name: str, next_sentence: bool) -> Task:
       name=name,
       data_config=mlm_data.MLMDataConfig,
       make_model=functools.partial(BertPretraining, next_sentence=next_sentence),
-      example_inputs=lambda: (jnp.ones((1, 8), jnp.int32), jnp.zeros((1, 8), jnp.int32),
+      example_inputs=lambda t=8: (jnp.ones((1, t), jnp.int32), jnp.zeros((1, t), jnp.int32),
                               jnp.zeros((1, 2), jnp.int32)),
       model_inputs=lambda batch: (batch["inputs"], batch["segment_ids"], batch["mlm_positions"]),
       make_data=make_data,

@@ -38,9 +38,9 @@ TRANSLATION = Task(
     name="translation",
     data_config=mt_data.MTDataConfig,
     make_model=EncoderDecoder,
-    example_inputs=lambda: (jnp.ones((1, 8), jnp.int32), jnp.ones((1, 8), jnp.int32)),
+    example_inputs=lambda t=8: (jnp.ones((1, t), jnp.int32), jnp.ones((1, t), jnp.int32)),
     model_inputs=lambda batch: (batch["inputs"], batch["decoder_inputs"]),
-    random_inputs=lambda key, vocab: tuple(jax.random.randint(k, (32, 8), 1, vocab)
+    random_inputs=lambda key, vocab, t=8: tuple(jax.random.randint(k, (32, t), 1, vocab)
                                            for k in jax.random.split(key)),
     make_data=mt_data.make_mt_data,
     sections={"decode": evaluate.DecodeConfig},
