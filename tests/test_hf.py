@@ -274,8 +274,8 @@ def _edit_tensors(folder, edit):
 BAD_FOLDERS = {
     "not_a_model": (lambda d: os.remove(os.path.join(d, "config.json")),
                     "is not a Hugging Face model folder: it has no config.json"),
-    "architecture": (lambda d: _edit_config(d, architectures=["LlamaForCausalLM"]),
-                     "architectures=['LlamaForCausalLM'] is not supported"),
+    "architecture": (lambda d: _edit_config(d, architectures=["MistralForCausalLM"]),
+                     "architectures=['MistralForCausalLM'] is not supported"),
     "activation": (lambda d: _edit_config(d, activation_function="swish"),
                    "activation_function='swish' is not supported"),
     "layer_scaled_attention": (lambda d: _edit_config(d, scale_attn_by_inverse_layer_idx=True),
