@@ -415,7 +415,7 @@ def test_analyze_cli_on_an_imported_gpt2_writes_the_report_and_layer_removal(tmp
   out = tmp_path / "report"
   proc = _analyze_cli(f"--hf={folder}", f"--text={text}", f"--output={out}", "--batches=2")
   assert proc.returncode == 0, proc.stderr
-  assert "GPT2LMHeadModel (pre-LN): loss" in proc.stdout
+  assert "GPT2LMHeadModel as Pre-LN (norm_position=pre, LayerNorm): loss" in proc.stdout
   result = json.loads((out / "analysis.json").read_text())
   assert result["norm_position"] == "pre" and result["num_batches"] == 2
   assert result["tokens_per_window"] == 64  # min(128, n_positions)
@@ -466,6 +466,7 @@ def test_analyze_cli_refuses_bad_input_in_one_line_with_exit_2(tmp_path):
       ([f"--hf={folder}", f"--text={tmp_path / 'empty.txt'}"], "is empty"),
       ([f"--hf={folder}", f"--text={tmp_path / 'latin1.txt'}"], "is not UTF-8 text"),
       ([f"--hf={folder}"], "--hf needs --text=FILE"),
+      ([f"--hf={folder}", f"--text={text}", f"--token_ids={text}"], "one of the two"),
       (["--hf=openai-community/gpt2", f"--text={text}"],
        "could not fetch 'openai-community/gpt2' from the Hugging Face hub"),
   ]

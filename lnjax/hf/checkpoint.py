@@ -125,6 +125,18 @@ def read_config(folder: str) -> tuple[dict, str, str]:
   return config, architecture, ARCHITECTURES[architecture][0]
 
 
+def is_hf_folder(folder: str) -> bool:
+  """Whether `folder` holds a Hugging Face config.json ("architectures" or "model_type"),
+  rather than an lnjax run's or export's (whose config.json holds "model")."""
+  try:
+    with open(os.path.join(folder, CONFIG_FILE), encoding="utf-8") as f:
+      config = json.load(f)
+  except (OSError, UnicodeDecodeError, ValueError):
+    return False
+  return (isinstance(config, dict) and "model" not in config
+          and ("architectures" in config or "model_type" in config))
+
+
 def model_config(config: dict, architecture: str) -> ModelConfig:
   """The ModelConfig of a Hugging Face config; a field it cannot carry, or of the wrong
   type, is refused naming it."""
