@@ -145,3 +145,239 @@ def base_config(architecture: str, **changes) -> dict:
     config.update(head_dim=8, sliding_window=8, query_pre_attn_scalar=8,
                   attn_logit_softcapping=50.0, final_logit_softcapping=30.0)
   return {**config, **changes}
+
+
+def _next_token_loss_inputs(ids, mask):
+  """Labels as transformers' causal-LM loss reads them (shifted inside it): -100 where the
+  target is padding or its input position is."""
+  labels = np.where(mask > 0, ids, -100)
+  labels[:, 1:][mask[:, :-1] == 0] = -100
+  return labels
+
+
+@pytest.mark.slow
+def test_llama_loss_gradient_equals_torch_for_every_weight(models):
+  import jax
+  import jax.numpy as jnp
+  import torch
+  from flax import traverse_util
+
+  folder, model = models["llama"]
+  imported = hf.read_folder(folder)
+  ids, mask = padded_batch(1)
+  labels = _next_token_loss_inputs(ids, mask)
+  model.zero_grad()
+  out = model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask),
+              labels=torch.tensor(labels))
+  out.loss.backward()
+  theirs_grad = dict(model.named_parameters())
+
+  def loss(params):
+    logits = imported.model.apply({"params": params}, jnp.asarray(ids), mask_BxT=jnp.asarray(mask))
+    targets, keep = labels[:, 1:], labels[:, 1:] != -100
+    logp = jax.nn.log_softmax(logits[:, :-1], -1)
+    nll = -jnp.take_along_axis(logp, jnp.asarray(np.maximum(targets, 0))[..., None], -1)[..., 0]
+    return jnp.sum(nll * keep) / keep.sum()
+
+  value, grads = jax.value_and_grad(loss)(imported.params)
+  assert float(value) == pytest.approx(out.loss.item(), abs=1e-5)
+  flat = traverse_util.flatten_dict(grads, sep=".")
+  mapping = hf.tensor_map("LlamaForCausalLM", imported.cfg, "model.")
+  assert {name for name, _, _ in mapping} == set(flat)  # Every weight compared.
+  for name, hf_name, how in mapping:
+    want = theirs_grad[hf_name].grad.numpy()
+    got = np.asarray(flat[name]).T if how == "linear" else np.asarray(flat[name])
+    scale = np.abs(want).max()
+    assert scale > 0, hf_name
+    assert np.abs(got - want).max() <= 1e-4 * scale, (hf_name, np.abs(got - want).max(), scale)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(MODELS))
+def test_exported_folder_loads_in_transformers_with_the_same_logits(models, tmp_path, name):
+  import transformers
+
+  folder, model = models[name]
+  imported = hf.read_folder(folder)
+  config, tensors = hf.to_hf("lm", imported.cfg, imported.params)
+  hf.write_folder(str(tmp_path), config, tensors)
+  again = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path)).eval()
+  assert type(again).__name__ == MODELS[name][1]
+  ids, mask = padded_batch(2)
+  real = mask.astype(bool)
+  np.testing.assert_allclose(theirs(again, ids, mask)[real], theirs(model, ids, mask)[real],
+                             atol=1e-4, rtol=0)
+
+
+# lnjax models with random weights that no Hugging Face folder made: the export's own
+# conversions (a √D-scaled tied embedding written untied as √D·E for Llama; an unscaled one
+# as E/√D for Gemma 2, whose embedding is multiplied by √D; a window on a Qwen3 layer).
+LNJAX_MODELS = {
+    "LlamaForCausalLM": dict(norm_position="pre", scale_embeddings=True, tie_embeddings=True,
+                             num_heads=3, num_kv_heads=1, d_model=48),
+    "Qwen3ForCausalLM": dict(norm_position="pre", qk_norm=True, num_kv_heads=2, head_dim=16,
+                             sliding_window=3, attention_pattern="global,local"),
+    "Gemma2ForCausalLM": dict(norm_position="sandwich", norm_unit_offset=True,
+                              scale_embeddings=False, tie_embeddings=True, activation="gelu",
+                              num_kv_heads=2, query_scale=0.25, attn_logit_softcap=2.0,
+                              final_logit_softcap=3.0, sliding_window=3,
+                              attention_pattern="local,global"),
+    "Olmo2ForCausalLM": dict(norm_position="olmo2", num_kv_heads=2, rope_theta=5e5),
+}
+
+
+def lnjax_model(**options):
+  import jax
+
+  from lnjax.models import ModelConfig
+
+  base = dict(vocab_size=VOCAB, num_layers=2, d_model=32, num_heads=4, d_ff=64,
+              max_len=MAX_LEN, dropout_rate=0.0, pos_emb="rope", gated_ffn=True,
+              activation="silu", norm_kind="rmsnorm", use_bias=False)
+  cfg = ModelConfig(**{**base, **options})
+  model = hf.make_model("lm", cfg)
+  rng = np.random.RandomState(0)
+  params = jax.tree.map(lambda x: np.asarray(x) + 0.2 * rng.randn(*x.shape).astype(np.float32),
+                        hf._init(model, "lm"))
+  return cfg, model, params
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("architecture", list(LNJAX_MODELS))
+def test_an_lnjax_model_exports_as_its_family_with_its_own_logits(tmp_path, architecture):
+  import transformers
+
+  cfg, model, params = lnjax_model(**LNJAX_MODELS[architecture])
+  config, tensors = hf.to_hf("lm", cfg, params)
+  assert config["architectures"] == [architecture]
+  hf.write_folder(str(tmp_path), config, tensors)
+  theirs_model = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path)).eval()
+  ids, mask = padded_batch(3)
+  real = mask.astype(bool)
+  ours = np.asarray(hf.logits(hf.Imported("", architecture, "lm", cfg, model, params, {}),
+                              ids, mask))
+  np.testing.assert_allclose(ours[real], theirs(theirs_model, ids, mask)[real], atol=1e-4, rtol=0)
+  back = hf.read_folder(str(tmp_path))  # ... and back into lnjax.
+  np.testing.assert_allclose(np.asarray(hf.logits(back, ids, mask))[real], ours[real], atol=1e-5)
+
+
+# ---- Refusals: one line naming the field (no torch needed)
+
+
+def llama_folder(folder, **options) -> str:
+  cfg, _, params = lnjax_model(**{"num_kv_heads": 2, **options})
+  config, tensors = hf.to_hf("lm", cfg, params)
+  hf.write_folder(str(folder), config, tensors)
+  return str(folder)
+
+
+def _edit(folder, **changes):
+  path = os.path.join(folder, "config.json")
+  with open(path) as f:
+    config = json.load(f)
+  config.update(changes)
+  with open(path, "w") as f:
+    json.dump(config, f)
+
+
+BAD_CONFIGS = {
+    "rope_llama3": (dict(rope_parameters={"rope_type": "llama3", "factor": 8.0,
+                                          "rope_theta": 5e5}),
+                    "config.json: rope_parameters: rope_type='llama3' is not supported "
+                    "(lnjax imports 'default')"),
+    "rope_scaling_linear": (dict(rope_scaling={"type": "linear", "factor": 2.0}),
+                            "config.json: rope_scaling: rope_type='linear' is not supported"),
+    "partial_rotary": (dict(rope_parameters={"rope_type": "default", "rope_theta": 1e4,
+                                             "partial_rotary_factor": 0.5}),
+                       "partial_rotary_factor=0.5 is not supported"),
+    "architectures_int": (dict(architectures=5), "config.json: architectures=5 must be a list"),
+    "architectures_nested": (dict(architectures=[["LlamaForCausalLM"]]),
+                             "architectures=[['LlamaForCausalLM']] must be a list holding one"),
+    "unknown_architecture": (dict(architectures=["MixtralForCausalLM"]),
+                             "architectures=['MixtralForCausalLM'] is not supported"),
+    "layers_float": (dict(num_hidden_layers=2.5),
+                     "config.json: num_hidden_layers=2.5 must be an integer >= 1"),
+    "width_string": (dict(hidden_size="32"), "config.json: hidden_size='32' must be an integer"),
+    "eps_negative": (dict(rms_norm_eps=-1e-6), "config.json: rms_norm_eps=-1e-06 must be a "
+                     "finite number > 0"),
+    "tie_string": (dict(tie_word_embeddings="yes"), "tie_word_embeddings='yes' must be true or false"),
+    "gqa_not_dividing": (dict(num_key_value_heads=3),
+                         "num_attention_heads=4 is not a multiple of num_key_value_heads=3"),
+    "kv_heads_vs_weights": (dict(num_key_value_heads=1),
+                            "tensor 'model.layers.0.self_attn.k_proj.weight' has shape (16, 32), "
+                            "config.json implies (8, 32)"),
+    "activation": (dict(hidden_act="mish"), "config.json: hidden_act='mish' is not supported"),
+    "bias_mismatch": (dict(attention_bias=True), "attention_bias=True with mlp_bias=False"),
+    "local_layers_in_llama": (dict(layer_types=["sliding_attention", "full_attention"]),
+                              "layer_types=['sliding_attention', 'full_attention'] is not supported"),
+    "model_type": (dict(model_type="mistral"), "config.json: model_type='mistral' is not supported"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_CONFIGS))
+def test_a_config_lnjax_cannot_carry_is_refused_in_one_line(tmp_path, case):
+  folder = llama_folder(tmp_path / "llama")
+  hf.read_folder(folder)  # (valid before the edit)
+  changes, message = BAD_CONFIGS[case]
+  _edit(folder, **changes)
+  with pytest.raises(hf.HFError) as e:
+    hf.read_folder(folder)
+  assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_gemma3_with_two_rope_thetas_is_refused_naming_rope_parameters():
+  from test_hf_modern import base_config
+
+  config = base_config("Gemma3ForCausalLM", rope_parameters={
+      "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+      "full_attention": {"rope_type": "default", "rope_theta": 1e6}})
+  with pytest.raises(hf.HFError, match="config.json: rope_parameters gives the local and "
+                     "global layers different RoPE θ"):
+    hf.model_config(config, "Gemma3ForCausalLM")
+  config["rope_parameters"]["full_attention"]["rope_theta"] = 1e4
+  assert hf.model_config(config, "Gemma3ForCausalLM").rope_theta == 1e4
+
+
+def test_a_model_with_no_family_is_refused_on_export():
+  cfg, _, params = lnjax_model(norm_position="peri")
+  with pytest.raises(hf.HFError, match="model.norm_position='peri' with qk_norm=False, "
+                     "norm_unit_offset=False does not map onto a Hugging Face family"):
+    hf.to_hf("lm", cfg, params)
+  cfg, _, params = lnjax_model(norm_position="pre", attn_logit_softcap=5.0)
+  with pytest.raises(hf.HFError, match="model.attn_logit_softcap=5.0 does not map onto "
+                     "LlamaForCausalLM"):
+    hf.to_hf("lm", cfg, params)
+
+
+def test_sharded_bfloat16_folder_is_read_in_bfloat16_tensor_by_tensor(tmp_path):
+  """model.safetensors.index.json over two shards, bfloat16 weights: read as stored
+  (bfloat16 parameters, bfloat16 compute), the same numbers as the float32 folder's
+  rounded, and a shard missing is one line."""
+  import ml_dtypes
+  from safetensors.numpy import save_file
+
+  folder = llama_folder(tmp_path / "f32")
+  f32 = hf.read_folder(folder)
+  config, tensors = hf.to_hf("lm", f32.cfg, f32.params)
+  names = sorted(tensors)
+  shards = {"model-00001-of-00002.safetensors": names[: len(names) // 2],
+            "model-00002-of-00002.safetensors": names[len(names) // 2:]}
+  sharded = tmp_path / "bf16"
+  hf.write_folder(str(sharded), config, {})
+  os.remove(sharded / "model.safetensors")
+  for shard, keys in shards.items():
+    save_file({k: tensors[k].astype(ml_dtypes.bfloat16) for k in keys}, str(sharded / shard))
+  (sharded / "model.safetensors.index.json").write_text(json.dumps(
+      {"metadata": {}, "weight_map": {k: s for s, keys in shards.items() for k in keys}}))
+  bf16 = hf.read_folder(str(sharded))
+  assert bf16.cfg.dtype == "bfloat16"
+  leaf = bf16.params["layer_0"]["ffn"]["wo"]["kernel"]
+  assert leaf.dtype == ml_dtypes.bfloat16
+  np.testing.assert_array_equal(
+      np.asarray(leaf, np.float32),
+      np.asarray(f32.params["layer_0"]["ffn"]["wo"]["kernel"]).astype(ml_dtypes.bfloat16)
+      .astype(np.float32))
+  assert hf.read_folder(str(sharded), "float32").cfg.dtype == "float32"
+  os.remove(sharded / "model-00002-of-00002.safetensors")
+  with pytest.raises(hf.HFError, match="model-00002-of-00002.safetensors is missing"):
+    hf.read_folder(str(sharded))

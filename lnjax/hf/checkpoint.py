@@ -396,6 +396,13 @@ def to_hf(task: str, cfg: ModelConfig, params) -> tuple[dict, dict[str, np.ndarr
   require("pos_emb", ("learned",), "its positions are learned embeddings")
   require("use_bias", (True,), "its dense layers have biases")
   require("qk_norm", (False,), "its attention has no QK-norm")
+  for key, off in (("gated_ffn", False), ("num_kv_heads", 0), ("query_scale", 0.0),
+                   ("attn_logit_softcap", 0.0), ("final_logit_softcap", 0.0),
+                   ("sliding_window", 0), ("norm_unit_offset", False)):
+    require(key, (off, cfg.num_heads) if key == "num_kv_heads" else (off,), "the option is not in GPT-2 and BERT (a rotary-position LM is "
+            "written as Llama, Qwen3, Gemma or OLMo 2)")
+  if cfg.head_size != cfg.d_model // cfg.num_heads:
+    require("head_dim", (0,), "its heads are d_model / num_heads wide")
   act_key = "activation_function" if task == "lm" else "hidden_act"
   # A scaled tied embedding (√D·E in, E out) is written untied: the input table √D·E.
   tied = cfg.tie_embeddings and not cfg.scale_embeddings
