@@ -460,7 +460,19 @@ def test_analyze_cli_refuses_bad_input_in_one_line_with_exit_2(tmp_path):
   truncated = tmp_path / "truncated"
   os.system(f"cp -r {folder} {truncated}")
   os.truncate(truncated / "model.safetensors", 100)
+  edited = {}  # Wrong-typed or inconsistent config.json fields (issue 62's tracebacks).
+  for name, changes in {"architectures_int": dict(architectures=5),
+                        "architectures_nested": dict(architectures=[["GPT2LMHeadModel"]]),
+                        "n_layer_float": dict(n_layer=2.5), "n_positions_1": dict(n_positions=1)}.items():
+    os.system(f"cp -r {folder} {tmp_path / name}")
+    _edit_config(tmp_path / name, **changes)
+    edited[name] = [f"--hf={tmp_path / name}", f"--text={text}"]
   cases = [
+      (edited["architectures_int"], "architectures=5 must be a list holding one architecture"),
+      (edited["architectures_nested"], "architectures=[['GPT2LMHeadModel']] must be a list"),
+      (edited["n_layer_float"], "config.json: n_layer=2.5 must be an integer >= 1"),
+      (edited["n_positions_1"], "tensor 'transformer.wpe.weight' has shape (64, 16), "
+                                "config.json implies (1, 16)"),
       ([f"--hf={tmp_path / 'not_a_model'}", f"--text={text}"], "has no config.json"),
       ([f"--hf={truncated}", f"--text={text}"], "is not a readable safetensors file"),
       ([f"--hf={folder}", f"--text={tmp_path / 'empty.txt'}"], "is empty"),

@@ -381,3 +381,95 @@ def test_sharded_bfloat16_folder_is_read_in_bfloat16_tensor_by_tensor(tmp_path):
   os.remove(sharded / "model-00002-of-00002.safetensors")
   with pytest.raises(hf.HFError, match="model-00002-of-00002.safetensors is missing"):
     hf.read_folder(str(sharded))
+
+
+# ---- A folder without a tokenizer: lnjax.load and lnjax analyze from token ids
+
+
+def char_tokenizer_folder(folder) -> str:
+  """A tokenizer alone (tokenizer.json, a character vocabulary of fewer than VOCAB ids)."""
+  from lnjax.hf import tokenizer as hf_tokenizer
+
+  hf_tokenizer.write(str(folder), hf_tokenizer.char_tokenizer("abcdefghijklmnopqrstuvwxyz ,.\n"),
+                     MAX_LEN)
+  return str(folder)
+
+
+@pytest.mark.slow
+def test_lnjax_load_takes_a_hugging_face_folder_with_or_without_a_tokenizer(tmp_path):
+  import lnjax
+
+  folder = llama_folder(tmp_path / "gemma", **LNJAX_MODELS["Gemma2ForCausalLM"])
+  run = lnjax.load(folder)
+  assert run.placement.startswith("Sandwich-LN") and run.model_config.norm_unit_offset
+  ids, mask = padded_batch(4)
+  np.testing.assert_array_equal(run.logits(ids, mask),
+                                np.asarray(hf.logits(hf.read_folder(folder), ids, mask)))
+  np.testing.assert_array_equal(run.logits(ids[2]), run.logits(ids[2:])[0])
+  with pytest.raises(hf.HFError, match="has no tokenizer files: pass lnjax.load"):
+    run.encode("to be")
+  with pytest.raises(hf.HFError, match=r"token ids must be integers in \[0, 97\)"):
+    run.logits([100000, -5])
+  named = lnjax.load(folder, tokenizer=char_tokenizer_folder(tmp_path / "tok"))
+  assert named.logits("to be").shape == (5, VOCAB)
+  with pytest.raises(hf.HFError, match="is a Hugging Face folder, one set of weights"):
+    lnjax.load(folder, "best")
+
+
+@pytest.mark.slow
+def test_analyze_a_folder_without_tokenizer_from_ids_or_a_named_tokenizer(tmp_path):
+  from lnjax.analysis import report
+  from lnjax.hf import analyze as hf_analyze
+
+  folder = llama_folder(tmp_path / "gemma", **LNJAX_MODELS["Gemma2ForCausalLM"])
+  ids_file = tmp_path / "ids.txt"
+  ids_file.write_text(" ".join(map(str, np.random.RandomState(0).randint(0, VOCAB, 200))))
+  text = tmp_path / "text.txt"
+  text.write_text("to be, or not to be, that is the question.\n" * 20)
+  with pytest.raises(hf.HFError, match="has no tokenizer: .*--tokenizer=DIR_OR_NAME, or give "
+                     "token ids with --token_ids=FILE"):
+    hf_analyze.analyze(folder, str(text), str(tmp_path / "no"), report=report.figures)
+  result, out = hf_analyze.analyze(folder, None, str(tmp_path / "ids"), num_batches=1,
+                                   report=report.figures, token_ids=str(ids_file))
+  assert result["architecture"] == "Gemma2ForCausalLM" and result["norm_position"] == "sandwich"
+  assert result["tokens_per_window"] == MAX_LEN and result["tokenizer"] is None
+  assert len(result["layer_removal"]["increase"]) == 2
+  assert {"layer_0/ffn/wi_gate/kernel", "layer_1/self_attn/key/kernel"} <= set(result["gradient_norms"])
+  assert os.path.getsize(os.path.join(out, "layer_removal.png"))
+  named, _ = hf_analyze.analyze(folder, str(text), str(tmp_path / "tok"), num_batches=1,
+                                report=report.figures,
+                                tokenizer=char_tokenizer_folder(tmp_path / "tokenizer"))
+  assert named["tokenizer"].endswith("tokenizer") and np.isfinite(named["loss"])
+  ids_file.write_text("1 2 400")
+  with pytest.raises(hf.HFError, match=r"id 400 is outside the model's vocabulary \[0, 97\)"):
+    hf_analyze.analyze(folder, None, str(tmp_path / "bad"), report=report.figures,
+                       token_ids=str(ids_file))
+
+
+@pytest.mark.slow
+def test_layer_removal_keeps_each_layers_local_or_global_attention():
+  """Gemma 2's alternation: removing layer 0 (local) leaves layer 1 global, moved to
+  index 0; the profile equals the model whose block i returns its input."""
+  import flax.linen as nn
+
+  from lnjax import tasks
+  from lnjax.analysis import probes, removal
+  from lnjax.core.state import Setup
+  from lnjax.models.transformer import Block
+
+  options = {**LNJAX_MODELS["Gemma2ForCausalLM"], "sliding_window": 2}
+  cfg, model, params = lnjax_model(**{**options, "num_layers": 3})
+  tokens = np.random.RandomState(1).randint(1, VOCAB, (2, MAX_LEN + 1)).astype(np.int32)
+  batches = [{"inputs": tokens[:, :-1], "targets": tokens[:, 1:],
+              "weights": np.ones((2, MAX_LEN), np.float32)}]
+  setup = Setup(tasks.get("lm"), model, None, None)
+  profile = removal.layer_removal(setup, params, batches)
+  for i in range(3):
+    def skip(next_fun, args, kwargs, context, i=i):
+      if isinstance(context.module, Block) and context.module.index == i:
+        return args[0]
+      return next_fun(*args, **kwargs)
+
+    with nn.intercept_methods(skip):
+      skipped = float(probes.mean_loss(params, setup, batches))
+    assert profile["increase"][i] == pytest.approx(skipped - profile["loss"], abs=1e-5)

@@ -53,6 +53,8 @@ def layer_removal(setup, params, batches) -> dict:
     pattern = _pattern_without(cfg, i)
     if pattern not in losses:
       fields = {"attention_pattern": pattern} if pattern else {}
+      if pattern and "local" not in pattern.split(","):  # (only global layers left)
+        fields["sliding_window"] = 0
       fewer = dataclasses.replace(cfg, num_layers=cfg.num_layers - 1, **fields)
       shallower = dataclasses.replace(setup, model=setup.model.clone(cfg=fewer))
       losses[pattern] = jax.jit(lambda p, s=shallower: probes.mean_loss(p, s, batches))
