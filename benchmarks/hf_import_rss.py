@@ -1,7 +1,7 @@
 """Peak resident memory of `lnjax analyze --hf` on a 1B-shape bfloat16 checkpoint, against
 its weight bytes (issue 59: below 2x).
 
-  python benchmarks/hf_import_rss.py [--folder /tmp/llama_1b] [--shape 1b|small]
+  python benchmarks/hf_import_rss.py [--folder /tmp/llama_1b] [--shape 1b|small] [--read_only]
 
 Writes (once) a LlamaForCausalLM folder of Llama 3.2 1B's shape (d_model 2048, 16 layers,
 32 heads, 8 K/V heads, FFN 8192, vocabulary 128256, tied; 1.24e9 parameters) with random
@@ -11,6 +11,8 @@ benchmarks/rss_trace.py and prints the peak RSS beside the weight bytes. The fol
 max_position_embeddings is 32, so the analysis scores windows of 32 tokens (the shape of
 every weight is the 1B model's; only the window is short, to keep the CPU time small).
 `--shape small` writes a 4-layer, d_model 512 model instead (a quick check of the script).
+`--read_only` measures lnjax.hf.checkpoint.read_folder alone: the peak RSS growth while
+the folder is read (VmHWM reset through /proc/self/clear_refs after JAX has started).
 """
 
 import argparse
@@ -70,12 +72,38 @@ def write_folder(folder: str, shape: str) -> int:
   return nbytes
 
 
+_READ = r"""
+import sys, jax, numpy as np
+jax.device_put(np.ones(4)).block_until_ready()  # JAX and its CPU client started
+from lnjax.hf import checkpoint as hf
+def status(key):
+  for line in open("/proc/self/status"):
+    if line.startswith(key):
+      return int(line.split()[1]) * 1024
+before = status("VmRSS:")
+with open("/proc/self/clear_refs", "w") as f:
+  f.write("5")  # VmHWM := VmRSS (Linux)
+imported = hf.read_folder(sys.argv[1])
+jax.tree.map(lambda x: x.block_until_ready(), imported.params)
+print(status("VmHWM:") - before, status("VmHWM:"), imported.cfg.dtype)
+"""
+
+
 def main():
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--folder", default="/tmp/lnjax_llama_1b_bf16")
   p.add_argument("--shape", default="1b", choices=sorted(SHAPES))
+  p.add_argument("--read_only", action="store_true")
   args = p.parse_args()
   nbytes = write_folder(args.folder, args.shape)
+  if args.read_only:
+    out = subprocess.run([sys.executable, "-c", _READ, args.folder], capture_output=True,
+                         text=True, check=True)
+    growth, peak, dtype = out.stdout.split()
+    print(f"weights {nbytes / 2**30:.2f} GiB (bfloat16); read_folder: peak RSS growth "
+          f"{int(growth) / 2**30:.2f} GiB = {int(growth) / nbytes:.2f}x the weight bytes, "
+          f"process peak {int(peak) / 2**30:.2f} GiB, parameters in {dtype}")
+    return
   ids = os.path.join(args.folder, "ids.txt")
   with open(ids, "w") as f:
     vocab = SHAPES[args.shape]["vocab_size"]

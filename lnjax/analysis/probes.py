@@ -42,9 +42,8 @@ def gradients(setup, params, batches):
 
 def gradient_and_update_norms(setup, params, batches, opt_cfg, learning_rate: float):
   """(gradient_norms, update_ratios) as those two functions give them, from one compiled
-  function whose outputs are per-weight scalars: XLA frees each weight's gradient once its
-  norms are taken, so the gradients of a large model are never all held at once (a
-  bfloat16 1B model analyzed in under twice its weight bytes: BENCHMARKS.md)."""
+  function whose outputs are per-weight scalars: the gradient and update trees are never
+  returned to the host (XLA may free a weight's gradient once its norms are taken)."""
   tx = _first_step(opt_cfg, learning_rate)
 
   def norms(p):
