@@ -5,8 +5,8 @@ residual sub-layers and for Post-LN their norms too. It is computed as the same 
 layer shallower, with layers i+1.. moved down one place: one compilation serves every i.
 This holds for placements whose blocks do not depend on their index or on the depth
 (`INDEPENDENT_OF_DEPTH`); Mix-LN places layers by index and DeepNorm's α, β depend on L.
-Local and global attention layers (Gemma's `model.attention_pattern`) keep their own kind
-when they move down.
+Local and global attention layers (`model.attention_pattern`, which gives each index its
+own window) keep their own kind when they move down: one compilation per pattern.
 (Cf. Gromov et al. 2024, arXiv 2403.17887, on pruning deep layers of pretrained LMs.)
 """
 
@@ -18,7 +18,8 @@ import jax
 
 from lnjax.analysis import probes
 
-INDEPENDENT_OF_DEPTH = ("pre", "post", "sandwich", "peri", "normformer", "b2t", "olmo2")
+INDEPENDENT_OF_DEPTH = ("pre", "post", "sandwich", "peri", "normformer", "b2t", "hybridnorm",
+                        "derf", "olmo2")
 _LAYER = re.compile(r"layer_(\d+)")
 
 
