@@ -535,3 +535,15 @@ def test_a_bfloat16_folder_is_read_in_less_than_twice_its_weight_bytes(tmp_path)
                        capture_output=True, text=True, timeout=300)
   growth, dtype = out.stdout.split()
   assert dtype == "float32" and int(growth) >= 2 * nbytes, (int(growth) / nbytes)
+
+
+def test_the_analysis_asks_xla_cpu_for_its_memory_first_scheduler(monkeypatch):
+  from lnjax.hf import analyze as hf_analyze
+
+  monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+  hf_analyze.memory_first_scheduling()
+  assert os.environ["XLA_FLAGS"] == ("--xla_force_host_platform_device_count=2 "
+                                     "--xla_cpu_enable_concurrency_optimized_scheduler=false")
+  monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_concurrency_optimized_scheduler=true")
+  hf_analyze.memory_first_scheduling()  # A user's own choice is kept.
+  assert os.environ["XLA_FLAGS"] == "--xla_cpu_enable_concurrency_optimized_scheduler=true"

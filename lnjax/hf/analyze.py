@@ -135,8 +135,24 @@ def analyze_flags(source: str | None, text_file: str | None, output: str | None,
   errors.check_int("--batches", num_batches, 1)
   if lr is not None:
     errors.check_range("--lr", lr, low=0.0, low_open=True)
+  memory_first_scheduling()
   return analyze(source, text_file, output, num_batches, lr, report=report,
                  tokenizer=tokenizer, token_ids=token_ids)
+
+
+# XLA:CPU computes bfloat16 dots in float32; its concurrency-optimized scheduler converts
+# every weight before the first layer runs, so a bfloat16 model's forward pass holds a
+# float32 copy of all its weights (a 236 MiB model: +480 MiB, +146 MiB without it;
+# BENCHMARKS.md, 2026-12-05). The memory-first scheduler, for the analysis command only.
+_XLA_MEMORY_FIRST = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
+
+
+def memory_first_scheduling() -> None:
+  """Asks XLA:CPU for its memory-minimizing scheduler (effective before JAX's CPU backend
+  starts: the analyze command calls it first)."""
+  flags = os.environ.get("XLA_FLAGS", "")
+  if "concurrency_optimized_scheduler" not in flags:
+    os.environ["XLA_FLAGS"] = f"{flags} {_XLA_MEMORY_FIRST}".strip()
 
 
 def tokenizer_for(folder: str, tokenizer: str | None):
