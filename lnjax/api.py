@@ -4,6 +4,8 @@
   summary = lnjax.train(config, "/tmp/lm_post")         # trains or resumes; the summary dict
   run = lnjax.load("/tmp/lm_post")                      # best | latest | a step | avg:N
   logits_TxV = run.logits("To be, or not")
+  hf = lnjax.load("HF_FOLDER")                          # a Hugging Face model folder
+  hf.placement, hf.logits([1, 2, 3])                    # ids, or text with a tokenizer
   lnjax.analyze("/tmp/lm_post"); lnjax.compare(["/tmp/lm_post", "/tmp/lm_pre"])
 
 This module imports nothing heavy at load time: the modules it calls (lnjax/core/train.py,
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
 from typing import Any
 
 
@@ -77,7 +80,6 @@ class Loaded:
     out = self.model.apply({"params": self.params}, *batch, deterministic=True)
     return jax.tree.map(lambda x: np.asarray(x[0] if single else x), out)
 
-
   def _ids(self, ids):
     """`ids` as int32 token ids, or a ValueError naming the vocabulary's range (an id
     outside it would index past the embedding table, which JAX clamps silently)."""
@@ -93,10 +95,63 @@ class Loaded:
     return ids.astype(np.int32)
 
 
-def load(workdir: str, checkpoint: str = "latest") -> Loaded:
+@dataclasses.dataclass
+class LoadedHF(Loaded):
+  """A Hugging Face model folder imported into lnjax (lnjax/hf/checkpoint.py): `config`
+  is its config.json, `model_config` the lnjax ModelConfig, `placement` how lnjax places
+  its norms; `tokenizer` is None for a folder without tokenizer files and no `tokenizer=`
+  (then `logits` takes token ids only)."""
+
+  imported: Any = None
+
+  @property
+  def placement(self) -> str:
+    return self.imported.placement
+
+  @property
+  def model_config(self):
+    return self.imported.cfg
+
+  def encode(self, text: str):
+    if self.tokenizer is None:
+      from lnjax.hf.weights import HFError
+      raise HFError(f"{self.imported.folder} has no tokenizer files: pass lnjax.load(folder, "
+                    "tokenizer=DIR_OR_NAME), or give token ids")
+    return self.tokenizer.encode(text)
+
+  def logits(self, ids, mask=None):
+    """Logits [T, V] of one sequence (text or ids), or [B, T, V] of a batch of ids [B, T]
+    with Hugging Face's attention_mask (1 real, 0 padding)."""
+    import numpy as np
+
+    from lnjax.hf import checkpoint as hf
+
+    ids = np.asarray(self.encode(ids) if isinstance(ids, str) else ids)
+    single = ids.ndim == 1
+    vocab = self.imported.cfg.vocab_size
+    if ids.size and (ids.dtype.kind not in "iu" or ids.min() < 0 or ids.max() >= vocab):
+      from lnjax.hf.weights import HFError
+      raise HFError(f"token ids must be integers in [0, {vocab}), the model's vocabulary")
+    out = hf.logits(self.imported, ids[None] if single else ids,
+                    None if mask is None else np.asarray(mask)[None] if single else mask)
+    return np.asarray(out[0] if single else out)
+
+
+def load(workdir: str, checkpoint: str = "latest", *, tokenizer: str | None = None,
+         dtype: str | None = None) -> Loaded:
   """The run in `workdir` at `checkpoint`: 'best' (translation's best BLEU), 'latest', a
   step (20 or '20'), or 'avg:N' (the mean of the last N checkpoints' parameters), on the
-  first local device."""
+  first local device. `workdir` may also be a Hugging Face model folder (GPT-2, BERT,
+  Llama, Qwen3, Gemma 2/3, OLMo 2: a LoadedHF), read in its stored dtype (or `dtype`),
+  with its own tokenizer or `tokenizer` (a folder or hub name)."""
+  from lnjax.hf import checkpoint as hf_checkpoint
+
+  if hf_checkpoint.is_hf_folder(workdir):
+    return _load_hf(workdir, checkpoint, tokenizer, dtype)
+  if tokenizer is not None or dtype is not None:
+    from lnjax.core import errors
+    raise errors.ConfigError(f"{workdir} is an lnjax run: tokenizer= and dtype= are for "
+                             "Hugging Face folders (a run has its own)")
   from lnjax.core import averaging, build
 
   mesh = build.one_device_mesh()
@@ -104,6 +159,23 @@ def load(workdir: str, checkpoint: str = "latest") -> Loaded:
   b = build.build(chosen.restored.config, mesh, whole_data=True)
   return Loaded(b.config, b.setup.model, chosen.params, b.data.tokenizer,
                 chosen.restored.step, chosen.label)
+
+
+def _load_hf(folder: str, checkpoint: str, tokenizer: str | None, dtype: str | None):
+  from lnjax.hf import analyze as hf_analyze, checkpoint as hf_checkpoint, tokenizer as hf_tok
+  from lnjax.hf.weights import HFError
+
+  if str(checkpoint) != "latest":
+    raise HFError(f"checkpoint={checkpoint!r}: {folder} is a Hugging Face folder, one set of "
+                  "weights")
+  imported = hf_checkpoint.read_folder(folder, dtype)
+  tok = None
+  if tokenizer is not None:
+    tok = hf_tok.load(hf_analyze.resolve(tokenizer))
+  elif any(os.path.isfile(os.path.join(folder, name)) for name in hf_tok.TOKENIZER_FILES):
+    tok = hf_tok.load(folder)
+  return LoadedHF(imported.hf_config, imported.model, imported.params, tok, 0,
+                  imported.architecture, imported)
 
 
 def train(config, workdir: str) -> dict:

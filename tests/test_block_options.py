@@ -292,8 +292,8 @@ def test_scanned_layers_with_every_option_equal_the_unrolled_ones(position):
 def test_layer_removal_of_the_2025_placements_and_windowed_layers(position):
   """removal.layer_removal (the model one layer shallower) equals the full model whose
   block i returns its input, for HybridNorm and Derf (their blocks do not depend on the
-  index); with local and global layers in turn it is not offered (None): a layer moved
-  down would take another window."""
+  index); with local and global layers in turn too, each layer keeping its own window
+  when it moves down."""
   from lnjax import tasks
   from lnjax.analysis import probes, removal
   from lnjax.core.state import Setup
@@ -315,7 +315,17 @@ def test_layer_removal_of_the_2025_placements_and_windowed_layers(position):
     with nn.intercept_methods(skip):
       skipped = float(probes.mean_loss(params, setup, batches))
     assert profile["increase"][i] == pytest.approx(skipped - profile["loss"], abs=1e-5)
-  windowed = TransformerLM(dataclasses.replace(cfg, sliding_window=2,
-                                               attention_pattern="local,global"))
-  assert removal.layer_removal(Setup(tasks.get("lm"), windowed, None, None), params,
-                               batches)["increase"] is None
+  # Local and global layers: each keeps its own window when it moves down (lnjax/hf's
+  # Gemma analyses; tests/test_hf_modern.py checks it against this interception too).
+  windowed = Setup(tasks.get("lm"), TransformerLM(dataclasses.replace(
+      cfg, sliding_window=2, attention_pattern="local,global")), None, None)
+  profile = removal.layer_removal(windowed, params, batches)
+  for i in range(3):
+    def skip_windowed(next_fun, args, kwargs, context, i=i):
+      if isinstance(context.module, Block) and context.module.index == i:
+        return args[0]
+      return next_fun(*args, **kwargs)
+
+    with nn.intercept_methods(skip_windowed):
+      skipped = float(probes.mean_loss(params, windowed, batches))
+    assert profile["increase"][i] == pytest.approx(skipped - profile["loss"], abs=1e-5)

@@ -274,8 +274,8 @@ def _edit_tensors(folder, edit):
 BAD_FOLDERS = {
     "not_a_model": (lambda d: os.remove(os.path.join(d, "config.json")),
                     "is not a Hugging Face model folder: it has no config.json"),
-    "architecture": (lambda d: _edit_config(d, architectures=["LlamaForCausalLM"]),
-                     "architectures=['LlamaForCausalLM'] is not supported"),
+    "architecture": (lambda d: _edit_config(d, architectures=["MistralForCausalLM"]),
+                     "architectures=['MistralForCausalLM'] is not supported"),
     "activation": (lambda d: _edit_config(d, activation_function="swish"),
                    "activation_function='swish' is not supported"),
     "layer_scaled_attention": (lambda d: _edit_config(d, scale_attn_by_inverse_layer_idx=True),
@@ -415,7 +415,7 @@ def test_analyze_cli_on_an_imported_gpt2_writes_the_report_and_layer_removal(tmp
   out = tmp_path / "report"
   proc = _analyze_cli(f"--hf={folder}", f"--text={text}", f"--output={out}", "--batches=2")
   assert proc.returncode == 0, proc.stderr
-  assert "GPT2LMHeadModel (pre-LN): loss" in proc.stdout
+  assert "GPT2LMHeadModel as Pre-LN (norm_position=pre, LayerNorm): loss" in proc.stdout
   result = json.loads((out / "analysis.json").read_text())
   assert result["norm_position"] == "pre" and result["num_batches"] == 2
   assert result["tokens_per_window"] == 64  # min(128, n_positions)
@@ -460,12 +460,25 @@ def test_analyze_cli_refuses_bad_input_in_one_line_with_exit_2(tmp_path):
   truncated = tmp_path / "truncated"
   os.system(f"cp -r {folder} {truncated}")
   os.truncate(truncated / "model.safetensors", 100)
+  edited = {}  # Wrong-typed or inconsistent config.json fields (issue 62's tracebacks).
+  for name, changes in {"architectures_int": dict(architectures=5),
+                        "architectures_nested": dict(architectures=[["GPT2LMHeadModel"]]),
+                        "n_layer_float": dict(n_layer=2.5), "n_positions_1": dict(n_positions=1)}.items():
+    os.system(f"cp -r {folder} {tmp_path / name}")
+    _edit_config(tmp_path / name, **changes)
+    edited[name] = [f"--hf={tmp_path / name}", f"--text={text}"]
   cases = [
+      (edited["architectures_int"], "architectures=5 must be a list holding one architecture"),
+      (edited["architectures_nested"], "architectures=[['GPT2LMHeadModel']] must be a list"),
+      (edited["n_layer_float"], "config.json: n_layer=2.5 must be an integer >= 1"),
+      (edited["n_positions_1"], "tensor 'transformer.wpe.weight' has shape (64, 16), "
+                                "config.json implies (1, 16)"),
       ([f"--hf={tmp_path / 'not_a_model'}", f"--text={text}"], "has no config.json"),
       ([f"--hf={truncated}", f"--text={text}"], "is not a readable safetensors file"),
       ([f"--hf={folder}", f"--text={tmp_path / 'empty.txt'}"], "is empty"),
       ([f"--hf={folder}", f"--text={tmp_path / 'latin1.txt'}"], "is not UTF-8 text"),
       ([f"--hf={folder}"], "--hf needs --text=FILE"),
+      ([f"--hf={folder}", f"--text={text}", f"--token_ids={text}"], "one of the two"),
       (["--hf=openai-community/gpt2", f"--text={text}"],
        "could not fetch 'openai-community/gpt2' from the Hugging Face hub"),
   ]

@@ -185,7 +185,10 @@ def test_analyze_figure_has_units_layer_ticks_and_a_setup_line(tmp_path):
     assert ticks and all(float(t).is_integer() for t in ticks), ticks  # Not 0.96-1.04.
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["language model"]
   assert jac.get_xlabel() and jac.get_ylabel()
-  assert fig._suptitle.get_text().startswith("Post-LN")
+  assert fig._suptitle.get_text() == "Post-LN, step init"
+  result["workdir"] = "/tmp/a/very/long/path/of/sweeps/and/runs/to/the/lm_post_w0_seed3"
+  named = analyze._plots(result, str(tmp_path))._suptitle.get_text()
+  assert named == "…/path/of/sweeps/and/runs/to/the/lm_post_w0_seed3: Post-LN, step init"
   caption = " ".join(" ".join(t.get_text().split()) for t in fig.texts)  # (Wrapped lines.)
   assert "Post-LN, 1 layer, d_model 64; step init" in caption and "nats/token" in caption
 
@@ -287,15 +290,52 @@ def test_stability_figure_draws_a_searching_cell_faded_at_its_bounds_so_far(tmp_
   assert legend == ["Pre-LN", "Post-LN", "DyT", "still searching: bounds so far"]
 
 
-def test_layer_removal_figure_has_integer_layer_ticks_and_units(tmp_path):
+def test_layer_removal_figure_shows_every_layer_counted_from_1_and_names_the_model(tmp_path):
   from lnjax.hf import analyze as hf_analyze
 
-  result = {"architecture": "gpt2", "norm_position": "pre", "loss": 3.21, "text": "a.txt",
-            "layer_removal": {"increase": [0.5, 0.1, 0.02]}}
+  result = {"architecture": "GPT2LMHeadModel", "workdir": "/models/gpt2", "step": "pretrained",
+            "norm_position": "pre", "placement": "Pre-LN (norm_position=pre, LayerNorm)",
+            "loss": 3.21, "text": "a.txt", "layer_removal": {"increase": [0.5, 0.1, 0.02]}}
   fig = hf_analyze._removal_plot(result, str(tmp_path))
   (ax,) = fig.axes
-  assert ax.get_title() == "gpt2 (Pre-LN): layer removal"
-  assert "nats/token" in ax.get_ylabel() and ax.get_xlabel().startswith("layer skipped")
-  ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
-  assert ticks and all(float(t).is_integer() for t in ticks), ticks
-  assert [t.get_text() for t in fig.texts] == ["gpt2, 3 layers; loss 3.2100 nats/token on a.txt"]
+  assert " ".join(ax.get_title().split()) == (
+      "GPT2LMHeadModel from /models/gpt2: Pre-LN, pretrained: layer removal")
+  assert "nats/token" in ax.get_ylabel() and ax.get_xlabel() == "layer skipped (1 = next to the input)"
+  assert list(ax.get_xticks()) == [1, 2, 3]  # Every layer, from 1 as in gradients.png.
+  lo, hi = ax.get_xlim()
+  for bar in ax.patches:  # Every bar whole inside the axes, the last one too.
+    assert lo <= bar.get_x() and bar.get_x() + bar.get_width() <= hi
+  assert [round(b.get_x() + b.get_width() / 2) for b in ax.patches] == [1, 2, 3]
+  assert [" ".join(t.get_text().split()) for t in fig.texts] == [  # (wrapped)
+      "GPT2LMHeadModel as Pre-LN (norm_position=pre, LayerNorm), 3 layers; loss 3.2100 "
+      "nats/token on a.txt"]
+
+
+def test_compare_shows_every_run_on_its_scale_with_a_setup_line_each(tmp_path):
+  """A run a hundred times above the others and a run that diverged to NaN: each keeps a
+  visible curve (a log axis spanning every finite value), the diverged one marked, and
+  each run its own setup line."""
+  runs = [_run(tmp_path / "pre", "lm", "pre", 0, [4.0, 3.0, 2.5], 3.34),
+          _run(tmp_path / "post", "lm", "post", 0, [400.0, 300.0, 250.0], 3.34),
+          _run(tmp_path / "nan", "lm", "peri", 0, [4.5, float("nan"), float("nan")], 3.34)]
+  fig = compare.compare(runs, str(tmp_path / "cmp"))["figure"]
+  train = fig.axes[0]
+  assert train.get_yscale() == "log"
+  lo, hi = train.get_ylim()
+  for line in train.get_lines():
+    if not line.get_label().startswith("unigram"):
+      ys = [y for y in line.get_ydata() if y == y]
+      assert ys and all(lo <= y <= hi for y in ys), line.get_label()
+  labels = [l.get_label() for l in train.get_lines()]
+  assert "Peri-LN, no warm-up (non-finite from step 20)" in labels
+  caption = " ".join(" ".join(t.get_text().split()) for t in fig.texts)
+  for name in ("pre", "post", "nan"):
+    assert f"[{name}]: language model, 2 layers, d_model 64; 30 steps; 1 seed" in caption
+
+
+def test_compare_dashes_a_run_whose_curve_another_hides(tmp_path):
+  runs = [_run(tmp_path / "a", "lm", "pre", 0, [4.0, 3.0], 3.34),
+          _run(tmp_path / "b", "lm", "post", 0, [4.0, 3.0], 3.34)]
+  fig = compare.compare(runs, str(tmp_path / "cmp"))["figure"]
+  styles = {l.get_label(): l.get_linestyle() for l in fig.axes[0].get_lines()}
+  assert styles["Pre-LN, no warm-up"] == "-" and styles["Post-LN, warm-up 500"] == "--"

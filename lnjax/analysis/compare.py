@@ -128,23 +128,16 @@ def plot(runs: list[dict], path: str, title: str | None = None):
     members = [r for r in runs if _task(r) == task]
     groups = seed_groups(members)
     row[1].sharey(row[0])  # Train and held-out loss on one scale.
-    # Losses: the top of the axes at the highest first value of any run (about ln V), so
-    # a diverged run does not flatten the others.
-    firsts = [series(r["records"], "train_loss")[1][:1] for r in members]
-    top = max((f[0] for f in firsts if f), default=None)
     baselines = sorted({round(b, 4) for b in map(_baseline, members) if b is not None})
     for ax, (key, label) in zip(row, columns):
       for i, (name, group) in enumerate(groups):
-        plotting.mean_band(ax, [series(r["records"], key) for r in group], label=name,
-                           color=colors[i % len(colors)],
-                           style="-" if key == "train_loss" else "o-", lw=1.4, ms=3.5)
+        plotting.mean_band(ax, [_finite(series(r["records"], key)) for r in group],
+                           label=name + _non_finite_note(group, key),
+                           color=colors[i % len(colors)], style=_style(key, i, groups),
+                           lw=1.4, ms=3.5)
       if key != "eval_bleu":
         for b in baselines:
           ax.axhline(b, color="grey", ls="--", lw=1, label=f"unigram baseline {b:.2f}")
-        if top is not None:
-          low = min([min(y) for r in members for y in [series(r["records"], key)[1]] if y]
-                    + baselines, default=0.0)
-          ax.set_ylim(max(0.0, low - 0.05 * (top - low)), max([top] + baselines) * 1.05)
       elif not any(series(r["records"], key)[0] for r in members):
         ax.text(0.5, 0.5, f"no BLEU ({plotting.task_label(task)})", ha="center",
                 va="center", transform=ax.transAxes, color="grey")
@@ -155,15 +148,70 @@ def plot(runs: list[dict], path: str, title: str | None = None):
       ax.set_ylabel(label)
       plotting.integer_ticks(ax)
       ax.grid(alpha=0.3)
-    row[0].legend(fontsize=8, loc="upper right")
-    steps = max((s for r in members for s in series(r["records"], "train_loss")[0][-1:]),
-                default=None)
-    captions.append(plotting.setup_caption(members[0]["config"], steps=steps,
-                                           seeds=max(len(g) for _, g in groups)))
+    _fit_losses(row[:2], [y for r in members for key in ("train_loss", "eval_loss")
+                          for y in _finite(series(r["records"], key))[1]] + baselines)
+    row[0].legend(fontsize=8, loc="best")
+    captions += [_run_caption(name, group) for name, group in groups]
   fig.suptitle(title or ", ".join(r["name"] for r in runs))
   fig.tight_layout()
-  plotting.add_caption(fig, " | ".join(captions))
+  plotting.add_caption(fig, "\n".join(captions))
   return plotting.save(fig, path)
+
+
+def _finite(points: tuple[list, list]) -> tuple[list, list]:
+  """A curve up to its first non-finite value (a diverged run's NaN or inf)."""
+  steps, values = points
+  n = next((i for i, v in enumerate(values) if not math.isfinite(v)), len(values))
+  return steps[:n], values[:n]
+
+
+def _non_finite_note(group: list[dict], key: str) -> str:
+  steps = [s for r in group for s, v in zip(*series(r["records"], key)) if not math.isfinite(v)]
+  return f" (non-finite from step {min(steps)})" if steps else ""
+
+
+def _style(key: str, i: int, groups) -> str:
+  """Train loss a line, held-out loss dots on a line; a group whose curve another group's
+  hides (the same values) dashed, so that both show."""
+  mine = [series(r["records"], key) for r in groups[i][1]]
+  short = any(len(_finite(m)[0]) < 3 for m in mine)  # (a curve of 1 point needs its dot)
+  base = "-" if key == "train_loss" and not short else "o-"
+  hidden = any([series(r["records"], key) for r in g] == mine for _, g in groups[:i])
+  return base.replace("-", "--") if hidden else base
+
+
+def _fit_losses(axes, values: list[float]) -> None:
+  """A loss axis on which every run's curve shows: it spans every finite value of every
+  run (none cut off above the others' first loss), logarithmic where they span more than a
+  factor of 10 (a run ten times above or below the others keeps the shape of its curve)."""
+  values = [v for v in values if math.isfinite(v)]
+  if not values:
+    return
+  lo, hi = min(values), max(values)
+  log = lo > 0 and hi / lo > 10
+  pad = 0.05 * (hi - lo) or 0.05 * abs(hi) or 0.05
+  for ax in axes:  # (train and held-out loss share their y axis)
+    if log:
+      ax.set_yscale("log")
+      ax.set_ylim(lo / 1.15, hi * 1.15)
+      plotting.plain_log_ticks(ax)
+    else:
+      ax.set_ylim(max(0.0, lo - pad) if lo >= 0 else lo - pad, hi + pad)
+
+
+def _run_caption(name: str, group: list[dict]) -> str:
+  """One setup line per run (or per group of seeds): its legend name, size, steps, seeds,
+  learning rate and batch size."""
+  config = group[0]["config"]
+  steps = max((s for r in group for s in series(r["records"], "train_loss")[0][-1:]),
+              default=None)
+  opt, data = config.get("opt", {}), config.get("data", {})
+  extra = "; ".join(p for p in (
+      f"lr {opt['learning_rate']:g}" if isinstance(opt.get("learning_rate"), (int, float)) else "",
+      f"batch {data['batch_size']}" if data.get("batch_size") else "") if p)
+  names = "+".join(r["name"] for r in group)
+  return f"{name} [{names}]: " + plotting.setup_caption(config, steps=steps, seeds=len(group),
+                                                        extra=extra)
 
 
 def compare(workdirs: list[str], output: str = "compare", title: str | None = None) -> dict:

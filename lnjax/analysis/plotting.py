@@ -121,15 +121,30 @@ def setup_caption(config: Mapping[str, Any] | None = None, *, steps: int | None 
   return "; ".join(parts)
 
 
+def short_path(path: str, width: int = 48) -> str:
+  """A path as a figure names its model or run: whole when short, else its last parts
+  after '…' ('…/sweeps/lm/post_w0')."""
+  path = str(path).rstrip("/") or "/"
+  if len(path) <= width:
+    return path
+  parts, tail = path.split("/"), ""
+  for part in reversed(parts):
+    if tail and len(part) + len(tail) + 2 > width:
+      break
+    tail = f"{part}/{tail}" if tail else part
+  return f"…/{tail}"
+
+
 def add_caption(fig, text: str) -> None:
-  """The setup line under the figure's axes, wrapped to the figure's width (call after
-  tight_layout)."""
+  """The setup line (or lines, one per '\n') under the figure's axes, each wrapped to the
+  figure's width (call after tight_layout)."""
   if not text:
     return
   import textwrap
 
   # 8-point DejaVu Sans: at most about 13 characters an inch, a line 0.135 in high.
-  lines = textwrap.wrap(text, max(30, int(fig.get_figwidth() * 13)))
+  width = max(30, int(fig.get_figwidth() * 13))
+  lines = [wrapped for line in text.split("\n") for wrapped in textwrap.wrap(line, width)]
   fig.text(0.5, 0.01, "\n".join(lines), ha="center", va="bottom", fontsize=8, color="#333333")
   # tight_layout left room for the x labels; the caption's lines go below them.
   room = 0.15 + 0.135 * len(lines)

@@ -40,6 +40,30 @@ def gradients(setup, params, batches):
   return jax.jit(jax.grad(functools.partial(mean_loss, setup=setup, batches=batches)))(params)
 
 
+def gradient_and_update_norms(setup, params, batches, opt_cfg, learning_rate: float):
+  """(gradient_norms, update_ratios) as those two functions give them, from one compiled
+  function whose outputs are per-weight scalars: the gradient and update trees are never
+  returned to the host (XLA may free a weight's gradient once its norms are taken)."""
+  tx = _first_step(opt_cfg, learning_rate)
+
+  def norms(p):
+    g = jax.grad(mean_loss)(p, setup, batches)
+    updates, _ = tx.update(g, tx.init(p), p)
+    return [metrics.per_weight_norms(tree, "u") for tree in (g, updates, p)]
+
+  g, u, w = jax.jit(norms)(params)
+  strip = lambda k: k.split("/", 1)[1]
+  return ({strip(k): float(v) for k, v in g.items()},
+          {strip(k): float(u[k]) / max(float(w[k]), 1e-30) for k in u})
+
+
+def _first_step(opt_cfg, learning_rate: float):
+  """The run's optimizer at a constant `learning_rate`, no warm-up or decay."""
+  cfg = dataclasses.replace(opt_cfg, learning_rate=learning_rate, schedule="constant",
+                            warmup_steps=0, decay_steps=(), decay_epochs=())
+  return optim.make_optimizer(cfg, optax.constant_schedule(learning_rate))
+
+
 def gradient_norms(grads) -> dict:
   """{'layer_3/ffn/wo/kernel': ‖g‖_F, ...} for every leaf."""
   return {k.split("/", 1)[1]: float(v) for k, v in metrics.per_weight_norms(grads, "g").items()}
@@ -122,9 +146,7 @@ def ln_jacobians(norm_records: dict, *, iters: int = 30) -> dict:
 def update_ratios(grads, params, opt_cfg, learning_rate: float) -> dict:
   """‖Δw‖/‖w‖ per weight for the run's optimizer with a fresh state at a constant
   `learning_rate`: the size of the first step the optimizer would take from here."""
-  cfg = dataclasses.replace(opt_cfg, learning_rate=learning_rate, schedule="constant",
-                            warmup_steps=0, decay_steps=(), decay_epochs=())
-  tx = optim.make_optimizer(cfg, optax.constant_schedule(learning_rate))
+  tx = _first_step(opt_cfg, learning_rate)
   updates, _ = tx.update(grads, tx.init(params), params)
   u = metrics.per_weight_norms(updates, "u")
   w = metrics.per_weight_norms(params, "u")

@@ -147,14 +147,33 @@ def _plots(result: dict, out: str):
   plotting.plain_log_ticks(ax)
   ax.grid(alpha=0.3, which="both")
   ax.legend(fontsize=8)
-  fig.suptitle(f"{_placement(result)}, step {result['step']}")
+  fig.suptitle(figure_title(result))
   fig.tight_layout()
   size = (f"{plotting.layers(result['num_layers'])}, d_model {result['d_model']}; "
           if result.get("num_layers") else "")
-  plotting.add_caption(fig, f"{_placement(result)}, {size}step {result['step']}; gradients of "
-                            f"the mean loss ({result['loss']:.4f} nats/token) over "
-                            f"{result['num_batches']} held-out batches; 1 seed")
+  if result.get("architecture"):  # A Hugging Face model (lnjax/hf/analyze.py)
+    plotting.add_caption(fig, f"{result['architecture']} as {result['placement']}, {size}"
+                              f"{result.get('dtype', 'float32')}; gradients of the mean loss "
+                              f"({result['loss']:.4f} nats/token) over {result['num_batches']} "
+                              f"batches of {result['tokens_per_window']} tokens of "
+                              f"{plotting.short_path(result['text'])}")
+  else:
+    plotting.add_caption(fig, f"{_placement(result)}, {size}step {result['step']}; gradients of "
+                              f"the mean loss ({result['loss']:.4f} nats/token) over "
+                              f"{result['num_batches']} held-out batches; 1 seed")
   return plotting.save(fig, os.path.join(out, "gradients.png"))
+
+
+def figure_title(result: dict) -> str:
+  """What a figure of `result` shows: the run (its folder) or the imported model, its
+  placement and step ('…/runs/lm_post: Post-LN, step 20'; 'Gemma2ForCausalLM from
+  /models/gemma: Sandwich-LN, pretrained')."""
+  from lnjax.analysis import plotting
+
+  where = plotting.short_path(result["workdir"]) if result.get("workdir") else ""
+  if result.get("architecture"):
+    return f"{result['architecture']} from {where}: {_placement(result)}, {result['step']}"
+  return f"{where + ': ' if where else ''}{_placement(result)}, step {result['step']}"
 
 
 def _placement(result: dict) -> str:

@@ -3,6 +3,8 @@ Jacobians at a step, or a Hugging Face checkpoint's (--hf); lnjax/analysis/repor
 
   python -m lnjax.cli.analyze --workdir=DIR [--step=N|init|latest|best|avg:N] [--batches=4]
   python -m lnjax.cli.analyze --hf=gpt2 --text=FILE
+  python -m lnjax.cli.analyze --hf=DIR --text=FILE --tokenizer=DIR_OR_NAME
+  python -m lnjax.cli.analyze --hf=DIR --token_ids=FILE
 """
 
 from lnjax.core import allocator
@@ -20,9 +22,14 @@ _LR = flags.DEFINE_float("lr", None, "Learning rate of the update ratios (defaul
                          "run's peak opt.learning_rate).")
 cli.number("batches", 1)
 cli.number("lr", 0.0, low_open=True)
-_HF = flags.DEFINE_string("hf", None, "Instead of a run: a Hugging Face GPT-2 or BERT folder, "
-                          "or a hub name (gpt2, bert-base-uncased: fetched when online).")
+_HF = flags.DEFINE_string("hf", None, "Instead of a run: a Hugging Face model folder (GPT-2, "
+                          "BERT, Llama, Qwen3, Gemma 2/3, OLMo 2), or a hub name (gpt2, "
+                          "bert-base-uncased: fetched when online).")
 _TEXT = flags.DEFINE_string("text", None, "With --hf: the UTF-8 text file its loss is on.")
+_TOKENIZER = flags.DEFINE_string("tokenizer", None, "With --hf and --text: the folder (or hub "
+                                 "name) of the tokenizer, for a model folder without one.")
+_TOKEN_IDS = flags.DEFINE_string("token_ids", None, "With --hf, instead of --text: token ids, "
+                                 "a .npy integer array or integers separated by white space.")
 _OUTPUT = flags.DEFINE_string("output", None, "With --hf: the report's folder (default "
                               "hf_analysis/NAME).")
 
@@ -37,9 +44,10 @@ def main(argv):
       fileio.refuse_run_files("--output", _OUTPUT.value, [_OUTPUT.value or "hf_analysis"])
       from lnjax.hf import analyze as hf_analyze
       with progress.Phase(f"analyzing {_HF.value}"):
-        result, out = hf_analyze.analyze_flags(_HF.value, _TEXT.value, _OUTPUT.value,
-                                               _BATCHES.value, _LR.value, report=report.figures)
-      print(f"{result['architecture']} ({result['norm_position']}-LN): loss "
+        result, out = hf_analyze.analyze_flags(
+            _HF.value, _TEXT.value, _OUTPUT.value, _BATCHES.value, _LR.value,
+            report=report.figures, tokenizer=_TOKENIZER.value, token_ids=_TOKEN_IDS.value)
+      print(f"{result['architecture']} as {result['placement']}: loss "
             f"{result['loss']:.4f}; report, JSON and plots in {out}")
       return
     with progress.Phase(f"analyzing {_WORKDIR.value} at {_STEP.value}"):

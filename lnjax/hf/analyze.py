@@ -12,6 +12,7 @@ profile (lnjax.analysis.removal).
 import json
 import os
 import re
+import textwrap
 
 import numpy as np
 
@@ -58,13 +59,44 @@ def read_text(path: str) -> str:
   return text
 
 
-def make_batches(task: str, tok: hf_tokenizer.HFTokenizer, text: str, seq_len: int,
-                 num_batches: int, batch_size: int) -> list[dict]:
-  """Up to `num_batches` batches of `batch_size` windows (fewer if the text is short)."""
-  ids = tok.encode(text, add_special_tokens=False)
+def read_token_ids(path: str, vocab_size: int) -> np.ndarray:
+  """Token ids from a .npy file (any integer array, flattened) or a text file of integers
+  separated by white space; each checked to be in [0, vocab_size)."""
+  try:
+    if path.endswith(".npy"):
+      ids = np.load(path, allow_pickle=False)
+    else:
+      with open(path, encoding="utf-8") as f:
+        ids = np.asarray([int(t) for t in f.read().split()], np.int64)
+  except (OSError, ValueError, UnicodeDecodeError) as e:
+    reason = getattr(e, "strerror", None) or str(e).splitlines()[0][:160]
+    raise HFError(f"--token_ids={path}: {reason} (a .npy array of integers, or integers "
+                  "separated by white space)") from None
+  if ids.dtype.kind not in "iu" or ids.size < 2:
+    raise HFError(f"--token_ids={path}: needs at least 2 integer token ids, found "
+                  f"{ids.size} of dtype {ids.dtype}")
+  ids = ids.reshape(-1)
+  if ids.min() < 0 or ids.max() >= vocab_size:
+    bad = int(ids.min() if ids.min() < 0 else ids.max())
+    raise HFError(f"--token_ids={path}: id {bad} is outside the model's vocabulary "
+                  f"[0, {vocab_size})")
+  return ids.astype(np.int32)
+
+
+def make_batches(task: str, tok, text_or_ids, seq_len: int, num_batches: int,
+                 batch_size: int) -> list[dict]:
+  """Up to `num_batches` batches of `batch_size` windows (fewer if the text is short) of a
+  text (encoded by `tok`) or of token ids. BERT's windows need `tok`'s [CLS], [SEP], [MASK]."""
+  if isinstance(text_or_ids, str):
+    ids = tok.encode(text_or_ids, add_special_tokens=False)
+  else:
+    ids = np.asarray(text_or_ids, np.int32)
   width = seq_len + 1 if task == "lm" else seq_len - 2  # Tokens per window.
   if len(ids) < 2:
     raise HFError(f"the text is {len(ids)} token long: too short to score")
+  if width < 1:
+    raise HFError(f"a window of {seq_len} positions leaves no room for a token between "
+                  "[CLS] and [SEP] (BERT needs max_position_embeddings >= 3)")
   n = min(len(ids) // width, num_batches * batch_size)
   if n == 0:  # A text shorter than one window: one shorter window.
     n, width = 1, len(ids)
@@ -73,9 +105,9 @@ def make_batches(task: str, tok: hf_tokenizer.HFTokenizer, text: str, seq_len: i
     rows = [{"inputs": w[:-1], "targets": w[1:], "weights": np.ones(width - 1, np.float32)}
             for w in windows_NxW]
   else:
-    if None in (tok.cls_id, tok.sep_id, tok.mask_id):
-      raise HFError("the tokenizer has no [CLS], [SEP] or [MASK] token: cannot build BERT's "
-                    "masked-LM inputs")
+    if tok is None or None in (tok.cls_id, tok.sep_id, tok.mask_id):
+      raise HFError("the tokenizer has no [CLS], [SEP] or [MASK] token (or none was given: "
+                    "--tokenizer): cannot build BERT's masked-LM inputs")
     rng = np.random.RandomState(0)
     p = max(1, round(MASK_FRACTION * width))
     rows = []
@@ -92,70 +124,120 @@ def make_batches(task: str, tok: hf_tokenizer.HFTokenizer, text: str, seq_len: i
 
 
 def analyze_flags(source: str | None, text_file: str | None, output: str | None,
-                  num_batches: int, lr: float | None, *, report):
+                  num_batches: int, lr: float | None, *, report, tokenizer: str | None = None,
+                  token_ids: str | None = None):
   """`analyze` on lnjax.analysis.report's flags, each checked first."""
   if source is None:
     raise HFError("lnjax.analysis.report needs --workdir=RUN or --hf=DIR_OR_NAME")
-  if text_file is None:
-    raise HFError("--hf needs --text=FILE, the text its loss is measured on")
+  if (text_file is None) == (token_ids is None):
+    raise HFError("--hf needs --text=FILE (the text its loss is measured on) or "
+                  "--token_ids=FILE (token ids), one of the two")
   errors.check_int("--batches", num_batches, 1)
   if lr is not None:
     errors.check_range("--lr", lr, low=0.0, low_open=True)
-  return analyze(source, text_file, output, num_batches, lr, report=report)
+  memory_first_scheduling()
+  return analyze(source, text_file, output, num_batches, lr, report=report,
+                 tokenizer=tokenizer, token_ids=token_ids)
 
 
-def analyze(source: str, text_file: str, output: str | None = None, num_batches: int = 4,
-            lr: float | None = None, seq_len: int = 128, batch_size: int = 4, *, report):
+# XLA:CPU computes bfloat16 dots in float32; its concurrency-optimized scheduler converts
+# every weight before the first layer runs, so a bfloat16 model's forward pass holds a
+# float32 copy of all its weights (a 236 MiB model: +480 MiB, +146 MiB without it;
+# BENCHMARKS.md, 2026-12-05). The memory-first scheduler, for the analysis command only.
+_XLA_MEMORY_FIRST = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
+
+
+def memory_first_scheduling() -> None:
+  """Asks XLA:CPU for its memory-minimizing scheduler (effective before JAX's CPU backend
+  starts: the analyze command calls it first)."""
+  flags = os.environ.get("XLA_FLAGS", "")
+  if "concurrency_optimized_scheduler" not in flags:
+    os.environ["XLA_FLAGS"] = f"{flags} {_XLA_MEMORY_FIRST}".strip()
+
+
+def tokenizer_for(folder: str, tokenizer: str | None):
+  """The tokenizer of `tokenizer` (a folder or hub name) if given, else the model folder's;
+  None if neither has one and none is needed."""
+  source = folder if tokenizer is None else resolve(tokenizer)
+  try:
+    return hf_tokenizer.load(source)
+  except HFError as e:
+    if tokenizer is None and "has no tokenizer" in str(e):
+      raise HFError(f"{e}: name one with --tokenizer=DIR_OR_NAME, or give token ids with "
+                    "--token_ids=FILE") from None
+    raise
+
+
+def analyze(source: str, text_file: str | None, output: str | None = None,
+            num_batches: int = 4, lr: float | None = None, seq_len: int = 128,
+            batch_size: int = 4, *, report, tokenizer: str | None = None,
+            token_ids: str | None = None):
   """Writes analysis.json, report.md and plots of the imported model into `output`
   (default: ./hf_analysis/<name>); returns (result, output). `report(result, output)`:
-  the writer of report.md and the plots (lnjax.analysis.report.figures for a run's)."""
-  import jax
-
-  from lnjax import tasks
-  from lnjax.core import optim, state as state_lib
-  from lnjax.analysis import probes, removal
-
-  text = read_text(text_file)
+  the writer of report.md and the plots (lnjax.analysis.report.figures for a run's).
+  The text is `text_file` tokenized by the folder's tokenizer or `tokenizer`'s, or the ids
+  of `token_ids` (read_token_ids)."""
+  text = read_text(text_file) if text_file is not None else None
   folder = resolve(source)
   imported = hf.read_folder(folder)
   if imported.task == "encoder":
     raise HFError(f"{source}: BertModel has no masked-LM head, so no loss of its own "
                   "objective to analyze (use a BertForMaskedLM folder)")
-  tok = hf_tokenizer.load(folder)
-  if tok.vocab_size > imported.cfg.vocab_size:
-    raise HFError(f"{folder}: the tokenizer has {tok.vocab_size} tokens, the model "
-                  f"{imported.cfg.vocab_size}")
-  task = tasks.get(imported.task)
-  opt = optim.OptConfig()
-  setup = state_lib.Setup(task, imported.model, None, None)
-  batches = make_batches(imported.task, tok, text, min(seq_len, imported.cfg.max_len),
+  tok = None
+  if text is not None or tokenizer is not None or imported.task == "mlm":
+    tok = tokenizer_for(folder, tokenizer)
+    if tok.vocab_size > imported.cfg.vocab_size:
+      raise HFError(f"{tokenizer or folder}: the tokenizer has {tok.vocab_size} tokens, the "
+                    f"model {imported.cfg.vocab_size}")
+  data = text if text is not None else read_token_ids(token_ids, imported.cfg.vocab_size)
+  batches = make_batches(imported.task, tok, data, min(seq_len, imported.cfg.max_len),
                          num_batches, batch_size)
-  params = jax.tree.map(jax.numpy.asarray, imported.params)
-  grads = probes.gradients(setup, params, batches)
-  lr = lr or opt.learning_rate
-  records = probes.norm_inputs(setup, params, batches[0])
-  profile = removal.layer_removal(setup, params, batches)
-  name = source.rstrip("/").split("/")[-1]
-  result = {
-      "workdir": source, "step": "pretrained", "architecture": imported.architecture,
-      "norm_position": imported.cfg.norm_position, "num_batches": len(batches),
-      "tokens_per_window": int(batches[0]["inputs"].shape[1]), "text": os.path.abspath(text_file),
-      "loss": profile["loss"],
-      "loss_normalization": ("mean per-token NLL (nats) of the next token" if imported.task == "lm"
-                             else "mean NLL (nats) of the masked tokens"),
-      "gradient_norms": probes.gradient_norms(grads),
-      "norms": {p: {"in_sq": r["in_sq"], "out_sq": r["out_sq"]} for p, r in records.items()},
-      "norm_jacobians": probes.ln_jacobians(records),
-      "update_ratios": probes.update_ratios(grads, params, opt, lr), "update_lr": lr,
-      "update_optimizer": opt.name,
-      "layer_removal": profile,
-  }
-  out = output or os.path.join("hf_analysis", name)
+  result = measure(imported, batches, lr)
+  result.update(workdir=source, text=os.path.abspath(text_file or token_ids),
+                tokenizer=None if tok is None else (tokenizer or "the model folder's"))
+  out = output or os.path.join("hf_analysis", source.rstrip("/").split("/")[-1])
   fileio.makedirs(out)
   fileio.write_text(os.path.join(out, "analysis.json"), json.dumps(result, indent=1))
   report(result, out)
   _removal_report(result, out)
   return result, out
+
+
+def measure(imported, batches, lr: float | None = None) -> dict:
+  """lnjax.analysis's measurements of an imported model on `batches`."""
+  import dataclasses
+
+  from lnjax import tasks
+  from lnjax.core import optim, state as state_lib
+  from lnjax.analysis import probes, removal
+
+  task = tasks.get(imported.task)
+  opt = optim.OptConfig()
+  setup = state_lib.Setup(task, imported.model, None, None)
+  # The gradients with each layer recomputed in the backward pass: the activations of one
+  # layer held at a time (the same parameters, the same numbers).
+  remat = hf.make_model(imported.task, dataclasses.replace(imported.cfg,
+                                                           remat_policy="nothing_saveable"))
+  params, lr = imported.params, lr or opt.learning_rate
+  grad_norms, update_ratios = probes.gradient_and_update_norms(
+      state_lib.Setup(task, remat, None, None), params, batches, opt, lr)
+  records = probes.norm_inputs(setup, params, batches[0])
+  profile = removal.layer_removal(setup, params, batches)
+  cfg = imported.cfg
+  return {
+      "step": "pretrained", "architecture": imported.architecture,
+      "norm_position": cfg.norm_position, "placement": imported.placement,
+      "num_layers": cfg.num_layers, "d_model": cfg.d_model, "dtype": cfg.dtype,
+      "num_batches": len(batches), "tokens_per_window": int(batches[0]["inputs"].shape[1]),
+      "loss": profile["loss"],
+      "loss_normalization": ("mean per-token NLL (nats) of the next token" if imported.task == "lm"
+                             else "mean NLL (nats) of the masked tokens"),
+      "gradient_norms": grad_norms,
+      "norms": {p: {"in_sq": r["in_sq"], "out_sq": r["out_sq"]} for p, r in records.items()},
+      "norm_jacobians": probes.ln_jacobians(records),
+      "update_ratios": update_ratios, "update_lr": lr, "update_optimizer": opt.name,
+      "layer_removal": profile,
+  }
 
 
 def _removal_report(result: dict, out: str) -> None:
@@ -172,7 +254,7 @@ def _removal_report(result: dict, out: str) -> None:
     lines += ["(not defined for this depth or placement)", ""]
   else:
     lines += ["| layer | Δ loss |", "|---|---|"]
-    lines += [f"| {i} | {d:+.4f} |" for i, d in enumerate(increase)]
+    lines += [f"| {i} | {d:+.4f} |" for i, d in enumerate(increase, 1)]
     lines += ["", "![layer removal](layer_removal.png)", ""]
     _removal_plot(result, out)
   fileio.write_text(path, "\n".join(lines))
@@ -186,15 +268,26 @@ def _removal_plot(result: dict, out: str):
   increase = result["layer_removal"]["increase"]
   from lnjax.analysis import plotting
 
-  fig, ax = plt.subplots(figsize=(6, 3.9))
-  ax.bar(range(len(increase)), increase)
-  ax.set_xlabel("layer skipped (0 = next to the input)")
+  from lnjax.analysis import report
+
+  n = len(increase)
+  fig, ax = plt.subplots(figsize=(max(6, 0.22 * n + 2), 3.9))
+  layers_L = np.arange(1, n + 1)  # Counted from 1, as in gradients.png.
+  ax.bar(layers_L, increase, width=0.8)
+  ax.set_xlim(0.4, n + 0.6)  # Every bar whole, the last one too.
+  ax.set_xlabel("layer skipped (1 = next to the input)")
   ax.set_ylabel("loss increase (nats/token)")
-  plotting.integer_ticks(ax)
-  ax.set_title(f"{result['architecture']} "
-               f"({plotting.placement_label(result['norm_position'])}): layer removal")
+  if n <= 40:
+    ax.set_xticks(layers_L)
+  else:
+    plotting.integer_ticks(ax)
+  ax.axhline(0.0, color="black", lw=0.8)
+  ax.set_title("\n".join(textwrap.wrap(f"{report.figure_title(result)}: layer removal",
+                                       int(fig.get_figwidth() * 11))), fontsize=10)
   ax.grid(alpha=0.3, axis="y")
   fig.tight_layout()
-  plotting.add_caption(fig, f"{result['architecture']}, {plotting.layers(len(increase))}; "
-                            f"loss {result['loss']:.4f} nats/token on {result['text']}")
+  placement = result.get("placement") or plotting.placement_label(result["norm_position"])
+  plotting.add_caption(fig, f"{result['architecture']} as {placement}, {plotting.layers(n)}; "
+                            f"loss {result['loss']:.4f} nats/token on "
+                            f"{plotting.short_path(result['text'])}")
   return plotting.save(fig, os.path.join(out, "layer_removal.png"))

@@ -11,9 +11,15 @@
       ('gelu_erf'), ε 1e-12, the MLM head's dense + GELU + LN and per-token bias. Its
       nn.Linear weights are stored [out, in]: transposed.
 
-`read_folder` reads config.json with json and the weights with safetensors' numpy API (no
-torch, no transformers); `to_hf` maps an lnjax model back. Whatever a mapping cannot carry
-is refused with one line naming the field (HFError: exit 2).
+  Llama, Qwen3, Gemma 2, Gemma 3 (text) and OLMo 2 -> models.TransformerLM with rotary
+      positions, a gated FFN and grouped-query attention: lnjax/hf/decoders.py, one name
+      table per family, and the placement each is.
+
+`read_folder` reads config.json with json, each field's type checked (lnjax/hf/fields.py),
+and the weights one tensor at a time (lnjax/hf/weights.py; sharded folders too), kept in
+their stored dtype (a bfloat16 model stays bfloat16, with no float32 copy of the whole
+model); `to_hf` maps an lnjax model back. Whatever a mapping cannot carry is refused with
+one line naming the field (HFError: exit 2). No torch, no transformers.
 """
 
 import dataclasses
@@ -23,13 +29,16 @@ import os
 import numpy as np
 
 from lnjax.core import errors
+from lnjax.hf import decoders, fields, weights
+from lnjax.hf.weights import HFError, INDEX_FILE, WEIGHTS_FILE
 from lnjax.models import ModelConfig
 
-CONFIG_FILE, WEIGHTS_FILE, INDEX_FILE = "config.json", "model.safetensors", "model.safetensors.index.json"
+CONFIG_FILE = "config.json"
 
 # architecture -> (lnjax task: 'lm' | 'mlm' | 'encoder', tensor prefix in a saved folder)
 ARCHITECTURES = {"GPT2LMHeadModel": ("lm", "transformer."), "GPT2Model": ("lm", ""),
-                 "BertForMaskedLM": ("mlm", "bert."), "BertModel": ("encoder", "")}
+                 "BertForMaskedLM": ("mlm", "bert."), "BertModel": ("encoder", ""),
+                 **{name: ("lm", "model.") for name in decoders.FAMILIES}}
 # Hugging Face activation names (transformers.activations.ACT2FN) <-> model.activation.
 _ACTIVATIONS = {"gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu_fast": "gelu",
                 "gelu": "gelu_erf", "relu": "relu"}
@@ -40,10 +49,6 @@ _IGNORED_SUFFIXES = (".attn.bias", ".attn.masked_bias", "embeddings.position_ids
 _IGNORED_PREFIXES = ("pooler.", "bert.pooler.", "cls.seq_relationship.")
 
 
-class HFError(errors.LnjaxError):
-  """A Hugging Face folder, config or weight file lnjax cannot import or write."""
-
-
 @dataclasses.dataclass
 class Imported:
   folder: str
@@ -51,8 +56,24 @@ class Imported:
   task: str  # 'lm' (TransformerLM), 'mlm' (BertPretraining), 'encoder' (BertEncoder).
   cfg: ModelConfig
   model: object  # The Flax module.
-  params: dict  # Nested, float32 numpy arrays.
+  params: dict  # Nested jax arrays, in the stored dtype (float32 or bfloat16).
   hf_config: dict  # config.json
+
+  @property
+  def placement(self) -> str:
+    return placement_summary(self.cfg)
+
+
+def placement_summary(cfg: ModelConfig) -> str:
+  """How lnjax places the norms of an imported model: 'Sandwich-LN (norm_position=sandwich,
+  RMSNorm, (1 + w) gains)', 'Pre-LN + QK-norm (norm_position=pre, RMSNorm)'."""
+  from lnjax.analysis import plotting
+
+  qk = " + QK-norm" if cfg.qk_norm or cfg.norm_position == "olmo2" else ""
+  kind = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"}.get(cfg.norm_kind, cfg.norm_kind)
+  offset = ", (1 + w) gains" if getattr(cfg, "norm_unit_offset", False) else ""
+  return (f"{plotting.placement_label(cfg.norm_position)}{qk} "
+          f"(norm_position={cfg.norm_position}, {kind}{offset})")
 
 
 def make_model(task: str, cfg: ModelConfig):
@@ -100,53 +121,68 @@ def read_config(folder: str) -> tuple[dict, str, str]:
     raise HFError(f"{path} is not readable JSON ({e})") from None
   if not isinstance(config, dict):
     raise HFError(f"{path} is not a JSON object")
-  architectures = config.get("architectures") or []
-  if len(architectures) != 1 or architectures[0] not in ARCHITECTURES:
-    raise HFError(f"{path}: architectures={architectures} is not supported (lnjax imports "
-                  f"{', '.join(ARCHITECTURES)})")
-  return config, architectures[0], ARCHITECTURES[architectures[0]][0]
+  architecture = fields.architecture(config, ARCHITECTURES, path)
+  return config, architecture, ARCHITECTURES[architecture][0]
+
+
+def is_hf_folder(folder: str) -> bool:
+  """Whether `folder` holds a Hugging Face config.json ("architectures" or "model_type"),
+  rather than an lnjax run's or export's (whose config.json holds "model")."""
+  try:
+    with open(os.path.join(folder, CONFIG_FILE), encoding="utf-8") as f:
+      config = json.load(f)
+  except (OSError, UnicodeDecodeError, ValueError):
+    return False
+  return (isinstance(config, dict) and "model" not in config
+          and ("architectures" in config or "model_type" in config))
 
 
 def model_config(config: dict, architecture: str) -> ModelConfig:
-  """The ModelConfig of a Hugging Face config; a field it cannot carry is refused."""
-  get = lambda key, default=None: config.get(key, default)
+  """The ModelConfig of a Hugging Face config; a field it cannot carry, or of the wrong
+  type, is refused naming it."""
+  try:
+    if architecture in decoders.FAMILIES:
+      return decoders.model_config(config, architecture)
+    return _gpt2_config(fields.Fields(config)) if architecture.startswith("GPT2") else \
+        _bert_config(fields.Fields(config))
+  except errors.ConfigError as e:  # A value ModelConfig refuses: one line, naming both.
+    raise HFError(f"config.json of {architecture} does not map onto lnjax: {e}") from None
 
-  def require(key, allowed, default=None):
-    value = get(key, default)
-    if value not in allowed:
-      raise HFError(f"config.json: {key}={value!r} is not supported (lnjax imports "
-                    f"{' or '.join(map(repr, allowed))})")
-    return value
 
-  if architecture.startswith("GPT2"):
-    require("model_type", ("gpt2",))
-    require("scale_attn_weights", (True,), True)
-    require("scale_attn_by_inverse_layer_idx", (False,), False)
-    require("add_cross_attention", (False,), False)
-    act = require("activation_function", tuple(_ACTIVATIONS), "gelu_new")
-    d = get("n_embd", 768)
-    return ModelConfig(
-        vocab_size=get("vocab_size", 50257), num_layers=get("n_layer", 12), d_model=d,
-        num_heads=get("n_head", 12), d_ff=get("n_inner") or 4 * d,
-        max_len=get("n_positions", 1024), norm_position="pre", norm_kind="layernorm",
-        norm_eps=get("layer_norm_epsilon", 1e-5), dropout_rate=get("resid_pdrop", 0.1),
-        attention_dropout_rate=get("attn_pdrop", 0.1), activation=_ACTIVATIONS[act],
-        tie_embeddings=get("tie_word_embeddings", True), pos_emb="learned", use_bias=True,
-        scale_embeddings=False)
-  require("model_type", ("bert",))
-  require("position_embedding_type", ("absolute",), "absolute")
-  require("is_decoder", (False,), False)
-  require("add_cross_attention", (False,), False)
-  require("type_vocab_size", (2,), 2)
-  act = require("hidden_act", tuple(_ACTIVATIONS), "gelu")
+def _gpt2_config(f: fields.Fields) -> ModelConfig:
+  f.choice("model_type", ("gpt2",))
+  f.choice("scale_attn_weights", (True,), True)
+  f.choice("scale_attn_by_inverse_layer_idx", (False,), False)
+  f.choice("add_cross_attention", (False,), False)
+  act = f.choice("activation_function", tuple(_ACTIVATIONS), "gelu_new")
+  d = f.integer("n_embd", 768)
   return ModelConfig(
-      vocab_size=get("vocab_size", 30522), num_layers=get("num_hidden_layers", 12),
-      d_model=get("hidden_size", 768), num_heads=get("num_attention_heads", 12),
-      d_ff=get("intermediate_size", 3072), max_len=get("max_position_embeddings", 512),
-      norm_position="post", norm_kind="layernorm", norm_eps=get("layer_norm_eps", 1e-12),
-      dropout_rate=get("hidden_dropout_prob", 0.1),
-      attention_dropout_rate=get("attention_probs_dropout_prob", 0.1),
-      activation=_ACTIVATIONS[act], tie_embeddings=get("tie_word_embeddings", True),
+      vocab_size=f.integer("vocab_size", 50257), num_layers=f.integer("n_layer", 12), d_model=d,
+      num_heads=f.integer("n_head", 12), d_ff=f.integer("n_inner", 4 * d),
+      max_len=f.integer("n_positions", 1024), norm_position="pre", norm_kind="layernorm",
+      norm_eps=f.number("layer_norm_epsilon", 1e-5, positive=True),
+      dropout_rate=f.number("resid_pdrop", 0.1), attention_dropout_rate=f.number("attn_pdrop", 0.1),
+      activation=_ACTIVATIONS[act], tie_embeddings=f.flag("tie_word_embeddings", True),
+      pos_emb="learned", use_bias=True, scale_embeddings=False)
+
+
+def _bert_config(f: fields.Fields) -> ModelConfig:
+  f.choice("model_type", ("bert",))
+  f.choice("position_embedding_type", ("absolute",), "absolute")
+  f.choice("is_decoder", (False,), False)
+  f.choice("add_cross_attention", (False,), False)
+  if f.integer("type_vocab_size", 2) != 2:
+    raise f.refuse("type_vocab_size", f.get("type_vocab_size"), "2")
+  act = f.choice("hidden_act", tuple(_ACTIVATIONS), "gelu")
+  return ModelConfig(
+      vocab_size=f.integer("vocab_size", 30522), num_layers=f.integer("num_hidden_layers", 12),
+      d_model=f.integer("hidden_size", 768), num_heads=f.integer("num_attention_heads", 12),
+      d_ff=f.integer("intermediate_size", 3072), max_len=f.integer("max_position_embeddings", 512),
+      norm_position="post", norm_kind="layernorm",
+      norm_eps=f.number("layer_norm_eps", 1e-12, positive=True),
+      dropout_rate=f.number("hidden_dropout_prob", 0.1),
+      attention_dropout_rate=f.number("attention_probs_dropout_prob", 0.1),
+      activation=_ACTIVATIONS[act], tie_embeddings=f.flag("tie_word_embeddings", True),
       pos_emb="learned", use_bias=True, scale_embeddings=False, embed_norm=True)
 
 
@@ -155,6 +191,8 @@ def tensor_map(architecture: str, cfg: ModelConfig, prefix: str) -> list[tuple[s
   'same' (vectors, embeddings, Conv1D kernels, all stored as lnjax stores them), 'linear'
   (nn.Linear's [out, in]: transposed) or 'qkv:i' (GPT-2's c_attn [D, 3D]: the i-th D
   columns, or its bias's i-th D entries)."""
+  if architecture in decoders.FAMILIES:
+    return decoders.tensor_map(architecture, cfg, prefix)
   out = []
   norm = lambda ln, hf, names=("weight", "bias"): [
       (f"{ln}.scale", f"{hf}.{names[0]}", "same"), (f"{ln}.bias", f"{hf}.{names[1]}", "same")]
@@ -212,41 +250,67 @@ def _from_hf(value: np.ndarray, how: str, d: int) -> np.ndarray:
   return value
 
 
-def read_folder(folder: str) -> Imported:
-  """A Hugging Face GPT-2 or BERT folder as an lnjax model and its parameters (float32)."""
+def read_folder(folder: str, dtype: str | None = None) -> Imported:
+  """A Hugging Face folder as an lnjax model and its parameters. `dtype`: None keeps a
+  bfloat16 checkpoint in bfloat16 (and computes in it) and reads any other in float32;
+  'float32' or 'bfloat16' converts every tensor, one at a time."""
   import jax
-  from flax import traverse_util
 
   config, architecture, task = read_config(folder)
   cfg = model_config(config, architecture)
-  tensors = _read_tensors(folder)
+  tensors = weights.TensorIndex(folder)
   prefix = ARCHITECTURES[architecture][1]
   if prefix and not any(k.startswith(prefix) for k in tensors):
     prefix = ""  # Saved from the base model (the hub's gpt2: 'h.0.attn...', 'wte.weight').
+  mapping = [(name, _alias(hf_name, tensors), how)
+             for name, hf_name, how in tensor_map(architecture, cfg, prefix)]
+  dtype = dtype or _stored_dtype(tensors, mapping)
+  errors.check_choice("dtype", dtype, ("float32", "bfloat16"))
+  cfg = dataclasses.replace(cfg, dtype=dtype)
   model = make_model(task, cfg)
-  shapes = _flat(jax.eval_shape(lambda: _init(model, task)))
-  mapping = tensor_map(architecture, cfg, prefix)
-  weights = os.path.join(folder, WEIGHTS_FILE)
-  flat, used = {}, set()
+  _check_tensors(folder, architecture, cfg, tensors, mapping,
+                 _flat(jax.eval_shape(lambda: _init(model, task))))
+  target = np.float32 if dtype == "float32" else jax.numpy.bfloat16
+  flat, last = {}, (None, None)
+  for name, hf_name, how in mapping:  # One tensor in host memory at a time.
+    if last[0] != hf_name:  # (GPT-2's c_attn serves three parameters: read once)
+      last = (hf_name, tensors.read(hf_name))
+    value = np.ascontiguousarray(_from_hf(last[1], how, cfg.d_model), target)
+    flat[name] = jax.device_put(value)
+    del value
+  from flax import traverse_util
+
+  return Imported(folder, architecture, task, cfg, model,
+                  traverse_util.unflatten_dict(flat, sep="."), config)
+
+
+def _stored_dtype(tensors: weights.TensorIndex, mapping) -> str:
+  import ml_dtypes
+
+  stored = {np.dtype(tensors.dtype(hf)) for _, hf, _ in mapping if hf in tensors}
+  return "bfloat16" if stored == {np.dtype(ml_dtypes.bfloat16)} else "float32"
+
+
+def _check_tensors(folder, architecture, cfg, tensors, mapping, shapes) -> None:
+  """Every parameter has its tensor, of the shape config.json implies, and every tensor a
+  parameter: checked on the headers, before any weight is read."""
+  weights_name = os.path.join(folder, WEIGHTS_FILE)
   for name, hf_name, how in mapping:
-    hf_name = _alias(hf_name, tensors)
     if hf_name not in tensors:
-      raise HFError(f"{weights} has no tensor {hf_name!r} ({architecture}, "
+      raise HFError(f"{weights_name} has no tensor {hf_name!r} ({architecture}, "
                     f"{cfg.num_layers} layers in config.json)")
-    used.add(hf_name)
-    value = _from_hf(tensors[hf_name], how, cfg.d_model)
-    if value.shape != shapes[name].shape:
-      raise HFError(f"{weights}: tensor {hf_name!r} has shape {tuple(tensors[hf_name].shape)}, "
-                    f"config.json implies {_hf_shape(shapes[name].shape, how)}")
-    flat[name] = np.ascontiguousarray(value, np.float32)
-  if set(flat) != set(shapes):
-    raise HFError(f"{folder}: no tensor for lnjax parameter {sorted(set(shapes) - set(flat))[0]!r}")
-  for hf_name in sorted(tensors):
+    expected = _hf_shape(shapes[name].shape, how)
+    if tensors.shape(hf_name) != expected:
+      raise HFError(f"{tensors.file(hf_name)}: tensor {hf_name!r} has shape "
+                    f"{tensors.shape(hf_name)}, config.json implies {expected}")
+  missing = set(shapes) - {name for name, _, _ in mapping}
+  if missing:
+    raise HFError(f"{folder}: no tensor for lnjax parameter {sorted(missing)[0]!r}")
+  used = {hf_name for _, hf_name, _ in mapping}
+  for hf_name in tensors:
     if hf_name not in used and not _ignorable(hf_name, cfg):
-      raise HFError(f"{weights}: tensor {hf_name!r} is not supported ({architecture} as lnjax "
-                    "imports it has no such weight)")
-  params = traverse_util.unflatten_dict(flat, sep=".")
-  return Imported(folder, architecture, task, cfg, model, params, config)
+      raise HFError(f"{tensors.file(hf_name)}: tensor {hf_name!r} is not supported "
+                    f"({architecture} as lnjax imports it has no such weight)")
 
 
 def _hf_shape(shape, how):
@@ -268,6 +332,8 @@ def _alias(hf_name: str, tensors: dict) -> str:
 
 
 def _ignorable(hf_name: str, cfg: ModelConfig) -> bool:
+  if cfg.pos_emb == "rope":  # (the modern decoders)
+    return decoders.ignorable(hf_name, cfg.tie_embeddings)
   if hf_name.endswith(_IGNORED_SUFFIXES) or hf_name.startswith(_IGNORED_PREFIXES):
     return True
   # A tied output saved anyway (lm_head.weight, the MLM decoder and its bias, which
@@ -278,45 +344,11 @@ def _ignorable(hf_name: str, cfg: ModelConfig) -> bool:
   return hf_name == "cls.predictions.bias"
 
 
-def _read_tensors(folder: str) -> dict[str, np.ndarray]:
-  from safetensors import safe_open
-
-  index = os.path.join(folder, INDEX_FILE)
-  if os.path.isfile(index):
-    try:
-      with open(index, encoding="utf-8") as f:
-        files = sorted(set(json.load(f)["weight_map"].values()))
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as e:
-      raise HFError(f"{index} is not a readable safetensors index ({e})") from None
-  elif os.path.isfile(os.path.join(folder, WEIGHTS_FILE)):
-    files = [WEIGHTS_FILE]
-  else:
-    other = [f for f in ("pytorch_model.bin", "tf_model.h5", "flax_model.msgpack")
-             if os.path.isfile(os.path.join(folder, f))]
-    hint = (f" (lnjax reads safetensors only, not {other[0]}: re-save it with transformers' "
-            "save_pretrained)") if other else ""
-    raise HFError(f"{folder} has no {WEIGHTS_FILE}{hint}")
-  tensors = {}
-  for name in files:
-    path = os.path.join(folder, name)
-    try:
-      with safe_open(path, framework="numpy") as f:
-        for key in f.keys():
-          tensors[key] = f.get_tensor(key)
-    except FileNotFoundError:
-      raise HFError(f"{path} is missing (named by {INDEX_FILE})") from None
-    except Exception as e:  # safetensors raises SafetensorError, OSError, ValueError.
-      reason = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
-      raise HFError(f"{path} is not a readable safetensors file, truncated or corrupt "
-                    f"({reason})") from None
-  return tensors
-
-
 def _init(model, task: str):
   import jax
   import jax.numpy as jnp
 
-  ids = jnp.ones((1, 2), jnp.int32)
+  ids = jnp.ones((1, 1), jnp.int32)  # (a model of max_len 1 is valid)
   args = (ids,) if task == "lm" else (ids, jnp.zeros_like(ids))
   if task == "mlm":
     args += (jnp.zeros_like(ids),)
@@ -338,14 +370,18 @@ def _flat(tree, prefix: str = "") -> dict:
 
 
 def to_hf(task: str, cfg: ModelConfig, params) -> tuple[dict, dict[str, np.ndarray]]:
-  """(config.json, {tensor name: array}) of an lnjax LM as GPT2LMHeadModel or of an lnjax
-  BERT as BertForMaskedLM; a config field that has no counterpart is refused."""
+  """(config.json, {tensor name: array}) of an lnjax LM as GPT2LMHeadModel (learned
+  positions) or as the family of its placement (rotary positions: lnjax/hf/decoders.py),
+  or of an lnjax BERT as BertForMaskedLM; a config field that has no counterpart is
+  refused."""
 
   def require(key, allowed, why):
     value = getattr(cfg, key)
     if value not in allowed:
       raise HFError(f"model.{key}={value!r} does not map onto {architecture}: {why}")
 
+  if task == "lm" and cfg.pos_emb == "rope":  # Llama, Qwen3, Gemma 2 or 3, OLMo 2
+    return decoders.to_hf(cfg, {k: np.asarray(v, np.float32) for k, v in _flat(params).items()})
   if task == "lm":
     architecture = "GPT2LMHeadModel"
     require("norm_position", ("pre",), "GPT-2 is Pre-LN (norm_position='pre')")
@@ -360,6 +396,13 @@ def to_hf(task: str, cfg: ModelConfig, params) -> tuple[dict, dict[str, np.ndarr
   require("pos_emb", ("learned",), "its positions are learned embeddings")
   require("use_bias", (True,), "its dense layers have biases")
   require("qk_norm", (False,), "its attention has no QK-norm")
+  for key, off in (("gated_ffn", False), ("num_kv_heads", 0), ("query_scale", 0.0),
+                   ("attn_logit_softcap", 0.0), ("final_logit_softcap", 0.0),
+                   ("sliding_window", 0), ("norm_unit_offset", False)):
+    require(key, (off, cfg.num_heads) if key == "num_kv_heads" else (off,), "the option is not in GPT-2 and BERT (a rotary-position LM is "
+            "written as Llama, Qwen3, Gemma or OLMo 2)")
+  if cfg.head_size != cfg.d_model // cfg.num_heads:
+    require("head_dim", (0,), "its heads are d_model / num_heads wide")
   act_key = "activation_function" if task == "lm" else "hidden_act"
   # A scaled tied embedding (√D·E in, E out) is written untied: the input table √D·E.
   tied = cfg.tie_embeddings and not cfg.scale_embeddings
@@ -404,9 +447,6 @@ def to_hf(task: str, cfg: ModelConfig, params) -> tuple[dict, dict[str, np.ndarr
 
 
 def write_folder(output: str, config: dict, tensors: dict[str, np.ndarray]) -> None:
-  from safetensors.numpy import save_file
-
-  os.makedirs(output, exist_ok=True)
-  save_file(tensors, os.path.join(output, WEIGHTS_FILE), metadata={"format": "pt"})
+  weights.write(output, tensors)
   with open(os.path.join(output, CONFIG_FILE), "w", encoding="utf-8") as f:
     f.write(json.dumps(config, indent=2, sort_keys=True) + "\n")

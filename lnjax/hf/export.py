@@ -1,6 +1,7 @@
 """`python -m lnjax.cli.export --format=hf`: a run as a Hugging Face model folder.
 
-An LM whose config maps onto GPT-2 becomes a GPT2LMHeadModel folder, a BERT (mlm, mlm_nsp)
+An LM whose config maps onto GPT-2 becomes a GPT2LMHeadModel folder, an LM with rotary
+positions the family of its placement (Llama, Qwen3, Gemma 2, Gemma 3, OLMo 2), a BERT (mlm, mlm_nsp)
 that maps onto BERT a BertForMaskedLM folder (the next-sentence head, which that class
 has not, is left out): config.json, model.safetensors and the run's tokenizer (characters or a
 SentencePiece unigram model) as tokenizer.json + tokenizer_config.json, so that transformers' AutoModel* and
@@ -14,8 +15,12 @@ import numpy as np
 
 from lnjax.hf import checkpoint as hf, tokenizer as hf_tokenizer
 
+from lnjax.hf import decoders
+
 LOADERS = {"GPT2LMHeadModel": "transformers.AutoModelForCausalLM.from_pretrained",
-           "BertForMaskedLM": "transformers.AutoModelForMaskedLM.from_pretrained"}
+           "BertForMaskedLM": "transformers.AutoModelForMaskedLM.from_pretrained",
+           **{name: "transformers.AutoModelForCausalLM.from_pretrained"
+              for name in decoders.FAMILIES}}
 
 
 def export(run, params, output: str, dtype: str) -> dict:

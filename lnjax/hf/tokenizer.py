@@ -14,9 +14,10 @@ import os
 
 import numpy as np
 
-from lnjax.hf.checkpoint import HFError
+from lnjax.hf.weights import HFError
 
 TOKENIZER_FILE, TOKENIZER_CONFIG = "tokenizer.json", "tokenizer_config.json"
+TOKENIZER_FILES = (TOKENIZER_FILE, "vocab.json", "vocab.txt")  # (load's three kinds)
 
 
 class HFTokenizer:

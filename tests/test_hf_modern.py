@@ -1,0 +1,549 @@
+"""Llama, Qwen3, Gemma 2, Gemma 3 (text) and OLMo 2 folders imported into lnjax's
+TransformerLM and written back (lnjax/hf/decoders.py, lnjax/hf/checkpoint.py).
+
+No network: tiny models with random weights (every weight, norm gains included, so that a
+gain read as 1 + w or as w would show), built by transformers 5.24 from its own config
+classes and saved with save_pretrained; odd head counts, grouped-query ratios 1, 2 and 3,
+tied and untied embeddings, sliding windows shorter than the input. Compared with
+transformers on padded batches (left and right), at length 1 and at the maximum length.
+"""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from lnjax.hf import checkpoint as hf
+
+MAX_LEN = 12
+VOCAB = 97
+
+# family -> (transformers config class, architecture class, config fields, lnjax placement)
+MODELS = {
+    # GQA 3 (3 heads, 1 K/V head), untied, θ = 500000 (Llama 3's), ε 1e-5.
+    "llama": ("LlamaConfig", "LlamaForCausalLM", dict(
+        hidden_size=48, num_attention_heads=3, num_key_value_heads=1, intermediate_size=64,
+        rms_norm_eps=1e-5, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 500000.0}), "pre"),
+    # MHA (ratio 1), tied, biases on every projection (attention_bias and mlp_bias).
+    "llama_tied_bias": ("LlamaConfig", "LlamaForCausalLM", dict(
+        hidden_size=32, num_attention_heads=4, num_key_value_heads=4, intermediate_size=48,
+        tie_word_embeddings=True, attention_bias=True, mlp_bias=True), "pre"),
+    # GQA 2, head_dim 16 with 3 heads of a 32-wide model (q is [32, 48]), QK-norm, layer 1
+    # sliding with a window of 3 < the input, tied, θ = 10⁶.
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(
+        hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        intermediate_size=64, tie_word_embeddings=True, use_sliding_window=True,
+        sliding_window=3, max_window_layers=1,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e6}), "pre"),
+    # GQA 2, query_pre_attn_scalar 24 (not head_dim), soft caps small enough to bite,
+    # local (window 3) and global layers alternating, tied.
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", dict(
+        hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        intermediate_size=64, query_pre_attn_scalar=24, attn_logit_softcapping=2.0,
+        final_logit_softcapping=3.0, sliding_window=3, tie_word_embeddings=True), "sandwich"),
+    # Gemma 3's text model: QK-norm with (1 + w), local and global layers of one θ, untied.
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", dict(
+        hidden_size=32, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+        intermediate_size=64, sliding_window=4, layer_types=["sliding_attention", "full_attention"],
+        tie_word_embeddings=False, rope_parameters={
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "default", "rope_theta": 10000.0}}), "sandwich"),
+    # GQA 3 (the K-norm over 1 head's 16 features, the Q-norm over 48), untied.
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", dict(
+        hidden_size=48, num_attention_heads=3, num_key_value_heads=1, intermediate_size=64,
+        tie_word_embeddings=False), "olmo2"),
+}
+
+
+def make(folder, name: str, seed: int = 0):
+  """A random-weight transformers model of family `name`, saved into `folder`."""
+  import torch
+  import transformers
+
+  config_class, model_class, fields, _ = MODELS[name]
+  config = getattr(transformers, config_class)(
+      vocab_size=VOCAB, num_hidden_layers=2, max_position_embeddings=MAX_LEN, pad_token_id=0,
+      bos_token_id=None, eos_token_id=None, **fields)
+  model = getattr(transformers, model_class)(config).eval()
+  gen = torch.Generator().manual_seed(seed)
+  with torch.no_grad():
+    for p in model.parameters():
+      p.copy_(torch.randn(p.shape, generator=gen) * 0.2)
+  model.save_pretrained(folder)
+  return model
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+  root = tmp_path_factory.mktemp("hf_modern")
+  return {name: (str(root / name), make(root / name, name)) for name in MODELS}
+
+
+def padded_batch(seed: int = 0):
+  """Three rows of ids, padded to MAX_LEN on the right, on the left and not at all."""
+  rng = np.random.RandomState(seed)
+  ids = rng.randint(1, VOCAB, (3, MAX_LEN))
+  mask = np.ones_like(ids)
+  mask[0, 7:] = 0  # right padding
+  mask[1, :5] = 0  # left padding
+  return np.where(mask > 0, ids, 0), mask
+
+
+def theirs(model, ids, mask):
+  import torch
+
+  with torch.no_grad():
+    return model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask)).logits.numpy()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(MODELS))
+def test_imported_logits_equal_transformers(models, name):
+  folder, model = models[name]
+  imported = hf.read_folder(folder)
+  assert imported.cfg.norm_position == MODELS[name][3]
+  ids, mask = padded_batch()
+  real = mask.astype(bool)
+  got = np.asarray(hf.logits(imported, ids, mask))
+  np.testing.assert_allclose(got[real], theirs(model, ids, mask)[real], atol=1e-4, rtol=0)
+  one = ids[2:, :1]  # length 1
+  np.testing.assert_allclose(np.asarray(hf.logits(imported, one)),
+                             theirs(model, one, np.ones_like(one)), atol=1e-4, rtol=0)
+
+
+def test_each_family_is_reported_as_its_lnjax_placement(tmp_path):
+  """The placement each family is, from config.json alone (no weights needed)."""
+  expected = {"LlamaForCausalLM": ("pre", False, "Pre-LN (norm_position=pre, RMSNorm)"),
+              "Qwen3ForCausalLM": ("pre", True, "Pre-LN + QK-norm (norm_position=pre, RMSNorm)"),
+              "Gemma2ForCausalLM": ("sandwich", False, "Sandwich-LN (norm_position=sandwich, "
+                                    "RMSNorm, (1 + w) gains)"),
+              "Olmo2ForCausalLM": ("olmo2", False, "OLMo 2 + QK-norm (norm_position=olmo2, "
+                                   "RMSNorm)")}
+  for architecture, (position, qk_norm, summary) in expected.items():
+    cfg = hf.model_config(base_config(architecture), architecture)
+    assert (cfg.norm_position, cfg.qk_norm) == (position, qk_norm)
+    assert hf.placement_summary(cfg) == summary
+    assert cfg.pos_emb == "rope" and cfg.gated_ffn and not cfg.embed_norm
+  gemma = hf.model_config(base_config("Gemma2ForCausalLM"), "Gemma2ForCausalLM")
+  assert gemma.norm_position != "peri"  # Gemma 2 feeds the embedding to layer 0 unnormalized.
+  assert gemma.scale_embeddings and gemma.norm_unit_offset
+  assert gemma.attention_pattern == "local,global" and gemma.sliding_window == 8
+
+
+def base_config(architecture: str, **changes) -> dict:
+  """A config.json as transformers writes it (the fields lnjax reads), 2 layers."""
+  model_type = {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3",
+                "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text",
+                "Olmo2ForCausalLM": "olmo2"}[architecture]
+  config = {"architectures": [architecture], "model_type": model_type, "vocab_size": VOCAB,
+            "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "intermediate_size": 64, "max_position_embeddings": 16,
+            "rms_norm_eps": 1e-6, "rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}
+  if model_type.startswith("gemma"):
+    config.update(head_dim=8, sliding_window=8, query_pre_attn_scalar=8,
+                  attn_logit_softcapping=50.0, final_logit_softcapping=30.0)
+  return {**config, **changes}
+
+
+def _next_token_loss_inputs(ids, mask):
+  """Labels as transformers' causal-LM loss reads them (shifted inside it): -100 where the
+  target is padding or its input position is."""
+  labels = np.where(mask > 0, ids, -100)
+  labels[:, 1:][mask[:, :-1] == 0] = -100
+  return labels
+
+
+@pytest.mark.slow
+def test_llama_loss_gradient_equals_torch_for_every_weight(models):
+  import jax
+  import jax.numpy as jnp
+  import torch
+  from flax import traverse_util
+
+  folder, model = models["llama"]
+  imported = hf.read_folder(folder)
+  ids, mask = padded_batch(1)
+  labels = _next_token_loss_inputs(ids, mask)
+  model.zero_grad()
+  out = model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask),
+              labels=torch.tensor(labels))
+  out.loss.backward()
+  theirs_grad = dict(model.named_parameters())
+
+  def loss(params):
+    logits = imported.model.apply({"params": params}, jnp.asarray(ids), mask_BxT=jnp.asarray(mask))
+    targets, keep = labels[:, 1:], labels[:, 1:] != -100
+    logp = jax.nn.log_softmax(logits[:, :-1], -1)
+    nll = -jnp.take_along_axis(logp, jnp.asarray(np.maximum(targets, 0))[..., None], -1)[..., 0]
+    return jnp.sum(nll * keep) / keep.sum()
+
+  value, grads = jax.value_and_grad(loss)(imported.params)
+  assert float(value) == pytest.approx(out.loss.item(), abs=1e-5)
+  flat = traverse_util.flatten_dict(grads, sep=".")
+  mapping = hf.tensor_map("LlamaForCausalLM", imported.cfg, "model.")
+  assert {name for name, _, _ in mapping} == set(flat)  # Every weight compared.
+  for name, hf_name, how in mapping:
+    want = theirs_grad[hf_name].grad.numpy()
+    got = np.asarray(flat[name]).T if how == "linear" else np.asarray(flat[name])
+    scale = np.abs(want).max()
+    assert scale > 0, hf_name
+    assert np.abs(got - want).max() <= 1e-4 * scale, (hf_name, np.abs(got - want).max(), scale)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(MODELS))
+def test_exported_folder_loads_in_transformers_with_the_same_logits(models, tmp_path, name):
+  import transformers
+
+  folder, model = models[name]
+  imported = hf.read_folder(folder)
+  config, tensors = hf.to_hf("lm", imported.cfg, imported.params)
+  hf.write_folder(str(tmp_path), config, tensors)
+  again = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path)).eval()
+  assert type(again).__name__ == MODELS[name][1]
+  ids, mask = padded_batch(2)
+  real = mask.astype(bool)
+  np.testing.assert_allclose(theirs(again, ids, mask)[real], theirs(model, ids, mask)[real],
+                             atol=1e-4, rtol=0)
+
+
+# lnjax models with random weights that no Hugging Face folder made: the export's own
+# conversions (a √D-scaled tied embedding written untied as √D·E for Llama; an unscaled one
+# as E/√D for Gemma 2, whose embedding is multiplied by √D; a window on a Qwen3 layer).
+LNJAX_MODELS = {
+    "LlamaForCausalLM": dict(norm_position="pre", scale_embeddings=True, tie_embeddings=True,
+                             num_heads=3, num_kv_heads=1, d_model=48),
+    "Qwen3ForCausalLM": dict(norm_position="pre", qk_norm=True, num_kv_heads=2, head_dim=16,
+                             sliding_window=3, attention_pattern="global,local"),
+    "Gemma2ForCausalLM": dict(norm_position="sandwich", norm_unit_offset=True,
+                              scale_embeddings=False, tie_embeddings=True, activation="gelu",
+                              num_kv_heads=2, query_scale=0.25, attn_logit_softcap=2.0,
+                              final_logit_softcap=3.0, sliding_window=3,
+                              attention_pattern="local,global"),
+    "Olmo2ForCausalLM": dict(norm_position="olmo2", num_kv_heads=2, rope_theta=5e5),
+}
+
+
+def lnjax_model(**options):
+  import jax
+
+  from lnjax.models import ModelConfig
+
+  base = dict(vocab_size=VOCAB, num_layers=2, d_model=32, num_heads=4, d_ff=64,
+              max_len=MAX_LEN, dropout_rate=0.0, pos_emb="rope", gated_ffn=True,
+              activation="silu", norm_kind="rmsnorm", use_bias=False)
+  cfg = ModelConfig(**{**base, **options})
+  model = hf.make_model("lm", cfg)
+  rng = np.random.RandomState(0)
+  params = jax.tree.map(lambda x: np.asarray(x) + 0.2 * rng.randn(*x.shape).astype(np.float32),
+                        hf._init(model, "lm"))
+  return cfg, model, params
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("architecture", list(LNJAX_MODELS))
+def test_an_lnjax_model_exports_as_its_family_with_its_own_logits(tmp_path, architecture):
+  import transformers
+
+  cfg, model, params = lnjax_model(**LNJAX_MODELS[architecture])
+  config, tensors = hf.to_hf("lm", cfg, params)
+  assert config["architectures"] == [architecture]
+  hf.write_folder(str(tmp_path), config, tensors)
+  theirs_model = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path)).eval()
+  ids, mask = padded_batch(3)
+  real = mask.astype(bool)
+  ours = np.asarray(hf.logits(hf.Imported("", architecture, "lm", cfg, model, params, {}),
+                              ids, mask))
+  np.testing.assert_allclose(ours[real], theirs(theirs_model, ids, mask)[real], atol=1e-4, rtol=0)
+  back = hf.read_folder(str(tmp_path))  # ... and back into lnjax.
+  np.testing.assert_allclose(np.asarray(hf.logits(back, ids, mask))[real], ours[real], atol=1e-5)
+
+
+# ---- Refusals: one line naming the field (no torch needed)
+
+
+def llama_folder(folder, **options) -> str:
+  cfg, _, params = lnjax_model(**{"num_kv_heads": 2, **options})
+  config, tensors = hf.to_hf("lm", cfg, params)
+  hf.write_folder(str(folder), config, tensors)
+  return str(folder)
+
+
+def _edit(folder, **changes):
+  path = os.path.join(folder, "config.json")
+  with open(path) as f:
+    config = json.load(f)
+  config.update(changes)
+  with open(path, "w") as f:
+    json.dump(config, f)
+
+
+BAD_CONFIGS = {
+    "rope_llama3": (dict(rope_parameters={"rope_type": "llama3", "factor": 8.0,
+                                          "rope_theta": 5e5}),
+                    "config.json: rope_parameters: rope_type='llama3' is not supported "
+                    "(lnjax imports 'default')"),
+    "rope_scaling_linear": (dict(rope_scaling={"type": "linear", "factor": 2.0}),
+                            "config.json: rope_scaling: rope_type='linear' is not supported"),
+    "partial_rotary": (dict(rope_parameters={"rope_type": "default", "rope_theta": 1e4,
+                                             "partial_rotary_factor": 0.5}),
+                       "partial_rotary_factor=0.5 is not supported"),
+    "architectures_int": (dict(architectures=5), "config.json: architectures=5 must be a list"),
+    "architectures_nested": (dict(architectures=[["LlamaForCausalLM"]]),
+                             "architectures=[['LlamaForCausalLM']] must be a list holding one"),
+    "unknown_architecture": (dict(architectures=["MixtralForCausalLM"]),
+                             "architectures=['MixtralForCausalLM'] is not supported"),
+    "layers_float": (dict(num_hidden_layers=2.5),
+                     "config.json: num_hidden_layers=2.5 must be an integer >= 1"),
+    "width_string": (dict(hidden_size="32"), "config.json: hidden_size='32' must be an integer"),
+    "eps_negative": (dict(rms_norm_eps=-1e-6), "config.json: rms_norm_eps=-1e-06 must be a "
+                     "finite number > 0"),
+    "tie_string": (dict(tie_word_embeddings="yes"), "tie_word_embeddings='yes' must be true or false"),
+    "gqa_not_dividing": (dict(num_key_value_heads=3),
+                         "num_attention_heads=4 is not a multiple of num_key_value_heads=3"),
+    "kv_heads_vs_weights": (dict(num_key_value_heads=1),
+                            "tensor 'model.layers.0.self_attn.k_proj.weight' has shape (16, 32), "
+                            "config.json implies (8, 32)"),
+    "activation": (dict(hidden_act="mish"), "config.json: hidden_act='mish' is not supported"),
+    "bias_mismatch": (dict(attention_bias=True), "attention_bias=True with mlp_bias=False"),
+    "local_layers_in_llama": (dict(layer_types=["sliding_attention", "full_attention"]),
+                              "layer_types=['sliding_attention', 'full_attention'] is not supported"),
+    "model_type": (dict(model_type="mistral"), "config.json: model_type='mistral' is not supported"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_CONFIGS))
+def test_a_config_lnjax_cannot_carry_is_refused_in_one_line(tmp_path, case):
+  folder = llama_folder(tmp_path / "llama")
+  hf.read_folder(folder)  # (valid before the edit)
+  changes, message = BAD_CONFIGS[case]
+  _edit(folder, **changes)
+  with pytest.raises(hf.HFError) as e:
+    hf.read_folder(folder)
+  assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_gemma3_with_two_rope_thetas_is_refused_naming_rope_parameters():
+  from test_hf_modern import base_config
+
+  config = base_config("Gemma3ForCausalLM", rope_parameters={
+      "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+      "full_attention": {"rope_type": "default", "rope_theta": 1e6}})
+  with pytest.raises(hf.HFError, match="config.json: rope_parameters gives the local and "
+                     "global layers different RoPE θ"):
+    hf.model_config(config, "Gemma3ForCausalLM")
+  config["rope_parameters"]["full_attention"]["rope_theta"] = 1e4
+  assert hf.model_config(config, "Gemma3ForCausalLM").rope_theta == 1e4
+
+
+def test_a_model_with_no_family_is_refused_on_export():
+  cfg, _, params = lnjax_model(norm_position="peri")
+  with pytest.raises(hf.HFError, match="model.norm_position='peri' with qk_norm=False, "
+                     "norm_unit_offset=False does not map onto a Hugging Face family"):
+    hf.to_hf("lm", cfg, params)
+  cfg, _, params = lnjax_model(norm_position="pre", attn_logit_softcap=5.0)
+  with pytest.raises(hf.HFError, match="model.attn_logit_softcap=5.0 does not map onto "
+                     "LlamaForCausalLM"):
+    hf.to_hf("lm", cfg, params)
+
+
+def test_sharded_bfloat16_folder_is_read_in_bfloat16_tensor_by_tensor(tmp_path):
+  """model.safetensors.index.json over two shards, bfloat16 weights: read as stored
+  (bfloat16 parameters, bfloat16 compute), the same numbers as the float32 folder's
+  rounded, and a shard missing is one line."""
+  import ml_dtypes
+  from safetensors.numpy import save_file
+
+  folder = llama_folder(tmp_path / "f32")
+  f32 = hf.read_folder(folder)
+  config, tensors = hf.to_hf("lm", f32.cfg, f32.params)
+  names = sorted(tensors)
+  shards = {"model-00001-of-00002.safetensors": names[: len(names) // 2],
+            "model-00002-of-00002.safetensors": names[len(names) // 2:]}
+  sharded = tmp_path / "bf16"
+  hf.write_folder(str(sharded), config, {})
+  os.remove(sharded / "model.safetensors")
+  for shard, keys in shards.items():
+    save_file({k: tensors[k].astype(ml_dtypes.bfloat16) for k in keys}, str(sharded / shard))
+  (sharded / "model.safetensors.index.json").write_text(json.dumps(
+      {"metadata": {}, "weight_map": {k: s for s, keys in shards.items() for k in keys}}))
+  bf16 = hf.read_folder(str(sharded))
+  assert bf16.cfg.dtype == "bfloat16"
+  leaf = bf16.params["layer_0"]["ffn"]["wo"]["kernel"]
+  assert leaf.dtype == ml_dtypes.bfloat16
+  np.testing.assert_array_equal(
+      np.asarray(leaf, np.float32),
+      np.asarray(f32.params["layer_0"]["ffn"]["wo"]["kernel"]).astype(ml_dtypes.bfloat16)
+      .astype(np.float32))
+  assert hf.read_folder(str(sharded), "float32").cfg.dtype == "float32"
+  os.remove(sharded / "model-00002-of-00002.safetensors")
+  with pytest.raises(hf.HFError, match="model-00002-of-00002.safetensors is missing"):
+    hf.read_folder(str(sharded))
+
+
+# ---- A folder without a tokenizer: lnjax.load and lnjax analyze from token ids
+
+
+def char_tokenizer_folder(folder) -> str:
+  """A tokenizer alone (tokenizer.json, a character vocabulary of fewer than VOCAB ids)."""
+  from lnjax.hf import tokenizer as hf_tokenizer
+
+  hf_tokenizer.write(str(folder), hf_tokenizer.char_tokenizer("abcdefghijklmnopqrstuvwxyz ,.\n"),
+                     MAX_LEN)
+  return str(folder)
+
+
+@pytest.mark.slow
+def test_lnjax_load_takes_a_hugging_face_folder_with_or_without_a_tokenizer(tmp_path):
+  import lnjax
+
+  folder = llama_folder(tmp_path / "gemma", **LNJAX_MODELS["Gemma2ForCausalLM"])
+  run = lnjax.load(folder)
+  assert run.placement.startswith("Sandwich-LN") and run.model_config.norm_unit_offset
+  ids, mask = padded_batch(4)
+  np.testing.assert_array_equal(run.logits(ids, mask),
+                                np.asarray(hf.logits(hf.read_folder(folder), ids, mask)))
+  np.testing.assert_array_equal(run.logits(ids[2]), run.logits(ids[2:])[0])
+  with pytest.raises(hf.HFError, match="has no tokenizer files: pass lnjax.load"):
+    run.encode("to be")
+  with pytest.raises(hf.HFError, match=r"token ids must be integers in \[0, 97\)"):
+    run.logits([100000, -5])
+  named = lnjax.load(folder, tokenizer=char_tokenizer_folder(tmp_path / "tok"))
+  assert named.logits("to be").shape == (5, VOCAB)
+  with pytest.raises(hf.HFError, match="is a Hugging Face folder, one set of weights"):
+    lnjax.load(folder, "best")
+
+
+@pytest.mark.slow
+def test_analyze_a_folder_without_tokenizer_from_ids_or_a_named_tokenizer(tmp_path):
+  from lnjax.analysis import report
+  from lnjax.hf import analyze as hf_analyze
+
+  folder = llama_folder(tmp_path / "gemma", **LNJAX_MODELS["Gemma2ForCausalLM"])
+  ids_file = tmp_path / "ids.txt"
+  ids_file.write_text(" ".join(map(str, np.random.RandomState(0).randint(0, VOCAB, 200))))
+  text = tmp_path / "text.txt"
+  text.write_text("to be, or not to be, that is the question.\n" * 20)
+  with pytest.raises(hf.HFError, match="has no tokenizer: .*--tokenizer=DIR_OR_NAME, or give "
+                     "token ids with --token_ids=FILE"):
+    hf_analyze.analyze(folder, str(text), str(tmp_path / "no"), report=report.figures)
+  result, out = hf_analyze.analyze(folder, None, str(tmp_path / "ids"), num_batches=1,
+                                   report=report.figures, token_ids=str(ids_file))
+  assert result["architecture"] == "Gemma2ForCausalLM" and result["norm_position"] == "sandwich"
+  assert result["tokens_per_window"] == MAX_LEN and result["tokenizer"] is None
+  assert len(result["layer_removal"]["increase"]) == 2
+  assert {"layer_0/ffn/wi_gate/kernel", "layer_1/self_attn/key/kernel"} <= set(result["gradient_norms"])
+  assert os.path.getsize(os.path.join(out, "layer_removal.png"))
+  named, _ = hf_analyze.analyze(folder, str(text), str(tmp_path / "tok"), num_batches=1,
+                                report=report.figures,
+                                tokenizer=char_tokenizer_folder(tmp_path / "tokenizer"))
+  assert named["tokenizer"].endswith("tokenizer") and np.isfinite(named["loss"])
+  ids_file.write_text("1 2 400")
+  with pytest.raises(hf.HFError, match=r"id 400 is outside the model's vocabulary \[0, 97\)"):
+    hf_analyze.analyze(folder, None, str(tmp_path / "bad"), report=report.figures,
+                       token_ids=str(ids_file))
+
+
+@pytest.mark.slow
+def test_layer_removal_keeps_each_layers_local_or_global_attention():
+  """Gemma 2's alternation: removing layer 0 (local) leaves layer 1 global, moved to
+  index 0; the profile equals the model whose block i returns its input."""
+  import flax.linen as nn
+
+  from lnjax import tasks
+  from lnjax.analysis import probes, removal
+  from lnjax.core.state import Setup
+  from lnjax.models.transformer import Block
+
+  options = {**LNJAX_MODELS["Gemma2ForCausalLM"], "sliding_window": 2}
+  cfg, model, params = lnjax_model(**{**options, "num_layers": 3})
+  tokens = np.random.RandomState(1).randint(1, VOCAB, (2, MAX_LEN + 1)).astype(np.int32)
+  batches = [{"inputs": tokens[:, :-1], "targets": tokens[:, 1:],
+              "weights": np.ones((2, MAX_LEN), np.float32)}]
+  setup = Setup(tasks.get("lm"), model, None, None)
+  profile = removal.layer_removal(setup, params, batches)
+  for i in range(3):
+    def skip(next_fun, args, kwargs, context, i=i):
+      if isinstance(context.module, Block) and context.module.index == i:
+        return args[0]
+      return next_fun(*args, **kwargs)
+
+    with nn.intercept_methods(skip):
+      skipped = float(probes.mean_loss(params, setup, batches))
+    assert profile["increase"][i] == pytest.approx(skipped - profile["loss"], abs=1e-5)
+
+
+_RSS_CHILD = r"""
+import os, sys
+import jax, numpy as np
+jax.device_put(np.ones(4)).block_until_ready()  # JAX and its CPU client started
+from lnjax.hf import checkpoint as hf
+def status(key):
+  for line in open("/proc/self/status"):
+    if line.startswith(key):
+      return int(line.split()[1]) * 1024
+before = status("VmRSS:")
+with open("/proc/self/clear_refs", "w") as f:
+  f.write("5")  # VmHWM := VmRSS (Linux): the peak from here on
+imported = hf.read_folder(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None)
+jax.tree.map(lambda x: x.block_until_ready(), imported.params)
+print(status("VmHWM:") - before, imported.cfg.dtype)
+"""
+
+
+@pytest.mark.slow
+def test_a_bfloat16_folder_is_read_in_less_than_twice_its_weight_bytes(tmp_path):
+  """A 64 MB bfloat16 Llama read into lnjax: the peak RSS growth stays below twice the
+  weight bytes (a float32 copy of the model alone would be twice; a memory-mapped read
+  adds the file's pages besides). The 1B figure: benchmarks/hf_import_rss.py."""
+  import subprocess
+  import sys
+
+  import jax
+  import ml_dtypes
+  from safetensors.numpy import save_file
+
+  from lnjax.models import ModelConfig
+
+  cfg = ModelConfig(vocab_size=8000, num_layers=8, d_model=512, num_heads=8, num_kv_heads=2,
+                    d_ff=1536, max_len=MAX_LEN, pos_emb="rope", gated_ffn=True,
+                    activation="silu", norm_kind="rmsnorm", use_bias=False, dropout_rate=0.0)
+  model = hf.make_model("lm", cfg)
+  shapes = hf._flat(jax.eval_shape(lambda: hf._init(model, "lm")))
+  rng = np.random.default_rng(0)
+  tensors = {hf_name: (rng.standard_normal(hf._hf_shape(shapes[name].shape, how), np.float32)
+                       * 0.02).astype(ml_dtypes.bfloat16)
+             for name, hf_name, how in hf.tensor_map("LlamaForCausalLM", cfg, "model.")}
+  nbytes = sum(t.nbytes for t in tensors.values())
+  assert 60e6 < nbytes < 70e6
+  save_file(tensors, str(tmp_path / "model.safetensors"))
+  del tensors
+  from lnjax.hf import decoders
+  (tmp_path / "config.json").write_text(json.dumps(
+      decoders.hf_config(cfg, "LlamaForCausalLM", decoders.FAMILIES["LlamaForCausalLM"], False)))
+  out = subprocess.run([sys.executable, "-c", _RSS_CHILD, str(tmp_path)], capture_output=True,
+                       text=True, timeout=300)
+  assert out.returncode == 0, out.stderr
+  growth, dtype = out.stdout.split()
+  assert dtype == "bfloat16"
+  assert int(growth) < 2 * nbytes, (int(growth) / nbytes)
+  print(f"peak RSS growth {int(growth) / nbytes:.2f}x the weight bytes")
+  # The measurement can fail: converted to float32 (twice the bytes), the read exceeds it.
+  out = subprocess.run([sys.executable, "-c", _RSS_CHILD, str(tmp_path), "float32"],
+                       capture_output=True, text=True, timeout=300)
+  growth, dtype = out.stdout.split()
+  assert dtype == "float32" and int(growth) >= 2 * nbytes, (int(growth) / nbytes)
+
+
+def test_the_analysis_asks_xla_cpu_for_its_memory_first_scheduler(monkeypatch):
+  from lnjax.hf import analyze as hf_analyze
+
+  monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+  hf_analyze.memory_first_scheduling()
+  assert os.environ["XLA_FLAGS"] == ("--xla_force_host_platform_device_count=2 "
+                                     "--xla_cpu_enable_concurrency_optimized_scheduler=false")
+  monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_concurrency_optimized_scheduler=true")
+  hf_analyze.memory_first_scheduling()  # A user's own choice is kept.
+  assert os.environ["XLA_FLAGS"] == "--xla_cpu_enable_concurrency_optimized_scheduler=true"
