@@ -71,11 +71,15 @@ MUTANTS = [
       "RMSNorm ignores its gain g"),
     M("normformer_mid_norm_before_activation", "lnjax/models/layers.py",
       """    h_BxTxF = act(h_BxTxF)
+    if self.gated:
+      h_BxTxF = h_BxTxF * dense(self.d_ff, ("embed", "mlp"), "wi_up")(x_BxTxD)
     if self.mid_norm is not None:
       h_BxTxF = self.mid_norm(name="mid_norm")(h_BxTxF)
 """, """    if self.mid_norm is not None:
       h_BxTxF = self.mid_norm(name="mid_norm")(h_BxTxF)
     h_BxTxF = act(h_BxTxF)
+    if self.gated:
+      h_BxTxF = h_BxTxF * dense(self.d_ff, ("embed", "mlp"), "wi_up")(x_BxTxD)
 """,
       ("tests/test_placements.py::test_normformer_head_scales_and_extra_norms",),
       "NormFormer's FFN norm N_f before the activation instead of after it"),
@@ -214,7 +218,7 @@ MUTANTS = [
       ("tests/test_placements.py::test_ngpt_matrices_stay_on_the_unit_sphere",),
       "nGPT's matrices leave the unit sphere after an optimizer step"),
     M("ngpt_softmax_scale_inverse", "lnjax/models/layers.py",
-      "(d // h) ** (0.5 if self.unit_qk is not None else -0.5)", "(d // h) ** -0.5",
+      "(k_h**0.5 if self.unit_qk is not None else scale)", "(scale)",
       ("tests/test_placements.py::test_ngpt_block_on_the_unit_sphere",),
       "nGPT's attention scales q kᵀ by 1/√d_h instead of √d_h"),
     # ---- Reliability round 3 (issue 28)

@@ -96,7 +96,9 @@ def _small(run) -> bool:
   length = getattr(d, "seq_len", 0) or getattr(d, "max_len", 0)
   batch = getattr(d, "batch_size", 0) or max(1, getattr(d, "max_tokens", 0) // max(length, 1))
   layers = m.num_layers + (m.num_decoder_layers or m.num_layers)
-  params = layers * (4 * m.d_model ** 2 + 2 * m.d_model * m.d_ff) + vocab * m.d_model
+  heads_width = m.num_heads * (m.head_dim or m.d_model // m.num_heads)  # H·d_h
+  params = (layers * (4 * m.d_model * heads_width + 3 * m.d_model * m.d_ff)
+            + vocab * m.d_model)
   acts = batch * length * (m.d_ff + vocab + m.num_heads * length) * max(layers, 1)
   return (params < BUDGET and acts < 8 * BUDGET and length <= 512 and m.max_len <= 4096
           and layers <= 16 and run.train.num_steps <= 10**7)

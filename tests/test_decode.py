@@ -19,8 +19,8 @@ BOS, EOS = 2, 3
 
 @functools.cache  # Shared by the tests that ask alike (arrays are immutable).
 def _model(vocab=12, pos="pre", seed=0, **kw):
-  cfg = ModelConfig(vocab_size=vocab, num_layers=2, d_model=16, num_heads=2, d_ff=32,
-                    max_len=16, dropout_rate=0.0, norm_position=pos, **kw)
+  cfg = ModelConfig(**{**dict(vocab_size=vocab, num_layers=2, d_model=16, num_heads=2, d_ff=32,
+                              max_len=16, dropout_rate=0.0, norm_position=pos), **kw})
   model = EncoderDecoder(cfg)
   src = jnp.array([[5, 4, 5, EOS, 0, 0], [4, 4, EOS, 0, 0, 0]])
   params = nn.unbox(model.init(jax.random.key(seed), src, jnp.ones((2, 4), jnp.int32))["params"])
@@ -158,3 +158,34 @@ def test_batched_decoding_returns_each_hypothesis_in_the_input_order():
   alone = [decode_ids([s])[0] for s in sources]
   assert len({tuple(h) for h in alone}) >= 4, alone  # Hypotheses that tell sentences apart.
   assert decode_ids(sources) == alone
+
+
+# The modern block's options that touch the decoder's cache: rotary positions at the
+# decode step's offset, K/V cached as G = 1 shared heads (MQA here, GQA 2 under scan) and a
+# sliding window W = 2 over the cached keys in every other layer.
+MODERN = dict(pos_emb="rope", num_heads=4, num_kv_heads=1, gated_ffn=True, activation="silu",
+              sliding_window=2, attention_pattern="local,global", norm_kind="rmsnorm",
+              use_bias=False, attn_logit_softcap=5.0, final_logit_softcap=10.0)
+
+
+@pytest.mark.parametrize("scan", fast_tier([False, True], (False,)))
+def test_cached_decoding_of_the_modern_block_equals_the_full_forward_pass(scan):
+  """Each step's logits, decoded one position at a time against the cache, equal the
+  teacher-forced forward pass's at that position (rope + MQA/GQA + sliding window +
+  soft-caps); the cache holds the G key/value heads, not H."""
+  options = dict(MODERN, scan_layers=scan, num_kv_heads=2 if scan else 1)
+  model, params, src = _model(**options)
+  assert "positions" not in params["embed"]
+  tgt_in = jnp.array([[BOS, 5, 6, 7, 8, 9], [BOS, 8, 9, 10, 4, 4]])
+  full_BxTxV = model.apply({"params": params}, src, tgt_in)
+  encoded = model.apply({"params": params}, src, method=EncoderDecoder.encode)
+  cache = decode._empty_cache(model, params, encoded, src, tgt_in.shape[1])
+  key_shapes = [x.shape for path, x in jax.tree_util.tree_flatten_with_path(cache)[0]
+                if path[-1].key == "cached_key"]
+  assert key_shapes and all(s[-3:] == (options["num_kv_heads"], 6, 4) for s in key_shapes)
+  for t in range(tgt_in.shape[1]):
+    step_Bx1xV, updated = model.apply({"params": params, "cache": cache}, encoded, src,
+                                      tgt_in[:, t:t + 1], decode=True,
+                                      method=EncoderDecoder.decode, mutable=["cache"])
+    cache = updated["cache"]
+    np.testing.assert_allclose(step_Bx1xV[:, 0], full_BxTxV[:, t], atol=1e-5)

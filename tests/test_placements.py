@@ -133,12 +133,12 @@ def test_qk_norm_in_a_model_and_its_analysis_records():
   setup = state.Setup(tasks.get("lm"), model, tx=None, schedule=None)
   batch = {"inputs": TOKENS, "weights": np.ones(TOKENS.shape), "targets": TOKENS}
   records = probes.norm_inputs(setup, params, batch)
-  assert records["layer_0/self_attn/key_norm"]["d"] == cfg.head_dim
-  assert records["layer_0/self_attn/key_norm"]["tokens"].shape[1] == cfg.head_dim
+  assert records["layer_0/self_attn/key_norm"]["d"] == cfg.head_size
+  assert records["layer_0/self_attn/key_norm"]["tokens"].shape[1] == cfg.head_size
   assert records["final_norm"]["d"] == cfg.d_model  # ScaleNorms are recorded too
   r = records["layer_0/self_attn/query_norm"]
   np.testing.assert_allclose(jax.jit(r["fn"])(jnp.asarray(r["tokens"][0])).shape,
-                             (cfg.head_dim,))
+                             (cfg.head_size,))
 
 
 # ---- Sandwich, Peri, NormFormer: the norms around each sub-layer. ---------------------------
@@ -233,7 +233,7 @@ def test_normformer_head_scales_and_extra_norms():
                              atol=1e-5)
   # The head scales multiply each head's output before W^O: zeroing head 0's scale equals
   # zeroing the rows of W^O that read head 0.
-  k = CFG.head_dim
+  k = CFG.head_size
   a = jax.tree.map(lambda v: v, params)
   a["layer_0"]["self_attn"]["head_scale"] = jnp.array([0.0, 1.0])
   b = jax.tree.map(lambda v: v, params)
@@ -528,7 +528,7 @@ def test_olmo2_norms_each_sublayer_output_with_qk_norm_and_normal_init():
   k = _rms(_dense(x, attn["key"]), attn["key_norm"])
   np.testing.assert_allclose(acts["layer_0/self_attn/query_norm"], q, atol=1e-5)
   np.testing.assert_allclose(acts["layer_0/self_attn"], _causal_attention(
-      q, k, _dense(x, attn["value"]), attn["out"], CFG.num_heads, CFG.head_dim**-0.5), atol=1e-4)
+      q, k, _dense(x, attn["value"]), attn["out"], CFG.num_heads, CFG.head_size**-0.5), atol=1e-4)
   np.testing.assert_allclose(acts["layer_0/self_attn_norm"],
                              _rms(acts["layer_0/self_attn"], p["self_attn_norm"]), atol=1e-5)
   x = x + acts["layer_0/self_attn_norm"]
@@ -552,7 +552,7 @@ def test_ngpt_block_on_the_unit_sphere():
   p = params["layer_0"]
   np.testing.assert_allclose(p["self_attn_alpha"]["scale"], np.full(d, 1 / root_d), rtol=1e-6)
   np.testing.assert_allclose(p["self_attn"]["qk_scale"]["s_qk"]["scale"],
-                             np.full((CFG.num_heads, CFG.head_dim), 1 / root_d), rtol=1e-6)
+                             np.full((CFG.num_heads, CFG.head_size), 1 / root_d), rtol=1e-6)
   np.testing.assert_array_equal(p["ffn"]["hidden_scale"]["s_nu"]["scale"], np.ones(CFG.d_ff))
   assert params["logit_scale"]["scale"].shape == (CFG.vocab_size,)
   assert "final_norm" not in params and not any("norm" in k for k in p)
@@ -566,7 +566,7 @@ def test_ngpt_block_on_the_unit_sphere():
     s_qk = read(attn["qk_scale"]["s_qk"])[None, :, None, :]
     expected = _causal_attention(_dense(h, attn["query"]), _dense(h, attn["key"]),
                                  _dense(h, attn["value"]), attn["out"], CFG.num_heads,
-                                 CFG.head_dim**0.5, lambda q, k: (s_qk * _unit(q), s_qk * _unit(k)))
+                                 CFG.head_size**0.5, lambda q, k: (s_qk * _unit(q), s_qk * _unit(k)))
     np.testing.assert_allclose(a("self_attn"), expected, atol=1e-4)
     alpha = np.abs(read(p["self_attn_alpha"], 0.05))
     h = _unit(h + alpha * (_unit(a("self_attn")) - h))

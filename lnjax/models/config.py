@@ -6,7 +6,8 @@ from lnjax.core import errors
 from lnjax.models import kernels, layers, norms, placement
 
 NORM_KINDS = norms.NORM_KINDS
-POS_EMBS = ("learned", "sinusoidal")
+POS_EMBS = ("learned", "sinusoidal", "rope", "none")
+ATTENTION_KINDS = ("global", "local")  # The words of model.attention_pattern.
 ACTIVATIONS = tuple(layers.ACTIVATIONS)
 DTYPES = ("float32", "bfloat16")
 # Rematerialization of each layer in the backward pass: "none", or the name of a
@@ -34,7 +35,8 @@ class ModelConfig:
   # olmo2 | ngpt (docs/configs.md's table).
   norm_kind: str = "layernorm"  # layernorm | rmsnorm | scalenorm
   norm_eps: float = 1e-5  # ε inside the norm's square root.
-  qk_norm: bool = False  # LayerNorm on each head's q and k (ViT-22B).
+  qk_norm: bool = False  # A norm of norm_kind on each head's q and k (ViT-22B, arXiv
+  # 2302.05442; Qwen3's RMSNorm).
   mix_post_fraction: float = 0.25  # Mix-LN: α; the first ⌊αL⌋ layers are Post-LN.
   deepnorm_alpha: float = 0.0  # DeepNorm's α and β; 0 = the paper's for the depth
   deepnorm_beta: float = 0.0  # (placement.deepnorm_role_constants).
@@ -43,11 +45,29 @@ class ModelConfig:
   dropout_rate: float = 0.1  # On sub-layer outputs and embeddings.
   attention_dropout_rate: float = 0.0  # On attention probabilities.
   activation: str = "relu"  # FFN (and MLM head) non-linearity: relu (paper) | gelu (tanh
-  # approximation, GPT-2's) | gelu_erf (exact, BERT's).
+  # approximation, GPT-2's, Gemma's) | gelu_erf (exact, BERT's) | silu (x·σ(x), Llama's).
   scale_embeddings: bool = True  # Token embedding × √D (Vaswani et al.); False: GPT-2, BERT.
   embed_norm: bool = False  # BERT: a norm on the sum of token, position, segment embeddings.
   tie_embeddings: bool = False  # Output projection = input embedding transposed.
-  pos_emb: str = "learned"  # learned | sinusoidal
+  pos_emb: str = "learned"  # learned | sinusoidal | rope (rotary, on each head's q and k:
+  # Su et al., arXiv 2104.09864; no position table) | none
+  rope_theta: float = 10000.0  # RoPE's base θ: angle p·θ^(-2i/d_h) (Llama 2 10⁴, Llama 3
+  # 5·10⁵, Qwen3 10⁶); transformers' rotate_half layout (halves of d_h, not pairs).
+  # The modern block (docs/configs.md "The modern block"); every default is the 2020 one.
+  gated_ffn: bool = False  # FFN(x) = (act(x W_gate) ⊙ x W_up) W²: SwiGLU with silu, GeGLU
+  # with gelu (Shazeer, arXiv 2002.05202).
+  num_kv_heads: int = 0  # G key/value heads shared by H/G query heads each (GQA, arXiv
+  # 2305.13245; 1 = MQA, arXiv 1911.02150); 0 = num_heads (multi-head).
+  head_dim: int = 0  # d_h, each head's width; 0 = d_model // num_heads (`head_size`).
+  query_scale: float = 0.0  # s in softmax(q kᵀ·s): 0 = d_h^-1/2 (Gemma 2: 256^-1/2).
+  attn_logit_softcap: float = 0.0  # c: attention logits c·tanh(z/c), 0 = off (Gemma 2: 50;
+  # arXiv 2408.00118).
+  final_logit_softcap: float = 0.0  # The same on the output logits (Gemma 2: 30).
+  sliding_window: int = 0  # W: a query at t sees keys t-W < s <= t in 'local' layers
+  # (Beltagy et al., arXiv 2004.05150; Gemma 2: 4096); 0 = off.
+  attention_pattern: str = "global"  # Comma-separated cycle of global | local over the
+  # layers (layer l: word l mod n); Gemma 2 "local,global".
+  norm_unit_offset: bool = False  # Norm gains applied as 1 + w, w init 0 (Gemma's RMSNorm).
   use_bias: bool = True  # Biases in every dense layer (as in the paper's fairseq model).
   dtype: str = "float32"  # Compute dtype; parameters stay float32.
   scan_layers: bool = False  # One nn.scan over the layers (parameters stacked on a leading
@@ -100,9 +120,51 @@ class ModelConfig:
     for key in ("dyt_alpha_init", "dyt_attention_alpha_init"):
       errors.check_range(f"model.{key}", getattr(self, key), low=0.0)
     placement.check_options(self)
-    if self.d_model % self.num_heads:
+    if self.d_model % self.num_heads and not self.head_dim:
       raise errors.ConfigError(
-          f"model.d_model={self.d_model} must be divisible by model.num_heads={self.num_heads}")
+          f"model.d_model={self.d_model} must be divisible by model.num_heads={self.num_heads} "
+          "(or set model.head_dim)")
+    self._check_block_options()
+
+  def _check_block_options(self):
+    """The modern block's keys (docs/configs.md)."""
+    errors.check_range("model.rope_theta", self.rope_theta, low=0.0, low_open=True)
+    errors.check_choice("model.gated_ffn", self.gated_ffn, (False, True))
+    errors.check_choice("model.norm_unit_offset", self.norm_unit_offset, (False, True))
+    for key in ("num_kv_heads", "head_dim", "sliding_window"):
+      errors.check_int(f"model.{key}", getattr(self, key), low=0)
+    for key in ("query_scale", "attn_logit_softcap", "final_logit_softcap"):
+      # (bounded so that the float32 logits stay finite: c·tanh(z/c) at c = inf is NaN)
+      errors.check_range(f"model.{key}", getattr(self, key), low=0.0, high=1e4)
+    if not isinstance(self.attention_pattern, str):
+      raise errors.ConfigError(f"model.attention_pattern={self.attention_pattern!r} must be a "
+                               "comma-separated string of global | local")
+    if self.num_kv_heads and self.num_heads % self.num_kv_heads:
+      raise errors.ConfigError(f"model.num_heads={self.num_heads} must be a multiple of "
+                               f"model.num_kv_heads={self.num_kv_heads}")
+    if self.pos_emb == "rope" and self.head_size % 2:
+      raise errors.ConfigError(f"model.pos_emb='rope' needs an even head width, not "
+                               f"{self.head_size} (model.head_dim or d_model/num_heads)")
+    pattern = self.attention_pattern.split(",")
+    for word in pattern:
+      errors.check_choice("model.attention_pattern", word, ATTENTION_KINDS)
+    if ("local" in pattern) != (self.sliding_window > 0):
+      raise errors.ConfigError(
+          f"model.attention_pattern={self.attention_pattern!r} with model.sliding_window="
+          f"{self.sliding_window}: local layers need a window > 0, and a window a local layer")
+    if self.attn_logit_softcap and self.attention_impl in ("xla", "cudnn"):
+      raise errors.ConfigError(f"model.attention_impl={self.attention_impl!r} has no attention-"
+                               "logit soft-cap: set model.attn_logit_softcap=0 or "
+                               "model.attention_impl='plain'")
+    if self.norm_unit_offset and self.norm_kind == "scalenorm":
+      raise errors.ConfigError("model.norm_unit_offset=True needs a per-dimension gain: "
+                               "model.norm_kind 'layernorm' or 'rmsnorm', not 'scalenorm'")
+
+  def layer_windows(self) -> list[int]:
+    """Each layer's sliding window W (0 = global): `attention_pattern` cycled over layers."""
+    pattern = self.attention_pattern.split(",")
+    return [self.sliding_window if pattern[i % len(pattern)] == "local" else 0
+            for i in range(self.num_layers)]
 
   def stack(self, which: str) -> "ModelConfig":
     """This config as the `encoder` or `decoder` stack sees it (its own norm placement and
@@ -118,5 +180,6 @@ class ModelConfig:
                                deepnorm_beta=self.deepnorm_beta or beta)
 
   @property
-  def head_dim(self) -> int:
-    return self.d_model // self.num_heads
+  def head_size(self) -> int:
+    """d_h: `head_dim`, or D/H when it is 0."""
+    return self.head_dim or self.d_model // self.num_heads

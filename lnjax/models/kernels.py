@@ -6,7 +6,8 @@ The layers call these through two model settings:
                         plain (the default): lnjax's attention with a hand-written
                         backward pass and, under a causal mask, no work on the masked
                         block, measured faster on CPUs (BENCHMARKS.md); reference: the
-                        textbook softmax(q kᵀ + bias) v differentiated by autodiff;
+                        textbook softmax(q kᵀ + bias) v differentiated by autodiff
+                        (also what plain runs under an attention-logit soft-cap);
                         xla / cudnn: jax.nn.dot_product_attention (cudnn: flash
                         attention on NVIDIA GPUs, bfloat16 only)
 Each kernel equals the textbook formula (tests/test_models.py, tests/test_weight_grad.py).
@@ -46,9 +47,18 @@ matmul_transposed_grad.defvjp(_matmul_transposed_grad_fwd, _matmul_transposed_gr
 
 
 
-def attention_probs(q_BxHxTxK, k_BxHxSxK, bias_BxHxTxS):
+def softcap(logits, cap: float):
+  """c·tanh(logits / c): logits bounded by ±c, the identity near 0 (Gemma 2, arXiv
+  2408.00118, §2: attention c = 50, final c = 30); `cap` 0 = unchanged."""
+  if not cap:
+    return logits
+  return cap * jnp.tanh(logits / cap)
+
+
+def attention_probs(q_BxHxTxK, k_BxHxSxK, bias_BxHxTxS, logit_softcap: float = 0.0):
+  """softmax(softcap(q kᵀ) + bias) in float32 statistics, in q's dtype."""
   logits_BxHxTxS = jnp.einsum("bhtk,bhsk->bhts", q_BxHxTxK, k_BxHxSxK)
-  logits_BxHxTxS = logits_BxHxTxS.astype(jnp.float32) + bias_BxHxTxS
+  logits_BxHxTxS = softcap(logits_BxHxTxS.astype(jnp.float32), logit_softcap) + bias_BxHxTxS
   return jax.nn.softmax(logits_BxHxTxS, axis=-1).astype(q_BxHxTxK.dtype)
 
 
@@ -99,8 +109,16 @@ def causal_attention(q_BxHxTxK, k_BxHxTxK, v_BxHxTxK, bias_BxHxTxT, min_len: int
   return jnp.concatenate([first, second], axis=2)
 
 
-def attention(q_BxHxTxK, k_BxHxSxK, v_BxHxSxK, bias_BxHxTxS, *, impl: str, causal: bool):
-  """softmax(q kᵀ + bias) v (q already scaled by 1/√d_h), by the kernel `impl`."""
+def attention(q_BxHxTxK, k_BxHxSxK, v_BxHxSxK, bias_BxHxTxS, *, impl: str, causal: bool,
+              logit_softcap: float = 0.0):
+  """softmax(softcap(q kᵀ) + bias) v (q already scaled), by the kernel `impl`. A soft-cap
+  (> 0) runs the reference kernel under plain too (autodiff through the tanh; plain's
+  hand-written backward pass has none); xla and cudnn have none (ModelConfig refuses it)."""
+  if logit_softcap:
+    if impl in ("xla", "cudnn"):
+      raise ValueError(f"attention_impl={impl!r} has no attention-logit soft-cap")
+    return jnp.einsum("bhts,bhsk->bhtk", attention_probs(q_BxHxTxK, k_BxHxSxK, bias_BxHxTxS,
+                                                         logit_softcap), v_BxHxSxK)
   if impl in ("xla", "cudnn"):
     t, s = q_BxHxTxK.shape[2], k_BxHxSxK.shape[2]
     # [B, T, H, d_h] in and out; the bias broadcast to [B|1, 1, T, S], cuDNN's shapes.

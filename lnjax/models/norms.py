@@ -11,16 +11,26 @@ import jax.numpy as jnp
 from lnjax.models import layers
 
 
+def gain(module: nn.Module, d: int, unit_offset: bool):
+  """A norm's per-dimension gain γ (parameter 'scale'): stored as is, init 1; or, with
+  `unit_offset` (`model.norm_unit_offset`), stored as w, init 0, and applied as 1 + w
+  (Gemma's RMSNorm; transformers' Gemma2RMSNorm), so that weight decay pulls γ towards 1."""
+  if unit_offset:
+    return 1.0 + layers.param(module, "scale", nn.initializers.zeros, (d,), ("norm",))
+  return layers.param(module, "scale", nn.initializers.ones, (d,), ("norm",))
+
+
 class LayerNorm(nn.Module):
   """LN(x) = (x - μ) / √(σ² + ε) ⊙ γ + β  (Ba et al., 2016)."""
 
   eps: float = 1e-5
   dtype: jnp.dtype = jnp.float32
+  unit_offset: bool = False  # γ applied as 1 + w (`gain`).
 
   @nn.compact
   def __call__(self, x_BxTxD):
     d = x_BxTxD.shape[-1]
-    gamma_D = layers.param(self, "scale", nn.initializers.ones, (d,), ("norm",))
+    gamma_D = gain(self, d, self.unit_offset)
     beta_D = layers.param(self, "bias", nn.initializers.zeros, (d,), ("norm",))
     x = x_BxTxD.astype(jnp.float32)
     mean = x.mean(-1, keepdims=True)
@@ -31,15 +41,17 @@ class LayerNorm(nn.Module):
 
 
 class RMSNorm(nn.Module):
-  """RMSNorm(x) = x / √(mean(x²) + ε) ⊙ g  (Zhang & Sennrich, arXiv 1910.07467): no bias."""
+  """RMSNorm(x) = x / √(mean(x²) + ε) ⊙ g  (Zhang & Sennrich, arXiv 1910.07467): no bias.
+  With `unit_offset`, g = 1 + w (Gemma's)."""
 
   eps: float = 1e-6
   dtype: jnp.dtype = jnp.float32
+  unit_offset: bool = False  # g applied as 1 + w (`gain`).
 
   @nn.compact
   def __call__(self, x_BxTxD):
     d = x_BxTxD.shape[-1]
-    g_D = layers.param(self, "scale", nn.initializers.ones, (d,), ("norm",))
+    g_D = gain(self, d, self.unit_offset)
     x = x_BxTxD.astype(jnp.float32)
     ms = jnp.mean(x * x, -1, keepdims=True)
     return (x * jnp.reciprocal(jnp.sqrt(ms + self.eps)) * g_D).astype(self.dtype)
@@ -69,12 +81,13 @@ class DyT(nn.Module):
 
   alpha_init: float = 0.5
   dtype: jnp.dtype = jnp.float32
+  unit_offset: bool = False  # γ applied as 1 + w (`gain`).
 
   @nn.compact
   def __call__(self, x_BxTxD):
     d = x_BxTxD.shape[-1]
     alpha = layers.param(self, "alpha", nn.initializers.constant(self.alpha_init), (), ())
-    gamma_D = layers.param(self, "scale", nn.initializers.ones, (d,), ("norm",))
+    gamma_D = gain(self, d, self.unit_offset)
     beta_D = layers.param(self, "bias", nn.initializers.zeros, (d,), ("norm",))
     y = jnp.tanh(alpha * x_BxTxD.astype(jnp.float32)) * gamma_D + beta_D
     return y.astype(self.dtype)
@@ -91,8 +104,12 @@ NORMS = {"layernorm": LayerNorm, "rmsnorm": RMSNorm, "scalenorm": ScaleNorm}
 NORM_KINDS = tuple(NORMS)
 
 
-def make_norm(kind: str, eps: float, dtype, name: str) -> nn.Module:
-  """One norm of `kind`; the valid kinds are checked by ModelConfig."""
+def make_norm(kind: str, eps: float, dtype, name: str | None = None,
+              unit_offset: bool = False) -> nn.Module:
+  """One norm of `kind`; the valid kinds are checked by ModelConfig (which refuses
+  `unit_offset` with ScaleNorm's scalar gain)."""
   if kind not in NORMS:
     raise ValueError(f"model.norm_kind={kind!r} is not one of: {', '.join(NORM_KINDS)}")
+  if unit_offset:
+    return NORMS[kind](eps=eps, dtype=dtype, unit_offset=True, name=name)
   return NORMS[kind](eps=eps, dtype=dtype, name=name)

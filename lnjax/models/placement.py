@@ -52,8 +52,15 @@ def _norm(cfg, name: str) -> nn.Module:
   if cfg.norm_position == "dyt":  # DyT in place of every norm; the attention blocks' α₀
     attention = name.startswith(("self_attn", "cross_attn"))  # may differ (LLaMA table).
     alpha = cfg.dyt_attention_alpha_init if attention else 0.0
-    return norms.DyT(alpha or cfg.dyt_alpha_init, cfg.dtype, name=name)
-  return norms.make_norm(cfg.norm_kind, cfg.norm_eps, cfg.dtype, name)
+    return norms.DyT(alpha or cfg.dyt_alpha_init, cfg.dtype, cfg.norm_unit_offset, name=name)
+  return norms.make_norm(cfg.norm_kind, cfg.norm_eps, cfg.dtype, name, cfg.norm_unit_offset)
+
+
+def _norm_factory(cfg) -> Callable:
+  """name -> a norm of `model.norm_kind` (the sub-layers' own norms: QK-norm, NormFormer's
+  FFN norm, OLMo 2's q and k norms)."""
+  return functools.partial(norms.make_norm, cfg.norm_kind, cfg.norm_eps, cfg.dtype,
+                           unit_offset=cfg.norm_unit_offset)
 
 
 def _unknown(cfg):
@@ -204,13 +211,11 @@ def sublayer_options(cfg) -> tuple[dict, dict]:
   """What the placement (and the QK-norm switch) changes inside the sub-layers: keyword
   arguments of (layers.Attention, layers.Mlp); none for post and pre."""
   attention, mlp = {}, {}
-  if cfg.qk_norm:  # ViT-22B (arXiv 2302.05442): LayerNorm on each head's q and k.
-    attention["qk_norm"] = functools.partial(norms.LayerNorm, eps=cfg.norm_eps,
-                                             dtype=cfg.dtype)
+  if cfg.qk_norm:  # ViT-22B (arXiv 2302.05442), Qwen3: a norm on each head's q and k.
+    attention["qk_norm"] = _norm_factory(cfg)
   if cfg.norm_position == "normformer":  # NormFormer: head scales (init 1); N_f after act.
     attention["head_scale"] = True
-    mlp["mid_norm"] = functools.partial(norms.NORMS[cfg.norm_kind], eps=cfg.norm_eps,
-                                        dtype=cfg.dtype)
+    mlp["mid_norm"] = _norm_factory(cfg)
   if cfg.norm_position == "deepnorm":  # DeepNet Fig. 2: Xavier-normal, gain β on V, W^O
     _, beta = deepnorm_constants(cfg)  # and the FFN, gain 1 on Q and K.
     attention["qk_init"], attention["vo_init"] = xavier_normal(1.0), xavier_normal(beta)
@@ -218,8 +223,7 @@ def sublayer_options(cfg) -> tuple[dict, dict]:
   if cfg.norm_position == "olmo2":
     # OLMo 2: N on all heads' q and k (width H·d_h, before the split into heads); every
     # sub-layer weight N(0, 0.02²) cut at ±3σ (OLMo-core's 'normal' init).
-    attention["full_qk_norm"] = functools.partial(norms.NORMS[cfg.norm_kind], eps=cfg.norm_eps,
-                                                  dtype=cfg.dtype)
+    attention["full_qk_norm"] = _norm_factory(cfg)
     olmo_init = nn.initializers.truncated_normal(0.02, lower=-3.0, upper=3.0)
     attention["qk_init"] = attention["vo_init"] = mlp["kernel_init"] = olmo_init
   if cfg.norm_position == "ngpt":
@@ -361,7 +365,7 @@ def scale_logits(cfg, logits_BxTxV):
 # as NVIDIA/ngpt's normalize_matrices keeps them: by parameter name, from the end so that
 # scanned layers' leading axis does not count. The other parameters are free.
 NGPT_UNIT_AXES = {"embedding": -1, "query": -2, "key": -2, "value": -2, "out": -1, "wi": -2,
-                  "wo": -1, "logits": -2}
+                  "wi_gate": -2, "wi_up": -2, "wo": -1, "logits": -2}
 
 
 def ngpt_unit_axis(path: tuple[str, ...]) -> int | None:

@@ -11,7 +11,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from lnjax.models import layers, placement
+from lnjax.models import kernels, layers, placement
 from lnjax.models.config import ModelConfig
 
 
@@ -29,22 +29,26 @@ class Block(nn.Module):
   decode: bool = False  # One position per call against the 'cache' collection.
 
   @nn.compact
-  def __call__(self, stream, self_bias, encoded_BxSxD=None, cross_bias=None):
+  def __call__(self, stream, self_bias, encoded_BxSxD=None, cross_bias=None, window=0):
+    """`window`: this layer's sliding window W (0 = global; traced under nn.scan)."""
     cfg, deterministic = self.cfg, self.deterministic
     drop = lambda y: nn.Dropout(cfg.dropout_rate)(y, deterministic=deterministic)
     attention_options, mlp_options = placement.sublayer_options(cfg)
-    attention = lambda name, causal=False: layers.Attention(
+    attention = lambda name, causal=False, rope_theta=0.0: layers.Attention(
         cfg.num_heads, cfg.use_bias, cfg.attention_dropout_rate, cfg.dtype, causal, name=name,
-        weight_grad=cfg.weight_grad, attention_impl=cfg.attention_impl, **attention_options)
+        weight_grad=cfg.weight_grad, attention_impl=cfg.attention_impl,
+        num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_size, query_scale=cfg.query_scale,
+        logit_softcap=cfg.attn_logit_softcap, rope_theta=rope_theta, **attention_options)
+    rope_theta = cfg.rope_theta if cfg.pos_emb == "rope" else 0.0  # (self-attention only)
 
-    sublayers = [("self_attn", lambda h: attention("self_attn", self.causal)(
-        h, h, self_bias, deterministic, self.decode))]
+    sublayers = [("self_attn", lambda h: attention("self_attn", self.causal, rope_theta)(
+        h, h, self_bias, deterministic, self.decode, window))]
     if self.has_cross_attention:
       sublayers.append(("cross_attn", lambda h: attention("cross_attn")(
           h, encoded_BxSxD, cross_bias, deterministic)))
     sublayers.append(("ffn", lambda h: layers.Mlp(
         cfg.d_ff, cfg.activation, cfg.use_bias, cfg.dtype, name="ffn",
-        weight_grad=cfg.weight_grad, **mlp_options)(h)))
+        weight_grad=cfg.weight_grad, gated=cfg.gated_ffn, **mlp_options)(h)))
     if self.is_mutable_collection("intermediates"):  # lnjax.core.health's, when asked for.
       x = stream[0] if isinstance(stream, tuple) else stream  # (ResiDual: the Post-LN one)
       self.sow("intermediates", "residual_rms", _rms(x))
@@ -52,15 +56,17 @@ class Block(nn.Module):
 
 
 class ScanStep(Block):
-  """`Block` as nn.scan's body: (stream, inputs shared by every layer) -> (stream, None)."""
+  """`Block` as nn.scan's body: (stream, inputs shared by every layer[, this layer's
+  window]) -> (stream, None)."""
 
   @nn.compact
-  def __call__(self, stream, self_bias, encoded_BxSxD, cross_bias):
-    return super().__call__(stream, self_bias, encoded_BxSxD, cross_bias), None
+  def __call__(self, stream, self_bias, encoded_BxSxD, cross_bias, window=0):
+    return super().__call__(stream, self_bias, encoded_BxSxD, cross_bias, window), None
 
 
 class Embed(nn.Module):
-  """Token embedding × √D plus positions (Vaswani et al.; fairseq), then dropout."""
+  """Token embedding × √D plus positions (Vaswani et al.; fairseq), then dropout; no
+  position table under pos_emb rope (in the attention) or none."""
 
   cfg: ModelConfig
 
@@ -72,7 +78,7 @@ class Embed(nn.Module):
     if cfg.pos_emb == "learned":
       self.positions = layers.param(self, "positions", nn.initializers.normal(0.02),
                                     (cfg.max_len, cfg.d_model), (None, "embed"))
-    else:
+    elif cfg.pos_emb == "sinusoidal":
       self.positions = layers.sinusoidal_positions(cfg.max_len, cfg.d_model)
     self.dropout = nn.Dropout(cfg.dropout_rate)
 
@@ -84,8 +90,9 @@ class Embed(nn.Module):
     x_BxTxD = jnp.take(self.embedding, tokens_BxT, axis=0)
     if self.cfg.scale_embeddings:
       x_BxTxD = x_BxTxD * self.cfg.d_model**0.5
-    pos_TxD = jax.lax.dynamic_slice_in_dim(self.positions, offset, t)
-    x_BxTxD = (x_BxTxD + pos_TxD).astype(self.cfg.dtype)
+    if self.cfg.pos_emb in ("learned", "sinusoidal"):
+      x_BxTxD = x_BxTxD + jax.lax.dynamic_slice_in_dim(self.positions, offset, t)
+    x_BxTxD = x_BxTxD.astype(self.cfg.dtype)
     return self.dropout(x_BxTxD, deterministic=deterministic)
 
   def attend(self, x_BxTxD):
@@ -104,26 +111,30 @@ def stack(cfg: ModelConfig, x_BxTxD, self_bias, encoded_BxSxD=None, cross_bias=N
   `cfg.scan_layers`, each run of `placement.layer_runs` (one, 'layers', but for Mix-LN) is
   one nn.scan over a block whose parameters (and decode cache) carry a leading axis of
   the run's length, logical name 'layers': the step compiles one layer instead of L
-  (`scan_params` / `unscan_params` convert between the two layouts). `cfg.remat_policy`
-  rematerializes each block in the backward pass.
+  (`scan_params` / `unscan_params` convert between the two layouts); a per-layer sliding
+  window (`cfg.attention_pattern`) is then an input scanned over, one W per layer.
+  `cfg.remat_policy` rematerializes each block in the backward pass.
   """
   fields = dict(cfg=cfg, has_cross_attention=encoded_BxSxD is not None, causal=causal,
                 deterministic=deterministic, decode=decode)
   inputs = (self_bias, encoded_BxSxD, cross_bias)
+  windows = cfg.layer_windows()  # Sliding windows: each layer's W, 0 = global.
   stream = placement.begin(cfg, x_BxTxD)
   if not cfg.scan_layers:
     block = _remat(Block, cfg, prevent_cse=True)
     for i in range(cfg.num_layers):
-      stream = block(index=i, name=f"layer_{i}", **fields)(stream, *inputs)
+      stream = block(index=i, name=f"layer_{i}", **fields)(stream, *inputs, windows[i])
     return placement.end(cfg, stream, name=final_norm)
   for name, first, end in placement.layer_runs(cfg):
     # Parameters, cache (and sown values) per layer; one dropout key per layer; the
-    # biases and encoder output shared. No CSE barrier needed inside a scan.
+    # biases and encoder output shared; with sliding windows, each layer's W scanned over.
+    run_windows = (jnp.array(windows[first:end]),) if any(windows) else ()
     run = nn.scan(_remat(ScanStep, cfg, prevent_cse=False),
                   variable_axes={"params": 0, "cache": 0, "intermediates": 0},
-                  split_rngs={"params": True, "dropout": True}, in_axes=nn.broadcast,
+                  split_rngs={"params": True, "dropout": True},
+                  in_axes=(nn.broadcast,) * 3 + (0,) * len(run_windows),
                   length=end - first, metadata_params={nn.PARTITION_NAME: "layers"})
-    stream, _ = run(index=first, name=name, **fields)(stream, *inputs)
+    stream, _ = run(index=first, name=name, **fields)(stream, *inputs, *run_windows)
   return placement.end(cfg, stream, name=final_norm)
 
 
@@ -197,12 +208,15 @@ def sow_output_stats(module: nn.Module, logits_BxTxV):
 
 def output_logits(cfg: ModelConfig, embed: Embed, x_BxTxD):
   """Logits [B, T, V] in float32: the transposed embedding (tied) or a dense layer (scaled
-  as the placement says: placement.scale_logits)."""
+  as the placement says: placement.scale_logits), then soft-capped when
+  `cfg.final_logit_softcap` > 0: c·tanh(z/c) (Gemma 2, arXiv 2408.00118)."""
   if cfg.tie_embeddings:
-    return placement.scale_logits(cfg, embed.attend(x_BxTxD).astype(jnp.float32))
-  return placement.scale_logits(cfg, layers.Dense(
-      cfg.vocab_size, ("embed", "vocab"), use_bias=False, dtype=cfg.dtype,
-      weight_grad=cfg.weight_grad, name="logits")(x_BxTxD).astype(jnp.float32))
+    logits_BxTxV = embed.attend(x_BxTxD).astype(jnp.float32)
+  else:
+    logits_BxTxV = layers.Dense(cfg.vocab_size, ("embed", "vocab"), use_bias=False,
+                                dtype=cfg.dtype, weight_grad=cfg.weight_grad,
+                                name="logits")(x_BxTxD).astype(jnp.float32)
+  return kernels.softcap(placement.scale_logits(cfg, logits_BxTxV), cfg.final_logit_softcap)
 
 
 class TransformerLM(nn.Module):
