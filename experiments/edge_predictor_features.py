@@ -6,6 +6,9 @@ step, kept as a compact record in experiments/edge_predictor/features.json (one 
 
   nice -n 19 python experiments/edge_predictor_features.py --workdir=/tmp/edge_features
   python experiments/edge_predictor_features.py --placements=pre --depths=6   # one entry
+  nice -n 19 python experiments/edge_predictor_features.py --block=modern --depths=12
+      # the modern block's (RoPE, SwiGLU, RMSNorm, no biases): features_modern.json, read by
+      # experiments/atlas.py --block=modern for the placements that move between blocks
 
 One range of steps serves both warm-ups of a (placement, depth): the predictor reads the
 warm-up as an input (lnjax/sweep/predict.py).
@@ -26,8 +29,13 @@ from lnjax import models  # noqa: E402
 from lnjax.sweep import predict  # noqa: E402
 
 _WORKDIR = flags.DEFINE_string("workdir", "/tmp/lnjax_edge_features", "The runs' folders.")
-_OUT = flags.DEFINE_string("out", os.path.join(REPO, "experiments", "edge_predictor",
-                                               "features.json"), "The features' file.")
+_OUT = flags.DEFINE_string("out", None, "The features' file (default: experiments/"
+                           "edge_predictor/features.json, features_modern.json).")
+_BLOCK = flags.DEFINE_enum("block", "2020", ["2020", "modern"], "The block (as "
+                           "experiments/atlas.py's --block).")
+# The modern block's keys (experiments/atlas.py MODERN).
+MODERN = {"pos_emb": "rope", "activation": "silu", "gated_ffn": True, "norm_kind": "rmsnorm",
+          "use_bias": False}
 _PLACEMENTS = flags.DEFINE_list("placements", list(models.NORM_POSITIONS), "Placements.")
 _DEPTHS = flags.DEFINE_list("depths", ["6", "12", "24"], "Depths.")
 _STEPS = flags.DEFINE_integer("steps", predict.STEPS, "Steps of each run.")
@@ -37,7 +45,9 @@ _CONFIG = flags.DEFINE_string("config", "lm:size=small", "The config (name:prese
 
 def main(argv):
   del argv
-  table = json.load(open(_OUT.value)) if os.path.exists(_OUT.value) else {}
+  out = _OUT.value or os.path.join(REPO, "experiments", "edge_predictor", "features.json"
+                                   if _BLOCK.value == "2020" else "features_modern.json")
+  table = json.load(open(out)) if os.path.exists(out) else {}
   for depth in map(int, _DEPTHS.value):
     for placement in _PLACEMENTS.value:
       key = f"{placement}/{depth}"
@@ -46,15 +56,19 @@ def main(argv):
       name, _, preset = _CONFIG.value.partition(":")
       config = predict.feature_config(lnjax.get_config(name, preset), placement, depth,
                                       _STEPS.value, _LR.value)
-      workdir = os.path.join(_WORKDIR.value, key.replace("/", "_d"))
+      config.data.batch_size = 16  # The atlas's.
+      if _BLOCK.value == "modern":
+        for key, value in MODERN.items():
+          config.model[key] = value
+      workdir = os.path.join(_WORKDIR.value, _BLOCK.value, key.replace("/", "_d"))
       t0 = time.perf_counter()
       lnjax.train(config, workdir)
       record = predict.read_run(workdir)
       record["seconds"] = round(time.perf_counter() - t0, 1)
       table[key] = record
-      with open(_OUT.value + ".tmp", "w") as f:
+      with open(out + ".tmp", "w") as f:
         json.dump(table, f)
-      os.replace(_OUT.value + ".tmp", _OUT.value)
+      os.replace(out + ".tmp", out)
       print(f"{key}: {record['seconds']} s", flush=True)
 
 
