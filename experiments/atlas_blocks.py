@@ -90,9 +90,15 @@ def comparison(older: dict, newer: dict, warmups=(0, 500)) -> list[str]:
                              if cell["highest_stable_lr"] is not None
                              else f"< {cell['lowest_unstable_lr']:.3g}")
       steps = math.log(b / a) / math.log(STEP) if a and b else None
+      # Where one block has no stable rate its edge is a bound, and so is the ratio.
+      unbounded = [c is not None and c["highest_stable_lr"] is None
+                   for c in (older.get((p, DEPTH, w)), newer.get((p, DEPTH, w)))]
+      sign = "> " if unbounded[0] and not unbounded[1] else (
+          "< " if unbounded[1] and not unbounded[0] else "")
       out.append(f"| {plotting.placement_label(p)} | {w} | {fmt(a, older.get((p, DEPTH, w)))} | "
                  f"{fmt(b, newer.get((p, DEPTH, w)))} | "
-                 + (f"{b / a:.2g}× | {steps:+.1f} |" if steps is not None else "— | — |"))
+                 + (f"{sign}{b / a:.2g}× | {sign}{steps:+.1f} |" if steps is not None
+                    else "— | — |"))
       if steps is not None:
         pairs.append((a, b))
         if abs(steps) > 2:
@@ -122,14 +128,18 @@ def figure(path: str, older: dict, newer: dict, warmups=(0, 500)) -> None:
   import matplotlib.pyplot as plt
   names = list(models.NORM_POSITIONS)
   fig, axes = plt.subplots(1, len(warmups), figsize=(5 * len(warmups), 0.35 * len(names) + 1.5),
-                           sharey=True)
+                           sharey=True, sharex=True)
   for ax, w in zip(np.atleast_1d(axes), warmups):
     for offset, cells, label, color in ((-0.15, older, "2020 block", "tab:blue"),
                                         (0.15, newer, "modern block", "tab:orange")):
-      ys = [(i + offset, edge(cells.get((p, DEPTH, w)))) for i, p in enumerate(names)]
-      ys = [(i, v) for i, v in ys if v is not None]
-      if ys:
-        ax.scatter([v for _, v in ys], [i for i, _ in ys], label=label, color=color, s=25)
+      for i, p in enumerate(names):
+        cell = cells.get((p, DEPTH, w))
+        if edge(cell) is None:
+          continue
+        bound = cell["highest_stable_lr"] is None  # No stable rate: hollow, at half the lowest.
+        ax.scatter(edge(cell), i + offset, color="none" if bound else color, edgecolor=color,
+                   s=25, marker="<" if bound else "o")
+      ax.scatter([], [], color=color, label=label)
     ax.set_xscale("log")
     ax.set_title(f"{DEPTH} layers, warm-up {w}")
     ax.set_xlabel("highest stable learning rate")
@@ -137,9 +147,10 @@ def figure(path: str, older: dict, newer: dict, warmups=(0, 500)) -> None:
   ax0 = np.atleast_1d(axes)[0]
   ax0.set_yticks(range(len(names)), [plotting.placement_label(p) for p in names])
   ax0.invert_yaxis()
-  ax0.legend(loc="lower right", fontsize=8)
-  fig.suptitle("The atlas on both blocks (python experiments/atlas.py --block=modern)",
-               fontsize=10)
+  ax0.scatter([], [], color="none", edgecolor="0.4", marker="<", label="no stable rate (< lowest)")
+  ax0.legend(loc="upper left", fontsize=7)
+  fig.suptitle("The atlas on both blocks: configs/lm.py:size=small, 2 seeds, 300-step probes "
+               "(python experiments/atlas.py --block=modern, 2026-12-05)", fontsize=9)
   fig.tight_layout()
   fig.savefig(path, dpi=120)
   plt.close(fig)
