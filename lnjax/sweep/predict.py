@@ -237,7 +237,7 @@ def ridge(X: np.ndarray, y: np.ndarray, lam: float):
   """(mean, scale, coef, intercept) minimizing |y - b - Z coef|² + lam |coef|², Z the
   standardized X."""
   mean, scale = X.mean(0), X.std(0)
-  scale[scale == 0] = 1.0
+  scale[scale < 1e-9] = 1.0  # A constant column (one depth only, say) weighs nothing.
   Z = (X - mean) / scale
   b = y.mean()
   coef = np.linalg.solve(Z.T @ Z + lam * np.eye(Z.shape[1]), Z.T @ (y - b))
