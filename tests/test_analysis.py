@@ -113,3 +113,14 @@ def test_analyze_reads_a_scanned_checkpoint_per_layer(tmp_path_factory):
     assert result["gradient_norms"][name] == pytest.approx(value, rel=1e-4, abs=1e-7), name
   loss = probes.mean_loss(restored.state.params, restored.setup, batches)
   assert result["loss"] == pytest.approx(float(loss), abs=1e-5)
+
+
+def test_the_report_reads_a_gated_ffns_gate_as_its_input_weight():
+  """A gated FFN (SwiGLU: ffn/wi_gate, ffn/wi_up, ffn/wo) has no ffn/wi: the report's W¹
+  column and panel read the gate's gradient instead of coming out empty."""
+  from lnjax.analysis import report
+  gated = {"layer_0/ffn/wi_gate/kernel": 1.0, "layer_0/ffn/wi_up/kernel": 2.0,
+           "layer_1/ffn/wi_gate/kernel": 3.0}
+  suffix = report.ffn_input_suffix(gated)
+  assert report.per_layer(gated, suffix) == {"lm": [(0, 1.0), (1, 3.0)]}
+  assert report.ffn_input_suffix({"layer_0/ffn/wi/kernel": 1.0}) == "ffn/wi/kernel"

@@ -9,7 +9,7 @@ from lnjax.core import errors, run
 CASES = [
     ("default", None), ("default", "smoke"),
     ("lm", None), ("lm", "norm=post,size=course"), ("lm", "norm=pre,size=course_reg"),
-    ("lm", "smoke"),
+    ("lm", "smoke"), ("llama", None), ("llama", "smoke"), ("llama", "family=qwen3,size=1b"),
     ("multi30k_de_en", "norm=pre"), ("multi30k_de_en", "norm=post,dir=en-de"),
     ("multi30k_de_en", "smoke"), ("multi30k_de_en", "quick"),
     ("multi30k_de_en", "norm=post,quick"),
@@ -79,3 +79,65 @@ def test_unknown_preset_is_refused():
   from configs import iwslt14_de_en
   with pytest.raises(errors.ConfigError, match="norm"):
     iwslt14_de_en.get_config("norm=middle")
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma2", "olmo2"])
+def test_llama_family_recipes(family):
+  """configs/llama.py: each family's recipe (its placement and block keys) at the course
+  size; any placement through norm= (a second QK-norm dropped where the placement has
+  its own)."""
+  from configs import llama
+  m = run.resolve_config(llama.get_config(f"family={family}")).model
+  assert (m.num_layers, m.d_model, m.d_ff, m.pos_emb, m.gated_ffn, m.norm_kind, m.use_bias) == (
+      8, 128, 344, "rope", True, "rmsnorm", False)
+  recipe = {
+      "llama": dict(norm_position="pre", activation="silu", qk_norm=False, rope_theta=1e4),
+      "qwen3": dict(norm_position="pre", activation="silu", qk_norm=True, rope_theta=1e6,
+                    norm_eps=1e-6),
+      "gemma2": dict(norm_position="sandwich", activation="gelu", norm_unit_offset=True,
+                     attn_logit_softcap=50.0, final_logit_softcap=30.0,
+                     attention_pattern="local,global", sliding_window=64,
+                     scale_embeddings=True, tie_embeddings=True, query_scale=32**-0.5),
+      "olmo2": dict(norm_position="olmo2", activation="silu", qk_norm=False, rope_theta=5e5),
+  }[family]
+  assert {k: getattr(m, k) for k in recipe} == recipe
+  for norm in ("post", "olmo2", "ngpt", "mix"):
+    assert run.resolve_config(llama.get_config(f"family={family},norm={norm},smoke")
+                              ).model.norm_position == norm
+  with pytest.raises(errors.ConfigError, match="family must be one of: llama, qwen3"):
+    llama.get_config("family=gpt2")
+
+
+def test_llama_shapes_have_the_published_parameter_counts():
+  """size=1b and size=7b build Llama 3.2 1B and Llama 2 7B: 1,235,814,400 and
+  6,738,415,616 parameters, the counts transformers gives for meta-llama/Llama-3.2-1B and
+  meta-llama/Llama-2-7b-hf (shapes only: jax.eval_shape, no memory)."""
+  import math
+
+  import jax
+  import jax.numpy as jnp
+
+  from configs import llama
+  from lnjax.models import TransformerLM
+  for size, expected in (("1b", 1_235_814_400), ("7b", 6_738_415_616)):
+    model = TransformerLM(run.resolve_config(llama.get_config(f"size={size}")).model)
+    shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.ones((1, 8), jnp.int32)))
+    assert sum(math.prod(x.shape) for x in jax.tree.leaves(shapes)) == expected, size
+
+
+@pytest.mark.slow  # Trains 40 steps (about a minute on 2 cores).
+def test_llama_smoke_trains(tmp_path):
+  """configs/llama.py:family=gemma2,smoke (the family with the most options: local and
+  global layers, soft-caps, (1 + w) RMSNorm, GeGLU, Sandwich) through train_and_evaluate,
+  as `lnjax train --config=llama:...,smoke` runs it: the loss falls."""
+  from configs import llama
+  from lnjax.core import train
+  from test_train import train_losses
+  c = llama.get_config("family=gemma2,smoke")
+  with c.unlocked():
+    c.mesh.data = 1
+    c.train.num_steps, c.train.eval_every_steps, c.train.checkpoint_every_steps = 40, 40, 40
+  wd = str(tmp_path / "gemma2")
+  assert train.train_and_evaluate(c, wd)["status"] == "completed"
+  losses = train_losses(wd)
+  assert losses[40] < losses[5] - 0.3, losses

@@ -183,9 +183,10 @@ def test_cached_decoding_of_the_modern_block_equals_the_full_forward_pass(scan):
   key_shapes = [x.shape for path, x in jax.tree_util.tree_flatten_with_path(cache)[0]
                 if path[-1].key == "cached_key"]
   assert key_shapes and all(s[-3:] == (options["num_kv_heads"], 6, 4) for s in key_shapes)
+  step = jax.jit(lambda cache, tokens_Bx1: model.apply(
+      {"params": params, "cache": cache}, encoded, src, tokens_Bx1, decode=True,
+      method=EncoderDecoder.decode, mutable=["cache"]))
   for t in range(tgt_in.shape[1]):
-    step_Bx1xV, updated = model.apply({"params": params, "cache": cache}, encoded, src,
-                                      tgt_in[:, t:t + 1], decode=True,
-                                      method=EncoderDecoder.decode, mutable=["cache"])
+    step_Bx1xV, updated = step(cache, tgt_in[:, t:t + 1])
     cache = updated["cache"]
     np.testing.assert_allclose(step_Bx1xV[:, 0], full_BxTxV[:, t], atol=1e-5)

@@ -19,19 +19,35 @@ from test_train import smoke_config, train_losses
 from lnjax.models import (NORM_POSITIONS, EncoderDecoder, ModelConfig, TransformerLM,
                           init_params, layers, norms, placement)
 
+from conftest import fast_tier
+
 CFG = ModelConfig(vocab_size=24, num_layers=2, d_model=16, num_heads=2, d_ff=32, max_len=16,
                   dropout_rate=0.0)
 TOKENS = jax.random.randint(jax.random.key(0), (2, 8), 1, CFG.vocab_size)
+
+# The two blocks every placement's formula test runs on: the 2020 one (CFG) and today's
+# (docs/configs.md, "The modern block"): rotary positions, a SwiGLU FFN, one key/value head
+# shared by the two query heads (MQA), no biases. The norm kind stays LayerNorm so that the
+# placements' formulas read alike (RMSNorm: the OLMo 2 test; the norms' own tests).
+BLOCKS = {"2020": {}, "modern": dict(pos_emb="rope", gated_ffn=True, activation="silu",
+                                     num_kv_heads=1, use_bias=False)}
+# Fast tier: the 2020 block; the full tier also the modern one.
+EACH_BLOCK = pytest.mark.parametrize("block", fast_tier(list(BLOCKS), ("2020",)))
 
 
 def _cfg(**kw):
   return dataclasses.replace(CFG, **kw)
 
 
-def _lm(**kw):
-  cfg = _cfg(**kw)
+def _lm(block="2020", **kw):
+  cfg = _cfg(**BLOCKS[block], **kw)
   model = TransformerLM(cfg)
   return cfg, model, nn.unbox(init_params(model, jax.random.key(1), TOKENS))
+
+
+def _theta(cfg):
+  """RoPE's θ where the block has rotary positions, else 0 (none)."""
+  return cfg.rope_theta if cfg.pos_emb == "rope" else 0.0
 
 
 def _acts(model, params, *inputs):
@@ -65,7 +81,7 @@ def _target_embedding(acts):
 
 
 def _dense(x, p):
-  return x @ np.asarray(p["kernel"]) + np.asarray(p["bias"])
+  return x @ np.asarray(p["kernel"]) + (np.asarray(p["bias"]) if "bias" in p else 0.0)
 
 
 def _logits_from(hidden, params):
@@ -76,7 +92,7 @@ def _logits_from(hidden, params):
 
 @pytest.mark.parametrize("key, value, choices", [
     ("norm_position", "middle", "post, pre, sandwich, peri, deepnorm, normformer, resi_dual, "
-                                "admin, mix, b2t, dyt, lns, olmo2, ngpt"),
+                                "admin, mix, b2t, dyt, lns, olmo2, ngpt, hybridnorm, derf"),
     ("norm_kind", "batchnorm", "layernorm, rmsnorm, scalenorm"),
 ])
 def test_unknown_placement_or_norm_is_one_line_config_error(key, value, choices):
@@ -143,11 +159,12 @@ def test_qk_norm_in_a_model_and_its_analysis_records():
 
 # ---- Sandwich, Peri, NormFormer: the norms around each sub-layer. ---------------------------
 
+@EACH_BLOCK
 @pytest.mark.parametrize("pos", ["sandwich", "peri"])
-def test_sandwich_and_peri_shape(pos):
+def test_sandwich_and_peri_shape(pos, block):
   """x ← x + N_out(F(N_in(x))): two norms per sub-layer, a final norm; Peri-LN also
   normalizes the embedding."""
-  _, model, params = _lm(norm_position=pos)
+  _, model, params = _lm(block, norm_position=pos)
   for i in range(CFG.num_layers):
     assert {k for k in params[f"layer_{i}"] if "norm" in k} == {
         "self_attn_norm", "self_attn_out_norm", "ffn_norm", "ffn_out_norm"}
@@ -172,10 +189,11 @@ def test_sandwich_and_peri_shape(pos):
                              atol=1e-5)
 
 
-def test_sandwich_decoder_norms_around_self_and_cross_attention():
+@EACH_BLOCK
+def test_sandwich_decoder_norms_around_self_and_cross_attention(block):
   """The decoder layer x ← x + N_out(F(N_in(x))) for self-attention, cross-attention (to
   the encoder's final-normed output) and FFN, at random γ, β; a final norm per stack."""
-  cfg = _cfg(norm_position="sandwich")
+  cfg = _cfg(norm_position="sandwich", **BLOCKS[block])
   model = EncoderDecoder(cfg)
   params = nn.unbox(init_params(model, jax.random.key(0), TOKENS, TOKENS))
   assert {"cross_attn_norm", "cross_attn_out_norm"} <= set(params["decoder"]["layer_0"])
@@ -201,9 +219,10 @@ def test_sandwich_decoder_norms_around_self_and_cross_attention():
                              atol=1e-5)
 
 
-def test_normformer_head_scales_and_extra_norms():
+@EACH_BLOCK
+def test_normformer_head_scales_and_extra_norms(block):
   """NormFormer: x + N_a(HeadScaleMHA(N(x))) and x + W²N_f(act(W¹N(x))); γ init 1."""
-  _, model, params = _lm(norm_position="normformer")
+  _, model, params = _lm(block, norm_position="normformer")
   p = params["layer_0"]
   np.testing.assert_array_equal(p["self_attn"]["head_scale"], np.ones(CFG.num_heads))
   assert p["ffn"]["mid_norm"]["scale"].shape == (CFG.d_ff,)
@@ -223,7 +242,7 @@ def test_normformer_head_scales_and_extra_norms():
   ffn_in = _ln(x1, p["ffn_norm"])
   np.testing.assert_allclose(acts["layer_0/ffn_norm"], ffn_in, atol=1e-5)
   # FFN: W² N_f(act(W¹ N(x))): the mid norm after the activation.
-  hidden = np.maximum(_dense(ffn_in, p["ffn"]["wi"]), 0.0)
+  hidden = _hidden(ffn_in, p["ffn"])
   np.testing.assert_allclose(acts["layer_0/ffn/mid_norm"], _ln(hidden, p["ffn"]["mid_norm"]),
                              atol=1e-5)
   np.testing.assert_allclose(acts["layer_0/ffn"],
@@ -263,17 +282,18 @@ def test_deepnorm_constants():
       pytest.approx((36 ** 0.25, 144 ** -0.25))
 
 
-def test_deepnorm_residual_scale_and_init():
+@EACH_BLOCK
+def test_deepnorm_residual_scale_and_init(block):
   """x ← LN(α·x + F(x)); Xavier-normal with gain β on V, W^O, W¹, W², gain 1 on Q and K."""
-  cfg = _cfg(norm_position="deepnorm", d_model=64, d_ff=64, num_heads=2)
+  cfg = _cfg(norm_position="deepnorm", d_model=64, d_ff=64, num_heads=2, **BLOCKS[block])
   model = TransformerLM(cfg)
   params = nn.unbox(init_params(model, jax.random.key(1), TOKENS))
   alpha, beta = (4 ** 0.25, 16 ** -0.25)  # L = 2
-  xavier_std = (2 / (64 + 64)) ** 0.5
   attn, ffn = params["layer_0"]["self_attn"], params["layer_0"]["ffn"]
   for w, gain in ((attn["query"], 1), (attn["key"], 1), (attn["value"], beta),
-                  (attn["out"], beta), (ffn["wi"], beta), (ffn["wo"], beta)):
+                  (attn["out"], beta), *[(w, beta) for w in ffn.values()]):
     w = np.asarray(w["kernel"])
+    xavier_std = (2 / sum(w.shape)) ** 0.5
     assert w.std() == pytest.approx(gain * xavier_std, rel=0.05)
     assert np.abs(w).max() > 2.5 * gain * xavier_std  # Normal, not uniform (max √3σ).
   params = random_norms(params)
@@ -286,11 +306,12 @@ def test_deepnorm_residual_scale_and_init():
   assert "final_norm" not in params
 
 
-def test_deepnorm_encoder_decoder_residuals_and_cross_attention():
+@EACH_BLOCK
+def test_deepnorm_encoder_decoder_residuals_and_cross_attention(block):
   """N+M = 2+2: the encoder's sub-layers LN(α_e·x + F(x)), α_e = 0.81(N⁴M)^1/16; the
   decoder's self-attention, cross-attention and FFN LN(α_d·x + F(x)), α_d = (3M)^¼; random
   γ, β."""
-  cfg = _cfg(norm_position="deepnorm")
+  cfg = _cfg(norm_position="deepnorm", **BLOCKS[block])
   model = EncoderDecoder(cfg)
   params = random_norms(nn.unbox(init_params(model, jax.random.key(0), TOKENS, TOKENS)))
   acts = _acts(model, params, TOKENS, TOKENS[:, ::-1])
@@ -312,9 +333,10 @@ def test_deepnorm_encoder_decoder_residuals_and_cross_attention():
 
 # ---- ResiDual. ----------------------------------------------------------------------------
 
-def test_resi_dual_output_is_post_stream_plus_normed_accumulator():
+@EACH_BLOCK
+def test_resi_dual_output_is_post_stream_plus_normed_accumulator(block):
   """x_{k+1} = LN(x_k + f_k), d_{k+1} = d_k + f_k, d_0 = x_0; output x_L + LN(d_L)."""
-  _, model, params = _lm(norm_position="resi_dual")
+  _, model, params = _lm(block, norm_position="resi_dual")
   acts = _acts(model, params, TOKENS)
   x0 = acts["embed"]
   fs = [acts[f"layer_{i}/{s}"] for i in range(CFG.num_layers) for s in ("self_attn", "ffn")]
@@ -328,12 +350,13 @@ def test_resi_dual_output_is_post_stream_plus_normed_accumulator():
 
 # ---- Mix-LN. ------------------------------------------------------------------------------
 
-def test_mix_ln_split():
+@EACH_BLOCK
+def test_mix_ln_split(block):
   """Post-LN in the first ⌊αL⌋ layers, Pre-LN after, a final norm always."""
   for layers_, alpha, post in ((12, 0.25, 3), (24, 0.25, 6), (4, 0.5, 2), (3, 0.25, 0),
                                (5, 0.6, 3), (4, 1.0, 4)):
     assert placement.mix_post_layers(_cfg(num_layers=layers_, mix_post_fraction=alpha)) == post
-  _, model, params = _lm(norm_position="mix", num_layers=4, mix_post_fraction=0.5)
+  _, model, params = _lm(block, norm_position="mix", num_layers=4, mix_post_fraction=0.5)
   assert "final_norm" in params
   acts = _acts(model, params, TOKENS)
   for i in range(4):
@@ -350,15 +373,16 @@ def test_mix_ln_split():
 
 # ---- B2T. ---------------------------------------------------------------------------------
 
-def test_b2t_skip_spans_the_layer():
+@EACH_BLOCK
+def test_b2t_skip_spans_the_layer(block):
   """h = LN(x + A(x)); y = LN(x + h + F(h)); in the decoder the skip spans self- and
   cross-attention."""
-  _, model, params = _lm(norm_position="b2t")
+  _, model, params = _lm(block, norm_position="b2t")
   acts = _acts(model, params, TOKENS)
   x, h = acts["embed"], acts["layer_0/self_attn_norm"]
   np.testing.assert_allclose(h, _ln(x + acts["layer_0/self_attn"]), atol=1e-5)
   np.testing.assert_allclose(acts["layer_0"], _ln(x + h + acts["layer_0/ffn"]), atol=1e-5)
-  cfg = _cfg(norm_position="b2t", num_layers=1)
+  cfg = _cfg(norm_position="b2t", num_layers=1, **BLOCKS[block])
   model = EncoderDecoder(cfg)
   params = nn.unbox(init_params(model, jax.random.key(0), TOKENS, TOKENS))
   acts = _acts(model, params, TOKENS, TOKENS[:, ::-1])
@@ -385,10 +409,11 @@ def _at(tree, path):
   return tree
 
 
-def test_admin_omega_from_the_profiling_pass():
+@EACH_BLOCK
+def test_admin_omega_from_the_profiling_pass(block):
   """ω_1 = 1, ω_{i+1} = √(Var[ω_i x_i] + Var[F_i(x_i)]) along the stack, by hand from the
   sub-layers' inputs and outputs on the profiling batch."""
-  cfg = _cfg(norm_position="admin")
+  cfg = _cfg(norm_position="admin", **BLOCKS[block])
   model = TransformerLM(cfg)
   params = nn.unbox(model.init(jax.random.key(1), TOKENS)["params"])
   np.testing.assert_array_equal(params["layer_1"]["ffn_shortcut"]["omega"], np.ones(16))
@@ -431,20 +456,50 @@ def _unit(x, axis=-1):
   return x / np.linalg.norm(x, axis=axis, keepdims=True)
 
 
+def _silu(u):
+  return u / (1.0 + np.exp(-u))
+
+
+def _hidden(x, p, pre_act=lambda u: u):
+  """The FFN's F-wide hidden layer: relu(pre(x W¹)) (2020), or silu(pre(x W_gate)) ⊙ x W_up
+  (SwiGLU)."""
+  if "wi_gate" in p:
+    return _silu(pre_act(_dense(x, p["wi_gate"]))) * _dense(x, p["wi_up"])
+  return np.maximum(pre_act(_dense(x, p["wi"])), 0.0)
+
+
 def _ffn(x, p, pre_act=lambda u: u):
-  return _dense(np.maximum(pre_act(_dense(x, p["wi"])), 0.0), p["wo"])
+  return _dense(_hidden(x, p, pre_act), p["wo"])
 
 
-def _causal_attention(q_BxTxD, k_BxTxD, v_BxTxD, p_out, heads, scale, qk=lambda q, k: (q, k)):
-  """softmax(q kᵀ·scale + causal mask) v per head, then W^O; `qk` maps the [B, H, T, d_h]
-  queries and keys first."""
-  b, t, d = q_BxTxD.shape
-  split = lambda y: y.reshape(b, t, heads, d // heads).transpose(0, 2, 1, 3)
-  q, k = qk(split(q_BxTxD), split(k_BxTxD))
+def _rope(x_BxHxTxK, theta):
+  """Rotary positions at 0, 1, ...: the halves (x₁, x₂) of each vector rotated pairwise,
+  x₁·cos − x₂·sin and x₂·cos + x₁·sin, by the angle p·θ^(-2i/d_h)."""
+  t, k = x_BxHxTxK.shape[-2:]
+  angles_TxK2 = np.arange(t)[:, None] * theta ** (-np.arange(0, k, 2) / k)[None, :]
+  cos, sin = np.cos(angles_TxK2), np.sin(angles_TxK2)
+  x1, x2 = x_BxHxTxK[..., : k // 2], x_BxHxTxK[..., k // 2:]
+  return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+
+
+def _causal_attention(q_BxTxHK, k_BxTxGK, v_BxTxGK, p_out, heads, scale, qk=lambda q, k: (q, k),
+                      theta=0.0, per_head=lambda q, k, v: (q, k, v)):
+  """softmax(q kᵀ·scale + causal mask) v per head, then W^O: G = width/d_h key/value heads
+  each serving H/G query heads; `per_head` maps the [B, ·, T, d_h] q, k, v first, then RoPE
+  (θ > 0), then `qk` the [B, H, T, d_h] queries and keys."""
+  b, t, hk = q_BxTxHK.shape
+  dh = hk // heads
+  g = k_BxTxGK.shape[-1] // dh
+  split = lambda y, n: y.reshape(b, t, n, dh).transpose(0, 2, 1, 3)
+  q, k, v = per_head(split(q_BxTxHK, heads), split(k_BxTxGK, g), split(v_BxTxGK, g))
+  if theta:
+    q, k = _rope(q, theta), _rope(k, theta)
+  k, v = np.repeat(k, heads // g, 1), np.repeat(v, heads // g, 1)
+  q, k = qk(q, k)
   s = np.where(np.tril(np.ones((t, t), bool)), q @ k.transpose(0, 1, 3, 2) * scale, -1e9)
   w = np.exp(s - s.max(-1, keepdims=True))
-  out = (w / w.sum(-1, keepdims=True)) @ split(v_BxTxD)
-  return _dense(out.transpose(0, 2, 1, 3).reshape(b, t, d), p_out)
+  out = (w / w.sum(-1, keepdims=True)) @ v
+  return _dense(out.transpose(0, 2, 1, 3).reshape(b, t, hk), p_out)
 
 
 def _randomize(params, names, seed=0, low=0.3, high=1.5):
@@ -459,13 +514,14 @@ def _randomize(params, names, seed=0, low=0.3, high=1.5):
   return jax.tree_util.tree_map_with_path(draw, params)
 
 
-def test_dyt_replaces_every_norm_by_a_scaled_tanh():
+@EACH_BLOCK
+def test_dyt_replaces_every_norm_by_a_scaled_tanh(block):
   """Pre-LN's layout with every N a DyT, γ ⊙ tanh(α·x) + β: α₀ 0.5 (the attention blocks'
   their own when set), γ = 1, β = 0 at init; at random α, γ, β each against numpy."""
   def dyt(x, p):
     return np.tanh(float(p["alpha"]) * x) * np.asarray(p["scale"]) + np.asarray(p["bias"])
 
-  _, model, params = _lm(norm_position="dyt", dyt_attention_alpha_init=0.8)
+  _, model, params = _lm(block, norm_position="dyt", dyt_attention_alpha_init=0.8)
   assert float(params["layer_1"]["self_attn_norm"]["alpha"]) == pytest.approx(0.8)
   assert float(params["layer_1"]["ffn_norm"]["alpha"]) == 0.5
   assert float(params["final_norm"]["alpha"]) == 0.5
@@ -486,10 +542,11 @@ def test_dyt_replaces_every_norm_by_a_scaled_tanh():
   np.testing.assert_allclose(acts["final_norm"], dyt(x, params["final_norm"]), atol=1e-5)
 
 
-def test_layernorm_scaling_scales_each_norm_output_by_one_over_sqrt_depth():
+@EACH_BLOCK
+def test_layernorm_scaling_scales_each_norm_output_by_one_over_sqrt_depth(block):
   """x ← x + F(N(x)/√ℓ), ℓ = 1, 2, 3 in layers 0, 1, 2, both sub-layers; the final N
   unscaled; random γ, β. Scanned: a run per layer (1/√ℓ is each layer's own constant)."""
-  _, model, params = _lm(norm_position="lns", num_layers=3)
+  _, model, params = _lm(block, norm_position="lns", num_layers=3)
   assert placement.layer_runs(_cfg(norm_position="lns", num_layers=3)) == [
       ("lns_layer_0", 0, 1), ("lns_layer_1", 1, 2), ("lns_layer_2", 2, 3)]
   params = random_norms(params)
@@ -508,16 +565,17 @@ def test_layernorm_scaling_scales_each_norm_output_by_one_over_sqrt_depth():
   np.testing.assert_allclose(acts["final_norm"], _ln(x, params["final_norm"]), atol=1e-5)
 
 
-def test_olmo2_norms_each_sublayer_output_with_qk_norm_and_normal_init():
+@EACH_BLOCK
+def test_olmo2_norms_each_sublayer_output_with_qk_norm_and_normal_init(block):
   """x ← x + N(F(x)), F reading x itself; q and k normalized over all heads (width D) before
   the split into heads; a final N; RMSNorm at random g. Sub-layer weights N(0, 0.02²) cut
   at ±3σ (OLMo-core's truncated normal)."""
-  _, model, params = _lm(norm_position="olmo2", norm_kind="rmsnorm")
+  cfg, model, params = _lm(block, norm_position="olmo2", norm_kind="rmsnorm")
   p = params["layer_0"]
   assert p["self_attn"]["query_norm"]["scale"].shape == (CFG.d_model,)
   w = np.concatenate([np.ravel(params[f"layer_{i}"][s][m]["kernel"]) for i in range(2)
-                      for s, ms in (("self_attn", ("query", "key", "value", "out")),
-                                    ("ffn", ("wi", "wo"))) for m in ms])
+                      for s in ("self_attn", "ffn") for m in params[f"layer_{i}"][s]
+                      if "kernel" in params[f"layer_{i}"][s][m]])
   assert w.std() == pytest.approx(0.02 * 0.9866, rel=0.05) and np.abs(w).max() <= 0.06
   params = random_norms(params)
   p = params["layer_0"]
@@ -528,7 +586,8 @@ def test_olmo2_norms_each_sublayer_output_with_qk_norm_and_normal_init():
   k = _rms(_dense(x, attn["key"]), attn["key_norm"])
   np.testing.assert_allclose(acts["layer_0/self_attn/query_norm"], q, atol=1e-5)
   np.testing.assert_allclose(acts["layer_0/self_attn"], _causal_attention(
-      q, k, _dense(x, attn["value"]), attn["out"], CFG.num_heads, CFG.head_size**-0.5), atol=1e-4)
+      q, k, _dense(x, attn["value"]), attn["out"], CFG.num_heads, CFG.head_size**-0.5,
+      theta=_theta(cfg)), atol=1e-4)
   np.testing.assert_allclose(acts["layer_0/self_attn_norm"],
                              _rms(acts["layer_0/self_attn"], p["self_attn_norm"]), atol=1e-5)
   x = x + acts["layer_0/self_attn_norm"]
@@ -539,15 +598,79 @@ def test_olmo2_norms_each_sublayer_output_with_qk_norm_and_normal_init():
                              atol=1e-5)
 
 
+# ---- 2025: HybridNorm, Derf. --------------------------------------------------------------
+
+@EACH_BLOCK
+def test_hybridnorm_norms_q_k_v_inside_attention_and_the_stream_before_the_ffn(block):
+  """HybridNorm (BryceZhuo/HybridNorm's main variant): attention x ← x + Attn(N_q q, N_k k,
+  N_v v), each N over a head's d_h (one gain and bias shared by the heads), nothing around
+  the attention; FFN z ← N(x), x ← z + F(z); a final N. Random γ, β, on both blocks."""
+  cfg, model, params = _lm(block, norm_position="hybridnorm")
+  p = params["layer_0"]
+  assert {k for k in p if "norm" in k} == {"ffn_norm"} and "final_norm" in params
+  for name in ("query_norm", "key_norm", "value_norm"):
+    assert p["self_attn"][name]["scale"].shape == (cfg.head_size,)
+  params = random_norms(params)
+  acts = _acts(model, params, TOKENS)
+  x = acts["embed"]
+  for i in range(cfg.num_layers):
+    p, a = params[f"layer_{i}"], lambda name: acts[f"layer_{i}/{name}"]
+    attn = p["self_attn"]
+    qkv = lambda q, k, v: (_ln(q, attn["query_norm"]), _ln(k, attn["key_norm"]),
+                           _ln(v, attn["value_norm"]))
+    expected = _causal_attention(_dense(x, attn["query"]), _dense(x, attn["key"]),
+                                 _dense(x, attn["value"]), attn["out"], cfg.num_heads,
+                                 cfg.head_size**-0.5, theta=_theta(cfg), per_head=qkv)
+    np.testing.assert_allclose(a("self_attn"), expected, atol=1e-4)
+    z = _ln(x + a("self_attn"), p["ffn_norm"])
+    np.testing.assert_allclose(a("ffn_norm"), z, atol=1e-5)
+    np.testing.assert_allclose(a("ffn"), _ffn(z, p["ffn"]), atol=1e-4)
+    x = z + a("ffn")
+    np.testing.assert_allclose(acts[f"layer_{i}"], x, atol=1e-5)
+  np.testing.assert_allclose(acts["final_norm"], _ln(x, params["final_norm"]), atol=1e-5)
+
+
+def _derf(x, p):
+  """γ ⊙ erf(α·x + s) + β in numpy (math.erf, element by element)."""
+  erf = np.vectorize(math.erf)
+  return (erf(float(p["alpha"]) * x + float(p["shift"])) * np.asarray(p["scale"])
+          + np.asarray(p["bias"]))
+
+
+@EACH_BLOCK
+def test_derf_replaces_every_norm_by_a_scaled_erf(block):
+  """Pre-LN's layout with every N a Derf, γ ⊙ erf(α·x + s) + β: α₀ = derf_alpha_init,
+  s = 0, γ = 1, β = 0 at init; at random α, s, γ, β each against numpy, on both blocks."""
+  cfg, model, params = _lm(block, norm_position="derf", derf_alpha_init=0.7)
+  for norm in (params["layer_1"]["self_attn_norm"], params["final_norm"]):
+    assert (float(norm["alpha"]), float(norm["shift"])) == (pytest.approx(0.7), 0.0)
+  np.testing.assert_array_equal(params["final_norm"]["scale"], np.ones(CFG.d_model))
+  params = _randomize(random_norms(params), ["alpha"])
+  params = _randomize(params, ["shift"], seed=1, low=-0.5, high=0.5)
+  acts = _acts(model, params, TOKENS)
+  x = acts["embed"]
+  for i in range(cfg.num_layers):
+    p, a = params[f"layer_{i}"], lambda name: acts[f"layer_{i}/{name}"]
+    np.testing.assert_allclose(a("self_attn_norm"), _derf(x, p["self_attn_norm"]), atol=1e-5)
+    np.testing.assert_allclose(a("self_attn/query"),  # The attention reads Derf(x).
+                               _dense(a("self_attn_norm"), p["self_attn"]["query"]), atol=1e-4)
+    x = x + a("self_attn")
+    np.testing.assert_allclose(a("ffn"), _ffn(_derf(x, p["ffn_norm"]), p["ffn"]), atol=1e-4)
+    x = x + a("ffn")
+    np.testing.assert_allclose(acts[f"layer_{i}"], x, atol=1e-5)
+  np.testing.assert_allclose(acts["final_norm"], _derf(x, params["final_norm"]), atol=1e-5)
+
+
 NGPT_SCALES = ["self_attn_alpha", "ffn_alpha", "qk_scale", "hidden_scale", "logit_scale"]
 
 
-def test_ngpt_block_on_the_unit_sphere():
+@EACH_BLOCK
+def test_ngpt_block_on_the_unit_sphere(block):
   """h_0 = Norm(embedding); h ← Norm(h + |α| ⊙ (Norm(F(h)) − h)) for attention and FFN;
   attention on s_qk ⊙ Norm(q), s_qk ⊙ Norm(k) per head with q kᵀ·√d_h; FFN
   relu(s_ν√D ⊙ x W¹) W²; logits s_z ⊙ (h W); no final norm. Each learned vector is stored
   at its scale (α: 1/√D for 0.05) and read as stored·value/scale; here at random values."""
-  _, model, params = _lm(norm_position="ngpt")
+  cfg, model, params = _lm(block, norm_position="ngpt")
   d, root_d = CFG.d_model, CFG.d_model**0.5
   p = params["layer_0"]
   np.testing.assert_allclose(p["self_attn_alpha"]["scale"], np.full(d, 1 / root_d), rtol=1e-6)
@@ -566,7 +689,8 @@ def test_ngpt_block_on_the_unit_sphere():
     s_qk = read(attn["qk_scale"]["s_qk"])[None, :, None, :]
     expected = _causal_attention(_dense(h, attn["query"]), _dense(h, attn["key"]),
                                  _dense(h, attn["value"]), attn["out"], CFG.num_heads,
-                                 CFG.head_size**0.5, lambda q, k: (s_qk * _unit(q), s_qk * _unit(k)))
+                                 CFG.head_size**0.5, lambda q, k: (s_qk * _unit(q), s_qk * _unit(k)),
+                                 theta=_theta(cfg))
     np.testing.assert_allclose(a("self_attn"), expected, atol=1e-4)
     alpha = np.abs(read(p["self_attn_alpha"], 0.05))
     h = _unit(h + alpha * (_unit(a("self_attn")) - h))
@@ -633,7 +757,8 @@ def test_new_placements_refusals_are_one_line_config_errors():
                                                                    TOKENS),
            lambda: _cfg(decoder_norm_position="ngpt"),
            lambda: _cfg(norm_position="olmo2", qk_norm=True),
-           lambda: _cfg(norm_position="ngpt", qk_norm=True)]
+           lambda: _cfg(norm_position="ngpt", qk_norm=True),
+           lambda: _cfg(norm_position="hybridnorm", qk_norm=True)]
   messages = []
   for case in cases:
     with pytest.raises(errors.ConfigError) as e:
@@ -643,10 +768,11 @@ def test_new_placements_refusals_are_one_line_config_errors():
   assert messages[0] == ("model.norm_position='ngpt' in the encoder-decoder's encoder: nGPT is "
                          "defined for decoder-only models (task=lm) only")
   assert "decoder" in messages[1] and "qk_norm=True" in messages[2] and "'ngpt'" in messages[3]
+  assert "'hybridnorm'" in messages[4]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("pos", ["dyt", "lns", "olmo2", "ngpt"])
+@pytest.mark.parametrize("pos", ["dyt", "lns", "olmo2", "ngpt", "hybridnorm", "derf"])
 def test_new_placement_trains_on_the_lm_smoke_preset(tmp_path, pos):
   """configs/lm.py:smoke through train_and_evaluate (nGPT's optimizer chosen by the run
   from the placement), 40 steps without warm-up: the loss falls. nGPT at lr 1e-2: its

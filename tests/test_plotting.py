@@ -34,7 +34,7 @@ def test_every_placement_has_its_own_colour_in_every_figure():
   from lnjax import models
 
   colours = [plotting.placement_color(p, k) for k, p in enumerate(models.NORM_POSITIONS)]
-  assert len(set(colours)) == len(models.NORM_POSITIONS) == 14
+  assert len(set(colours)) == len(models.NORM_POSITIONS) == 16
   assert all(matplotlib.colors.is_color_like(c) for c in colours)
   # Its label finds the same colour (the benchmark's rows carry labels); the order does not.
   assert plotting.placement_color("Post-LN", 5) == plotting.placement_color("post", 0)
@@ -231,7 +231,7 @@ def test_stability_figure_marks_how_the_probe_at_each_bars_top_failed(tmp_path):
 
 
 def test_stability_figure_draws_every_placement_apart_and_wraps_a_long_caption(tmp_path):
-  """14 placements (more than matplotlib's 10 colours): no two drawn alike, the legend
+  """16 placements (more than matplotlib's 10 colours): no two drawn alike, the legend
   inside the figure; a caption longer than the figure is wide wraps onto lines inside it."""
   from matplotlib.colors import to_hex
 

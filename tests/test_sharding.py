@@ -3,7 +3,7 @@ the state per device; a checkpoint saved on one mesh restores onto another.
 
 Every model is stepped under FSDP and under data × FSDP × tensor parallelism (2×2×2), the
 LM also under pure data and pure tensor parallelism, and every norm placement under one
-of them. The full product (3 models × 14 placements × 4 modes) would compile ~170 train
+of them. The full product (3 models × 16 placements × 4 modes) would compile ~170 train
 steps; the placements differ only inside the blocks all three models share
 (transformer.stack), so each is paired with one model and mode (the encoder-decoder
 carries two: one per stack). B2T, which adds no parameter, takes pure data parallelism.
@@ -28,6 +28,8 @@ CASES = [
     # 2024-25: nGPT (LM only) with its norms over a tensor-parallel D, OLMo 2's QK-norm over
     # all heads with the heads split, DyT and LayerNorm Scaling in the two stacks.
     ("lm", "all", "ngpt"), ("lm", "model", "olmo2"), ("translation", "fsdp", ("dyt", "lns")),
+    # 2025: HybridNorm's per-head q, k, v norms with the heads split; Derf in both stacks.
+    ("lm", "model", "hybridnorm"), ("translation", "all", ("derf", "hybridnorm")),
 ]
 
 

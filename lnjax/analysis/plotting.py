@@ -19,12 +19,13 @@ PLACEMENT_LABELS = {
     "post": "Post-LN", "pre": "Pre-LN", "sandwich": "Sandwich-LN", "peri": "Peri-LN",
     "deepnorm": "DeepNorm", "normformer": "NormFormer", "resi_dual": "ResiDual",
     "admin": "Admin", "mix": "Mix-LN", "b2t": "B2T", "dyt": "DyT",
-    "lns": "LayerNorm Scaling", "olmo2": "OLMo 2", "ngpt": "nGPT"}
+    "lns": "LayerNorm Scaling", "olmo2": "OLMo 2", "ngpt": "nGPT", "hybridnorm": "HybridNorm",
+    "derf": "Derf"}
 # Each placement's colour, the same in every figure: matplotlib's ten default colours
-# (tab10), then four darker ones, so no two of the 14 share one.
+# (tab10), then six darker ones, so no two of the 16 share one.
 PLACEMENT_COLORS = dict(zip(PLACEMENT_LABELS, (
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-    "#bcbd22", "#17becf", "#000000", "#e6ab02", "#000080", "#800000")))
+    "#bcbd22", "#17becf", "#000000", "#e6ab02", "#000080", "#800000", "#006400", "#8b008b")))
 _COLORS_BY_LABEL = {PLACEMENT_LABELS[n]: c for n, c in PLACEMENT_COLORS.items()}
 TASK_LABELS = {"lm": "language model", "translation": "translation",
                "mlm": "masked language model", "glue": "GLUE fine-tuning"}

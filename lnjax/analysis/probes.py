@@ -78,7 +78,7 @@ def norm_inputs(setup, params, batch, *, num_tokens: int = 8):
       mask = weights > 0 if x.shape[:2] == weights.shape else np.ones(x.shape[:2], bool)
     xs, ys = x[mask].reshape(-1, d), y[mask].reshape(-1, d)
     scope_params = _params_at(params, path)
-    unbound = type(module)(eps=module.eps, dtype=module.dtype)
+    unbound = module.clone(parent=None, name=None)  # (its eps, dtype, unit offset)
     fn = lambda v, m=unbound, p=scope_params: m.apply({"params": p}, v[None])[0]
     result[path] = {"in_sq": float(np.mean(np.sum(xs * xs, -1)) / d),
                     "out_sq": float(np.mean(np.sum(ys * ys, -1)) / d),

@@ -105,6 +105,13 @@ def per_layer(values: dict, suffix: str) -> dict:
 _STACKS = {"lm": "language model", "encoder": "encoder", "decoder": "decoder"}
 
 
+def ffn_input_suffix(values: dict) -> str:
+  """W¹'s entry: 'ffn/wi/kernel', or the gate's 'ffn/wi_gate/kernel' in a gated FFN
+  (`model.gated_ffn`: SwiGLU, GeGLU)."""
+  gated = any(path.endswith("ffn/wi_gate/kernel") for path in values)
+  return "ffn/wi_gate/kernel" if gated else "ffn/wi/kernel"
+
+
 def _plots(result: dict, out: str):
   import matplotlib
   matplotlib.use("Agg")
@@ -112,7 +119,7 @@ def _plots(result: dict, out: str):
 
   from lnjax.analysis import plotting
 
-  panels = [("ffn/wi/kernel", "FFN input weight W¹", "‖∂L/∂W¹‖_F"),
+  panels = [(ffn_input_suffix(result["gradient_norms"]), "FFN input weight W¹", "‖∂L/∂W¹‖_F"),
             ("ffn/wo/kernel", "FFN output weight W²", "‖∂L/∂W²‖_F"),
             ("self_attn/value/kernel", "self-attention value W_V", "‖∂L/∂W_V‖_F")]
   fig, axes = plt.subplots(1, 4, figsize=(17, 4.0))
@@ -165,7 +172,7 @@ def _report(result: dict, out: str) -> None:
            f"{result['update_lr']:g} |", "|---|---|---|---|"]
   by_layer = lambda values, suffix: {f"{stack}/{layer}": v for stack, pts in
                                      per_layer(values, suffix).items() for layer, v in pts}
-  w1 = by_layer(result["gradient_norms"], "ffn/wi/kernel")
+  w1 = by_layer(result["gradient_norms"], ffn_input_suffix(result["gradient_norms"]))
   w2 = by_layer(result["gradient_norms"], "ffn/wo/kernel")
   ur = by_layer(result["update_ratios"], "ffn/wo/kernel")
   for key in w1:

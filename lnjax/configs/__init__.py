@@ -1,4 +1,4 @@
-"""The configs shipped with lnjax, one file each: default, lm, multi30k_de_en,
+"""The configs shipped with lnjax, one file each: default, lm, llama, multi30k_de_en,
 iwslt14_de_en, wmt14_en_de, bert, glue. Each defines `get_config(arg)` (presets after a
 colon: `lm.py:norm=post,smoke`) and may define `get_sweep(arg)`.
 

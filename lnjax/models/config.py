@@ -32,7 +32,7 @@ class ModelConfig:
   max_len: int = 256  # Longest sequence the position embedding covers (>= data.seq_len).
   norm_position: str = "pre"  # post: LN(x + F(x)) | pre: x + F(LN(x)), with a final LN |
   # sandwich | peri | deepnorm | normformer | resi_dual | admin | mix | b2t | dyt | lns |
-  # olmo2 | ngpt (docs/configs.md's table).
+  # olmo2 | ngpt | hybridnorm | derf (docs/configs.md's table).
   norm_kind: str = "layernorm"  # layernorm | rmsnorm | scalenorm
   norm_eps: float = 1e-5  # ε inside the norm's square root.
   qk_norm: bool = False  # A norm of norm_kind on each head's q and k (ViT-22B, arXiv
@@ -42,6 +42,7 @@ class ModelConfig:
   deepnorm_beta: float = 0.0  # (placement.deepnorm_role_constants).
   dyt_alpha_init: float = 0.5  # DyT: α₀ of every DyT (the paper's default) ...
   dyt_attention_alpha_init: float = 0.0  # ... but the attention blocks'; 0 = dyt_alpha_init.
+  derf_alpha_init: float = 0.5  # Derf: α₀ of every Derf (its code's default; GPT-2 runs 1.0).
   dropout_rate: float = 0.1  # On sub-layer outputs and embeddings.
   attention_dropout_rate: float = 0.0  # On attention probabilities.
   activation: str = "relu"  # FFN (and MLM head) non-linearity: relu (paper) | gelu (tanh
@@ -117,7 +118,7 @@ class ModelConfig:
     errors.check_range("model.mix_post_fraction", self.mix_post_fraction, low=0.0, high=1.0)
     for key in ("deepnorm_alpha", "deepnorm_beta"):
       errors.check_range(f"model.{key}", getattr(self, key), low=0.0)
-    for key in ("dyt_alpha_init", "dyt_attention_alpha_init"):
+    for key in ("dyt_alpha_init", "dyt_attention_alpha_init", "derf_alpha_init"):
       errors.check_range(f"model.{key}", getattr(self, key), low=0.0)
     placement.check_options(self)
     if self.d_model % self.num_heads and not self.head_dim:

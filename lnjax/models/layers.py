@@ -89,6 +89,8 @@ class Attention(nn.Module):
                 they split into heads (OLMo 2, arXiv 2501.00656), one gain of width D each
     unit_qk     a factory of a module (q, k) -> (q, k) putting each head's q and k on the
                 unit sphere (nGPT, arXiv 2410.01131); q kᵀ is then scaled by √d_h, not 1/√d_h
+    v_norm      a norm factory: each head's v normalized over d_h, as qk_norm does q and k
+                (HybridNorm's QKV-norm, arXiv 2503.04598)
   `attention_impl` (one of ATTENTION_IMPLS) picks the kernel of training and evaluation;
   incremental decoding always runs the plain one.
   """
@@ -104,6 +106,7 @@ class Attention(nn.Module):
   vo_init: Callable = xavier_uniform
   full_qk_norm: Callable | None = None
   unit_qk: Callable | None = None
+  v_norm: Callable | None = None
   weight_grad: str = "autodiff"  # The projections' Dense.weight_grad.
   attention_impl: str = "plain"  # One of ATTENTION_IMPLS.
   num_kv_heads: int = 0  # G; 0 = num_heads.
@@ -139,6 +142,8 @@ class Attention(nn.Module):
     if self.qk_norm is not None:
       q_BxHxTxK = self.qk_norm(name="query_norm")(q_BxHxTxK)
       k_BxGxSxK = self.qk_norm(name="key_norm")(k_BxGxSxK)
+    if self.v_norm is not None:
+      v_BxGxSxK = self.v_norm(name="value_norm")(v_BxGxSxK)
     offset = self._cache_index() if decode else 0  # Position of the first query.
     if self.rope_theta:  # (self-attention: q and k at the same positions)
       positions_T = offset + jnp.arange(t)
@@ -149,10 +154,10 @@ class Attention(nn.Module):
     if not isinstance(window, int) or window:
       bias_BxHxTxS = bias_BxHxTxS + window_bias(offset + jnp.arange(t),
                                                 jnp.arange(k_BxGxSxK.shape[2]), window)
-    # GQA: key/value head j serves query heads j·H/G ... (j+1)·H/G - 1 (transformers'
-    # repeat_kv order).
-    k_BxHxSxK = jnp.repeat(k_BxGxSxK, h // g, axis=1)
-    v_BxHxSxK = jnp.repeat(v_BxGxSxK, h // g, axis=1)
+    k_BxHxSxK, v_BxHxSxK = k_BxGxSxK, v_BxGxSxK
+    if g != h:  # GQA: key/value head j serves query heads j·H/G ... (j+1)·H/G - 1
+      k_BxHxSxK = jnp.repeat(k_BxGxSxK, h // g, axis=1)  # (transformers' repeat_kv order)
+      v_BxHxSxK = jnp.repeat(v_BxGxSxK, h // g, axis=1)
     if self.unit_qk is not None:
       q_BxHxTxK, k_BxHxSxK = self.unit_qk(name="qk_scale")(q_BxHxTxK, k_BxHxSxK)
     scale = self.query_scale or k_h**-0.5

@@ -6,6 +6,7 @@ E[x²] - E[x]² form loses precision and, on XLA:CPU, is also slower here.
 """
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 
 from lnjax.models import layers
@@ -90,6 +91,27 @@ class DyT(nn.Module):
     gamma_D = gain(self, d, self.unit_offset)
     beta_D = layers.param(self, "bias", nn.initializers.zeros, (d,), ("norm",))
     y = jnp.tanh(alpha * x_BxTxD.astype(jnp.float32)) * gamma_D + beta_D
+    return y.astype(self.dtype)
+
+
+class Derf(nn.Module):
+  """Derf(x) = γ ⊙ erf(α·x + s) + β  (Dynamic erf, Chen et al. 2025, arXiv 2512.10938,
+  eq. 10; zlab-princeton/Derf's Dynamic_erf): DyT's successor, no statistics; α and the
+  shift s one learned scalar each, init `alpha_init` (the code's default 0.5; its GPT-2
+  runs 1.0) and 0; γ init 1 and β init 0 per dimension."""
+
+  alpha_init: float = 0.5
+  dtype: jnp.dtype = jnp.float32
+  unit_offset: bool = False  # γ applied as 1 + w (`gain`).
+
+  @nn.compact
+  def __call__(self, x_BxTxD):
+    d = x_BxTxD.shape[-1]
+    alpha = layers.param(self, "alpha", nn.initializers.constant(self.alpha_init), (), ())
+    shift = layers.param(self, "shift", nn.initializers.zeros, (), ())
+    gamma_D = gain(self, d, self.unit_offset)
+    beta_D = layers.param(self, "bias", nn.initializers.zeros, (d,), ("norm",))
+    y = jax.scipy.special.erf(alpha * x_BxTxD.astype(jnp.float32) + shift) * gamma_D + beta_D
     return y.astype(self.dtype)
 
 

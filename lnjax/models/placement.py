@@ -25,6 +25,9 @@ formula beside it:
   olmo2       x ← x + N(F(x)), QK-norm; final N        OLMo 2, arXiv 2501.00656
   ngpt        h ← Norm(h + α ⊙ (Norm(F(h)) − h)), Norm(x) = x/‖x‖; h_0 = Norm(embedding);
               matrices' rows on the unit sphere        nGPT, arXiv 2410.01131
+  hybridnorm  attention x ← x + Attn(N_q(q), N_k(k), N_v(v)), per-head N on q, k, v;
+              FFN z ← N(x), x ← z + F(z); final N      HybridNorm, arXiv 2503.04598
+  derf        pre, every N a Derf: γ ⊙ erf(α·x + s) + β   Derf, arXiv 2512.10938
 
 `begin` turns the embedding into the residual stream, `layer` and `residual` advance it,
 and `end` turns it into what the output projection (or the decoder) reads. What a
@@ -45,7 +48,7 @@ from lnjax.core import errors
 from lnjax.models import layers, norms
 
 NORM_POSITIONS = ("post", "pre", "sandwich", "peri", "deepnorm", "normformer", "resi_dual",
-                  "admin", "mix", "b2t", "dyt", "lns", "olmo2", "ngpt")
+                  "admin", "mix", "b2t", "dyt", "lns", "olmo2", "ngpt", "hybridnorm", "derf")
 
 
 def _norm(cfg, name: str) -> nn.Module:
@@ -53,6 +56,8 @@ def _norm(cfg, name: str) -> nn.Module:
     attention = name.startswith(("self_attn", "cross_attn"))  # may differ (LLaMA table).
     alpha = cfg.dyt_attention_alpha_init if attention else 0.0
     return norms.DyT(alpha or cfg.dyt_alpha_init, cfg.dtype, cfg.norm_unit_offset, name=name)
+  if cfg.norm_position == "derf":  # Derf in place of every norm.
+    return norms.Derf(cfg.derf_alpha_init, cfg.dtype, cfg.norm_unit_offset, name=name)
   return norms.make_norm(cfg.norm_kind, cfg.norm_eps, cfg.dtype, name, cfg.norm_unit_offset)
 
 
@@ -110,7 +115,7 @@ def residual(cfg, index: int, name: str, stream, sublayer: Callable, dropout: Ca
   x = stream
   if position == "post":
     return norm("norm")(x + dropout(sublayer(x)))  # x = LN(x + F(x))
-  if position in ("pre", "dyt"):  # (DyT: N = γ ⊙ tanh(α·x) + β, from _norm)
+  if position in ("pre", "dyt", "derf"):  # (DyT, Derf: N point-wise, from _norm)
     return x + dropout(sublayer(norm("norm")(x)))  # x = x + F(LN(x))
   if position == "lns":  # LayerNorm Scaling: N's output × 1/√ℓ, ℓ = 1 + the layer index.
     return x + dropout(sublayer(norm("norm")(x) / math.sqrt(index + 1)))  # x + F(N(x)/√ℓ)
@@ -121,6 +126,11 @@ def residual(cfg, index: int, name: str, stream, sublayer: Callable, dropout: Ca
                                    name=f"{name}_alpha")()).astype(x.dtype)
     h_f = norms.unit(dropout(sublayer(x)))
     return norms.unit(x + alpha_D * (h_f - x))  # h = Norm(h + α ⊙ (Norm(F(h)) − h))
+  if position == "hybridnorm":  # HybridNorm: N on q, k, v inside attention
+    if name != "ffn":  # (sublayer_options), nothing around it: x = x + Attn(x)
+      return x + dropout(sublayer(x))
+    z = norm("norm")(x)
+    return z + dropout(sublayer(z))  # FFN: z = N(x); x = z + F(z)
   if position in ("sandwich", "peri"):
     return x + dropout(norm("out_norm")(sublayer(norm("norm")(x))))  # x + N_out(F(N_in(x)))
   if position == "normformer":  # Attention: x + N_a(HeadScaleMHA(N(x))); FFN: x + F(N(x)),
@@ -143,7 +153,8 @@ def end(cfg, stream, name: str = "final_norm") -> jax.Array:
   x = stream
   if cfg.norm_position in ("post", "deepnorm", "admin", "b2t", "ngpt"):
     return x  # Every sub-layer already ended in a norm.
-  if cfg.norm_position in ("pre", "sandwich", "peri", "normformer", "mix", "dyt", "lns", "olmo2"):
+  if cfg.norm_position in ("pre", "sandwich", "peri", "normformer", "mix", "dyt", "lns", "olmo2",
+                           "hybridnorm", "derf"):
     # Pre-LN's stream is a sum of un-normalized sub-layer outputs; without this final
     # LN its scale grows with depth (arXiv 2002.04745; a common bug in public code).
     return _norm(cfg, name)(x)
@@ -226,6 +237,10 @@ def sublayer_options(cfg) -> tuple[dict, dict]:
     attention["full_qk_norm"] = _norm_factory(cfg)
     olmo_init = nn.initializers.truncated_normal(0.02, lower=-3.0, upper=3.0)
     attention["qk_init"] = attention["vo_init"] = mlp["kernel_init"] = olmo_init
+  if cfg.norm_position == "hybridnorm":
+    # HybridNorm (BryceZhuo/HybridNorm's OLMo code: use_query_norm, use_key_norm,
+    # use_value_norm): N of norm_kind on each head's q, k and v, width d_h, before RoPE.
+    attention["qk_norm"] = attention["v_norm"] = _norm_factory(cfg)
   if cfg.norm_position == "ngpt":
     # nGPT: s_qk ⊙ Norm(q), s_qk ⊙ Norm(k) and q kᵀ·√d_h; act(s_ν√D ⊙ x W¹); normal weights
     # (their rows put on the sphere after init, ngpt_unit_matrices).
@@ -239,7 +254,7 @@ def check_options(cfg):
   """Refuses what contradicts a placement (ModelConfig's check): a second QK-norm, nGPT in
   an encoder-decoder stack."""
   positions = {cfg.norm_position, cfg.encoder_norm_position, cfg.decoder_norm_position}
-  own_qk_norm = sorted(positions & {"olmo2", "ngpt"})
+  own_qk_norm = sorted(positions & {"olmo2", "ngpt", "hybridnorm"})
   if cfg.qk_norm and own_qk_norm:
     raise errors.ConfigError(f"model.qk_norm=True with norm_position={own_qk_norm[0]!r}, which "
                              "normalizes q and k its own way: set model.qk_norm=False")
