@@ -39,7 +39,11 @@ from lnjax.sweep import stability_report  # noqa: E402
 
 import atlas_blocks  # noqa: E402  (beside this script)
 
-ALL = ",".join(models.NORM_POSITIONS)
+# The 2020 atlas's 14 placements (measured 2026-12-01 to 12-05); the modern block takes every
+# placement lnjax has (HybridNorm and Derf too, and any added later: a new cell of each slice).
+PLACEMENTS_2020 = models.NORM_POSITIONS[:14]
+ALL = ",".join(PLACEMENTS_2020)
+EVERY = ",".join(models.NORM_POSITIONS)
 COMMON = ["--config=configs/lm.py:size=small", "--seeds=2", "--config.data.batch_size=16"]
 # name: (the search's own flags, what the slice is for). Short probes and a 2× tolerance
 # keep 14 placements to a few hours on 2 cores; the claim pair is measured finer, and a
@@ -69,18 +73,19 @@ MODERN = ["--config.model.pos_emb=rope", "--config.model.activation=silu",
           "--config.model.gated_ffn=true", "--config.model.norm_kind=rmsnorm",
           "--config.model.use_bias=false"]
 MODERN_SLICES = {
-    "d12": ([f"--placements={ALL}", "--depths=12", "--warmups=0", "--probe_steps=300",
+    "d12": ([f"--placements={EVERY}", "--depths=12", "--warmups=0", "--probe_steps=300",
              "--tolerance=2"], "every placement at 12 layers, no warm-up, modern block"),
-    "w500_d12": ([f"--placements={ALL}", "--depths=12", "--warmups=500", "--probe_steps=300",
+    "w500_d12": ([f"--placements={EVERY}", "--depths=12", "--warmups=500", "--probe_steps=300",
                   "--tolerance=2"], "every placement at 12 layers after 500 warm-up steps, "
                  "modern block"),
 }
 # block: (its slices, the (depth, warm-up) grid, the borrowed range tests, its config flags,
-# the folder of its states under experiments/, its figure under docs/figures/).
+# the folder of its states under experiments/, its figure under docs/figures/, its placements).
 BLOCKS = {
-    "2020": (SLICES, GRID, BORROWS, [], "atlas", "atlas.png"),
+    "2020": (SLICES, GRID, BORROWS, [], "atlas", "atlas.png", PLACEMENTS_2020),
     "modern": (MODERN_SLICES, {"depths": (12,), "warmups": (0, 500)},
-               {"w500_d12": ("d12",)}, MODERN, "atlas_modern", "atlas_modern.png"),
+               {"w500_d12": ("d12",)}, MODERN, "atlas_modern", "atlas_modern.png",
+               models.NORM_POSITIONS),
 }
 
 _BLOCK = flags.DEFINE_enum("block", "2020", list(BLOCKS), "The Transformer block: 2020 "
@@ -117,7 +122,7 @@ def state_path(name: str, block: str = "2020") -> str:
 
 def search_command(name: str, workdir: str, report_only: bool,
                    placements: list[str] | None = None, block: str = "2020") -> list[str]:
-  slices, _, borrows, extra, _, _ = BLOCKS[block]
+  slices, _, borrows, extra = BLOCKS[block][:4]
   borrowed = [state_path(n, block) for n in borrows.get(name, ())
               if os.path.exists(state_path(n, block))]
   flags_ = [f"--placements={','.join(placements)}" if placements and f.startswith(
@@ -188,7 +193,7 @@ def merged(block: str, only: tuple[str, ...] = ()) -> tuple[dict, dict, list[str
 def main(argv):
   del argv
   block = _BLOCK.value
-  slice_defs, grid = BLOCKS[block][0], BLOCKS[block][1]
+  slice_defs, grid, placements = BLOCKS[block][0], BLOCKS[block][1], BLOCKS[block][6]
   if _RUN.value and _RUN.value not in slice_defs:
     raise app.UsageError(f"--run={_RUN.value}: no such slice of the {block} block; its "
                          f"slices: {', '.join(slice_defs)}")
@@ -213,7 +218,7 @@ def main(argv):
   columns = [(d, w) for w in grid["warmups"] for d in grid["depths"]]
   coverage = ["| placement | " + " | ".join(f"{d} layers, warm-up {w}" for d, w in columns)
               + " |", "|---|" + "---|" * len(columns)]
-  for p in models.NORM_POSITIONS:
+  for p in placements:
     marks = [verdict(cells[(p, d, w)]) if (p, d, w) in cells else
              so_far(searching[(p, d, w)]) if (p, d, w) in searching else "not yet"
              for d, w in columns]
@@ -223,12 +228,12 @@ def main(argv):
   (cold, warm), depths = grid["warmups"], grid["depths"]
   lifts = ["| placement | " + " | ".join(f"{d} layers" for d in depths) + " |",
            "|---|" + "---:|" * len(depths)]
-  for p in models.NORM_POSITIONS:
+  for p in placements:
     lifts.append(f"| {plotting.placement_label(p)} | " + " | ".join(
         lift(cells.get((p, d, cold)), cells.get((p, d, warm))) for d in depths) + " |")
-  total = len(models.NORM_POSITIONS) * len(grid["depths"]) * len(grid["warmups"])
+  total = len(placements) * len(grid["depths"]) * len(grid["warmups"])
   lines.append(f"Cells measured: {len(table)} of the atlas's {total} "
-               f"({len(models.NORM_POSITIONS)} placements × depths "
+               f"({len(placements)} placements × depths "
                f"{', '.join(map(str, grid['depths']))} × warm-up "
                f"{', '.join(map(str, grid['warmups']))}).")
   title = "# The stability atlas" + (", modern block" if block == "modern" else "")

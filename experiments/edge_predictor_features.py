@@ -62,7 +62,10 @@ def main(argv):
           config.model[key] = value
       workdir = os.path.join(_WORKDIR.value, _BLOCK.value, key.replace("/", "_d"))
       t0 = time.perf_counter()
-      lnjax.train(config, workdir)
+      summary = lnjax.train(config, workdir)
+      if summary.get("status") not in ("completed", "diverged"):  # Stopped: not a record.
+        print(f"{key}: {summary.get('status')}, not recorded", flush=True)
+        return
       record = predict.read_run(workdir)
       record["seconds"] = round(time.perf_counter() - t0, 1)
       table[key] = record

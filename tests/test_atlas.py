@@ -134,7 +134,9 @@ def test_the_modern_blocks_slices_run_the_modern_block_in_their_own_states(tmp_p
                "--probe_steps=300", "--tolerance=2", "--seeds=2",
                f"--state={tmp_path}/w500_d12.json", f"--range_tests_from={tmp_path}/d12.json"):
     assert flag in modern, flag
+  assert [f for f in modern if f.startswith("--placements=")][0].endswith(",ngpt,hybridnorm,derf")
   assert not any(f.startswith("--config.model.pos_emb") for f in older)
+  assert [f for f in older if f.startswith("--placements=")][0].endswith(",olmo2,ngpt")
   assert older_states == os.path.join(REPO, "experiments", "atlas")
   assert f"--state={older_states}/d12.json" in older
 
