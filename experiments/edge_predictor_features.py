@@ -36,7 +36,8 @@ _BLOCK = flags.DEFINE_enum("block", "2020", ["2020", "modern"], "The block (as "
 # The modern block's keys (experiments/atlas.py MODERN).
 MODERN = {"pos_emb": "rope", "activation": "silu", "gated_ffn": True, "norm_kind": "rmsnorm",
           "use_bias": False}
-_PLACEMENTS = flags.DEFINE_list("placements", list(models.NORM_POSITIONS), "Placements.")
+_PLACEMENTS = flags.DEFINE_list("placements", None, "Placements (default: the atlas's: the "
+                                 "2020 block's 14, every placement on the modern block).")
 _DEPTHS = flags.DEFINE_list("depths", ["6", "12", "24"], "Depths.")
 _STEPS = flags.DEFINE_integer("steps", predict.STEPS, "Steps of each run.")
 _LR = flags.DEFINE_float("lr", predict.REFERENCE_LR, "The reference learning rate.")
@@ -48,8 +49,10 @@ def main(argv):
   out = _OUT.value or os.path.join(REPO, "experiments", "edge_predictor", "features.json"
                                    if _BLOCK.value == "2020" else "features_modern.json")
   table = json.load(open(out)) if os.path.exists(out) else {}
+  placements = _PLACEMENTS.value or list(
+      models.NORM_POSITIONS[:14] if _BLOCK.value == "2020" else models.NORM_POSITIONS)
   for depth in map(int, _DEPTHS.value):
-    for placement in _PLACEMENTS.value:
+    for placement in placements:
       key = f"{placement}/{depth}"
       if key in table:
         continue
