@@ -10,7 +10,9 @@
 #      attention tests of tests/test_models.py);
 #   2. the bf16 suite against PyTorch autocast with MFU, the LM and the IWSLT-size
 #      encoder-decoder (benchmarks/suite.py; BENCHMARKS.md's suite_gpu section; needs a
-#      CUDA PyTorch, else skipped with a line saying so);
+#      CUDA PyTorch, else skipped with a line saying so); stage "llama": the Llama-style
+#      decoder at a 125M shape against transformers' LlamaForCausalLM, eager and under
+#      torch.compile, bf16 (suite_gpu_llama section; the same CUDA PyTorch);
 #   3. kernels: the attention kernels (plain, xla, cudnn) checked against each other and
 #      timed (benchmarks/gpu_check.py; BENCHMARKS.md's gpu_check section, with each stage's
 #      time);
@@ -30,8 +32,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${GPU_CHECK_OUT:-BENCHMARKS.md}
-only=",${GPU_CHECK_STAGES:-tests,suite,kernels,run,plan},"  # The stages that run: a subset of these.
+only=",${GPU_CHECK_STAGES:-tests,suite,llama,kernels,run,plan},"  # The stages that run: a subset.
 suite=(benchmarks/suite.py --dtype bfloat16 --models lm,mt_iwslt)  # Stage 2's comparison.
+llama=(benchmarks/suite.py --dtype bfloat16 --models llama,llama_compile)  # Stage "llama".
 if ! command -v python >/dev/null; then  # An image with python3 alone (the first GPU machine's).
   bin=$(mktemp -d)
   printf '#!/bin/sh\nexec python3 "$@"\n' > "$bin/python" && chmod +x "$bin/python"
@@ -41,6 +44,7 @@ fi
 backend=$(python -c 'import jax; print(jax.default_backend())' 2>/dev/null || echo "none (JAX failed)")
 if [ "$backend" != gpu ]; then
   python "${suite[@]}" --dry_run
+  python "${llama[@]}" --dry_run
   python benchmarks/gpu_check.py --dry_run
   echo "gpu_check: needs a GPU (JAX's backend here: $backend); ran stages 2 to 5 at tiny" \
        "sizes (--dry_run), nothing written. On a GPU machine: pip install -e \".[cuda]\"" \
@@ -84,6 +88,11 @@ else
   echo "=== gpu_check: no CUDA PyTorch here: the bf16 suite is skipped (pip install" \
        "torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128)"
   stages+="${stages:+,}bf16 suite vs PyTorch autocast=0=skipped: no CUDA PyTorch"
+fi
+
+if [[ $only == *,llama,* ]] && python -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+  stage "bf16 Llama-style vs LlamaForCausalLM (eager, torch.compile)" 300 \
+      python "${llama[@]}" --rounds 3 --steps 20 --out "$out"
 fi
 
 # Its own 420 s budget ends the run in time to write the tables; the outer limit is a backstop.

@@ -22,6 +22,14 @@ Adam, lr 1e-3, β (0.9, 0.98), ε 1e-8 for all three):
        tied MLM head; batch 32 × seq 128, 20 predicted positions per sequence.
   mt_iwslt  configs/iwslt14_de_en.py's encoder-decoder (the paper's IWSLT model, for the
        GPU table): 6+6 layers, D 512, 4 heads, F 1024, vocab 10000; the mt batch.
+  llama  a Llama-style decoder (issue 59): Pre-LN RMSNorm (ε 1e-6), rotary positions
+       (θ 10000), SwiGLU, grouped-query attention, no biases, no embedding scaling, untied:
+       8 layers, D 128, 4 heads, 2 key/value heads, F 352, vocab 4096; the lm batch (with
+       --dtype bfloat16, for a GPU: 12 layers, D 768, 12 heads, 4 key/value heads, F 2048,
+       vocab 32000).
+       Its peer is transformers' own LlamaForCausalLM (benchmarks/llama_peer.py) on torch
+       eager; llama_compile: the same under torch.compile (both rows in one run:
+       --models llama,llama_compile).
 The pre-LN models by default (--norm post for Post-LN).
 
 For each model, lnjax's train step (benchmarks/lm_step.py's TrainStep: lnjax's own
@@ -71,7 +79,7 @@ import lm_step  # noqa: E402
 from lnjax import sweep, tasks  # noqa: E402
 from lnjax.models import ModelConfig  # noqa: E402
 
-MODELS = ("lm", "mt", "mlm", "mt_iwslt")
+MODELS = ("lm", "mt", "mlm", "mt_iwslt", "llama", "llama_compile")
 # lnjax's step with train.health=log|warn (the "lnjax" column is train.health=off): at a
 # step between log steps (per-layer RMS of gradient, update and parameters) and at a log
 # step (also the sown activations: residual RMS, attention and output logits).
@@ -82,7 +90,7 @@ MAX_HEALTH_OVERHEAD = 0.03
 DEFAULT_MODELS = ("lm", "mt", "mlm")
 # The goals on this CPU (issue 34): lnjax's step time at most PyTorch eager's, and its
 # worker's peak RSS at most 1.5× the PyTorch worker's, for each CPU model.
-MAX_RATIO = {"lm": 1.0, "mt": 1.0, "mlm": 1.0}
+MAX_RATIO = {"lm": 1.0, "mt": 1.0, "mlm": 1.0, "llama": 1.0, "llama_compile": 1.0}
 MAX_RSS_RATIO = 1.5
 # Batch shapes (B, T) per model, and those of --dry_run with its model sizes.
 SHAPES = {"lm": (lm_step.BATCH, lm_step.SEQ), "mt": (128, 32), "mlm": (32, 128)}
@@ -91,7 +99,21 @@ DRY_MODEL = dict(num_layers=1, d_model=32, num_heads=2, d_ff=64, vocab_size=96)
 
 
 def batch_shape(name: str, dry: bool = False) -> tuple[int, int]:
-  return (DRY_SHAPES if dry else SHAPES)["mt" if name == "mt_iwslt" else name]
+  return (DRY_SHAPES if dry else SHAPES)[BATCH_OF.get(name, name)]
+
+
+# The models that share another's batch (and task).
+BATCH_OF = {"mt_iwslt": "mt", "llama": "lm", "llama_compile": "lm"}
+# The Llama-style decoder (transformers' LlamaForCausalLM's function; benchmarks/llama_peer.py).
+LLAMA = dict(num_layers=8, d_model=128, num_heads=4, num_kv_heads=2, d_ff=352,
+             vocab_size=lm_step.MODEL["vocab_size"], max_len=lm_step.SEQ, norm_position="pre",
+             norm_kind="rmsnorm", norm_eps=1e-6, pos_emb="rope", rope_theta=10000.0,
+             activation="silu", gated_ffn=True, use_bias=False, scale_embeddings=False,
+             tie_embeddings=False, dropout_rate=0.0)
+# On a GPU (--dtype bfloat16) the Llama-style rows take a 125M-parameter shape (GPT-3 Small's
+# 12 layers × D 768, with 4 key/value heads and Llama's F ≈ 8/3·D), as a GPU trains them.
+LLAMA_GPU = dict(LLAMA, num_layers=12, d_model=768, num_heads=12, num_kv_heads=4, d_ff=2048,
+                 vocab_size=32000)
 
 
 # ---------------------------------------------------------------------------------------
@@ -111,6 +133,8 @@ def model_config(name: str, norm: str, dtype: str = "float32", dry: bool = False
 
 
 def _full_model_config(name: str, norm: str, dtype: str) -> ModelConfig:
+  if name in ("llama", "llama_compile"):  # (Pre-LN whatever --norm: Llama's block.)
+    return ModelConfig(**(LLAMA if dtype == "float32" else LLAMA_GPU), dtype=dtype)
   if name == "lm":
     return ModelConfig(**lm_step.MODEL, norm_position=norm, dropout_rate=0.0, dtype=dtype)
   if name == "mt":
@@ -126,7 +150,8 @@ def _full_model_config(name: str, norm: str, dtype: str) -> ModelConfig:
 
 
 TASKS = {"lm": tasks.get("lm"), "mt": tasks.get("translation"), "mlm": tasks.get("mlm_nsp"),
-         "mt_iwslt": tasks.get("translation")}
+         "mt_iwslt": tasks.get("translation"), "llama": tasks.get("lm"),
+         "llama_compile": tasks.get("lm")}
 
 
 def make_batch(name: str, cfg: ModelConfig, dry: bool = False) -> dict:
@@ -134,7 +159,7 @@ def make_batch(name: str, cfg: ModelConfig, dry: bool = False) -> dict:
   rng = np.random.default_rng(0)
   ints = lambda high, shape, low=1: rng.integers(low, high, shape, dtype=np.int32)
   b, t = batch_shape(name, dry)
-  if name == "lm":
+  if BATCH_OF.get(name, name) == "lm":
     return lm_step.lm_batch(cfg.vocab_size, b, t)
   if name in ("mt", "mt_iwslt"):
     tgt = ints(cfg.vocab_size, (b, t + 1))
@@ -163,6 +188,11 @@ def flops(name: str, cfg: ModelConfig, dry: bool = False) -> dict:
   b, t = batch_shape(name, dry)
   if name == "lm":
     per_token = lm_step.flops_per_token(cfg.num_layers, d, f, v, seq_len=t)["total"]
+    return {"total": per_token * b * t, "tokens": b * t}
+  if name in ("llama", "llama_compile"):
+    q, kv = cfg.num_heads * cfg.head_size, cfg.num_kv_heads * cfg.head_size
+    n = cfg.num_layers
+    per_token = 6 * n * (2 * d * q + 2 * d * kv + 3 * d * f) + 12 * n * t * q + 6 * d * v
     return {"total": per_token * b * t, "tokens": b * t}
   if name in ("mt", "mt_iwslt"):
     le, ld = cfg.num_layers, cfg.num_decoder_layers or cfg.num_layers
@@ -193,6 +223,10 @@ mlm: FLOPs/step = B·T·[6·L·(4D² + 2DF) + 12·L·T·D] + B·P·6·(D² + D·
      (stack; MLM head at the P gathered positions: transform and tied output; pooler and
      next-sentence head; B 32, T 128, P 20, L 4, D 256, F 1024, V 8003). tokens/s counts
      input tokens (B·T).
+llama: FLOPs/step = B·T·[6·L·(2D·HK + 2D·GK + 3DF) + 12·L·T·HK + 6·D·V] (Q and O, K and V
+     of G heads, the gated FFN's three matrices; B 32, T 128, L 8, D 128, H 4, G 2, K 32,
+     F 352, V 4096; bf16: L 12, D 768, H 12, G 4, K 64, F 2048, V 32000); llama_compile:
+     the same.
 6 = 2 (multiply-add) × 3 (forward, input gradient, weight gradient); attention's QKᵀ and
 AV count in full (no causal discount). MFU = FLOPs/step ÷ step time ÷ the matmul peak of
 the run's compute dtype measured in the same run (JAX jit, n × n @ n × n, 2·n³ FLOPs; n
@@ -218,8 +252,12 @@ def lnjax_worker(name: str, norm: str, workdir: str, dtype: str = "float32",
   if name in ("mt", "mt_iwslt"):
     sizes["num_decoder_layers"] = cfg.num_decoder_layers or cfg.num_layers
     sizes["pos_emb"] = cfg.pos_emb
+  if name in ("llama", "llama_compile"):
+    sizes.update(num_kv_heads=cfg.num_kv_heads, rope_theta=cfg.rope_theta,
+                 compile=name == "llama_compile")
   with open(os.path.join(workdir, "spec.json"), "w") as f:
-    json.dump({"model": "mt" if name == "mt_iwslt" else name, "sizes": sizes}, f)
+    json.dump({"model": {"mt_iwslt": "mt", "llama_compile": "llama"}.get(name, name),
+               "sizes": sizes}, f)
   reply = lambda obj: (sys.stdout.write(json.dumps(obj) + "\n"), sys.stdout.flush())
   reply({"num_params": step.num_params, "initial_loss": step.initial_loss,
          "lower_s": step.lower_s, "compile_s": step.compile_s,
@@ -349,7 +387,9 @@ def bench_model(name: str, norm: str, rounds: int, steps: int, warmup: int,
 
 
 LABELS = {"lm": "LM 2.6M (8L, D 128)", "mt": "Multi30k enc-dec (3+3L, D 256)",
-          "mlm": "masked LM (4L, D 256)", "mt_iwslt": "IWSLT enc-dec (6+6L, D 512)"}
+          "mlm": "masked LM (4L, D 256)", "mt_iwslt": "IWSLT enc-dec (6+6L, D 512)",
+          "llama": "Llama-style LM vs transformers' LlamaForCausalLM, eager",
+          "llama_compile": "Llama-style LM vs LlamaForCausalLM, torch.compile"}
 
 
 def render(results: list[dict], peak: float) -> str:
@@ -445,8 +485,12 @@ def notes(results, peak, n_peaks, args, loads) -> list[str]:
 
 
 def section_tag(args) -> str:
-  """BENCHMARKS.md's section: the CPU float32 table, or the GPU/bf16 one beside it."""
-  return "suite" if args.device == "cpu" and args.dtype == "float32" else "suite_gpu"
+  """BENCHMARKS.md's section: the CPU float32 table, or the GPU/bf16 one beside it; the
+  Llama-style rows alone (--models llama,llama_compile) in their own."""
+  llama = set(args.models.split(",")) <= {"llama", "llama_compile"}
+  if args.device == "cpu" and args.dtype == "float32":
+    return "suite_llama" if llama else "suite"
+  return "suite_gpu_llama" if llama else "suite_gpu"
 
 
 def section(results, peak, n_peaks, args, loads, command) -> str:
@@ -454,7 +498,9 @@ def section(results, peak, n_peaks, args, loads, command) -> str:
   tag = section_tag(args)
   accelerator = ("no GPU" if args.device == "cpu" else
                  f"{jax.device_count()} × {jax.devices()[0].device_kind} (runs on the first)")
-  title = f"Suite: {len(results)} models against PyTorch eager, {args.dtype}, {args.device}"
+  peer = ("transformers' LlamaForCausalLM, eager and torch.compile" if tag.endswith("llama")
+          else "PyTorch eager")
+  title = f"Suite: {len(results)} models against {peer}, {args.dtype}, {args.device}"
   return lm_step.section_text(tag, "benchmarks/suite.py", title, mi, command, [
       render(results, peak), "",
       *["- " + x for x in verdicts(results, peak, args)],

@@ -562,12 +562,17 @@ def worker(args) -> None:
   if args.spec:  # benchmarks/suite.py's models.
     with open(args.spec) as f:
       spec = json.load(f)
-  if spec.get("model") in PEERS:  # The encoder-decoder or the masked LM.
+  if spec.get("model") in PEERS or spec.get("model") == "llama":
+    # The encoder-decoder, the masked LM, or transformers' LlamaForCausalLM (llama_peer.py).
     with np.load(args.params) as f:
       params = {k: f[k] for k in f.files}
     with np.load(args.batch) as f:
       batch = {k: f[k] for k in f.files}
-    trainer = build_peer(spec, params, batch, precision)
+    if spec["model"] == "llama":
+      import llama_peer
+      trainer = llama_peer.build(spec, params, batch, precision)
+    else:
+      trainer = build_peer(spec, params, batch, precision)
     run, loss = trainer.run, trainer.loss
   else:  # The LM: the spec's sizes, or benchmarks/lm_step.py's (TorchLM's defaults).
     sizes = dict(spec.get("sizes", {}))

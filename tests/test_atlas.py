@@ -111,3 +111,51 @@ def test_stopping_a_slice_stops_its_search_and_the_search_its_run(tmp_path):
   left = subprocess.run(["pgrep", "-f", str(work)], capture_output=True, text=True).stdout
   assert not left, f"still running: {left}"
   assert (states / "w500_d6.json").exists()  # The slice's state, where --states says.
+
+
+@pytest.mark.slow
+def test_the_modern_blocks_slices_run_the_modern_block_in_their_own_states(tmp_path):
+  """--block=modern: the same search settings as the 2020 atlas's 12-layer slices, the
+  modern block's keys, states in experiments/atlas_modern (--states here), the warm-up
+  slice borrowing the modern no-warm-up slice's range tests, never the 2020 block's."""
+  script = ("import json, sys; sys.argv = ['atlas', '--block=modern', '--states=' + sys.argv[1]]; "
+            "sys.path.insert(0, 'experiments'); import atlas; from absl import flags; "
+            "flags.FLAGS(sys.argv); print(json.dumps([atlas.search_command("
+            "'w500_d12', 'W', False, block='modern'), atlas.search_command('d12', 'W', True, "
+            "block='2020'), atlas.states_dir('2020')]))")
+  (tmp_path / "d12.json").write_text("{}")
+  r = subprocess.run([sys.executable, "-c", script, str(tmp_path)], cwd=REPO,
+                     capture_output=True, text=True, timeout=120)
+  assert r.returncode == 0, r.stderr[-3000:]
+  modern, older, older_states = json.loads(r.stdout)
+  for flag in ("--config.model.pos_emb=rope", "--config.model.gated_ffn=true",
+               "--config.model.activation=silu", "--config.model.norm_kind=rmsnorm",
+               "--config.model.use_bias=false", "--depths=12", "--warmups=500",
+               "--probe_steps=300", "--tolerance=2", "--seeds=2",
+               f"--state={tmp_path}/w500_d12.json", f"--range_tests_from={tmp_path}/d12.json"):
+    assert flag in modern, flag
+  assert [f for f in modern if f.startswith("--placements=")][0].endswith(",ngpt,hybridnorm,derf")
+  assert not any(f.startswith("--config.model.pos_emb") for f in older)
+  assert [f for f in older if f.startswith("--placements=")][0].endswith(",olmo2,ngpt")
+  assert older_states == os.path.join(REPO, "experiments", "atlas")
+  assert f"--state={older_states}/d12.json" in older
+
+
+def test_both_blocks_are_compared_by_rank_and_the_placements_that_move_are_named():
+  sys.path.insert(0, os.path.join(REPO, "experiments"))
+  import atlas_blocks
+  cell = lambda lo, hi=None: {"highest_stable_lr": lo, "lowest_unstable_lr": hi or 2 * (lo or 1)}
+  older = {("post", 12, 0): cell(1e-3), ("pre", 12, 0): cell(0.05), ("dyt", 12, 0): cell(4e-3),
+           ("ngpt", 12, 0): cell(0.2)}
+  newer = {("post", 12, 0): cell(2e-4), ("pre", 12, 0): cell(0.06), ("dyt", 12, 0): cell(0.05),
+           ("ngpt", 12, 0): cell(0.1)}
+  lines = atlas_blocks.comparison(older, newer, warmups=(0,))
+  text = "\n".join(lines)
+  # Ranks 1 2 3 4 (post, dyt, pre, ngpt) against 1 2 3 4 (post, dyt, pre, ngpt): ρ = 1.
+  assert "warm-up 0: Spearman's rank correlation 1.00 over 4 placements" in text
+  assert "| Post-LN | 0 | 0.001 | 0.0002 | 0.2× | -2.3 |" in text
+  movers = [l for l in lines if l.startswith("- ")]
+  assert [m.split(":")[0] for m in movers] == ["- Post-LN, warm-up 0", "- DyT, warm-up 0"]
+  assert "lower on the modern block by 2.3 steps" in movers[0]
+  assert "higher on the modern block by 3.6 steps" in movers[1]
+  assert atlas_blocks.spearman([1, 2, 3, 4], [10, 20, 40, 30]) == pytest.approx(0.8)

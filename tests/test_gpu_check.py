@@ -125,10 +125,15 @@ def test_the_cpu_branch_dry_runs_the_gpu_stages_own_commands():
   assert 'python "${suite[@]}" --dry_run' in cpu_branch
   assert "python benchmarks/gpu_check.py --dry_run" in cpu_branch
   assert 'python "${suite[@]}" --rounds' in script  # Stage 2 on a GPU.
+  # Stage "llama": the Llama-style rows against LlamaForCausalLM, dry-run on a CPU too.
+  assert re.search(r"^llama=\(benchmarks/suite.py --dtype bfloat16 --models "
+                   r"llama,llama_compile\)", script, re.M)
+  assert 'python "${llama[@]}" --dry_run' in cpu_branch
+  assert 'python "${llama[@]}" --rounds' in script
   assert re.search(r'^ *timeout -k 10 \d+ python benchmarks/gpu_check.py --parts "\$parts" '
                    r'--out "\$out"', script, re.M)
   # Each GPU stage has its own time limit, and an image with python3 alone still runs.
-  assert len(re.findall(r'^ *stage "[^"]+" \d+ ', script, re.M)) == 2
+  assert len(re.findall(r'^ *stage "[^"]+" \d+ ', script, re.M)) == 3
   assert "command -v python >/dev/null" in script
 
 

@@ -126,3 +126,16 @@ def test_the_report_compares_the_cells_both_have_finished(bench, tmp_path):
   assert "Cells compared: 3 of 5." in md
   bench.plot(rows, str(tmp_path / "report.png"), "configs/lm.py; 3 of 5 cells compared")
   assert (tmp_path / "report.png").stat().st_size > 0
+
+
+def test_the_bound_a_grid_2x_apart_sets_on_the_15x_bar():
+  """An exact search lands within 1.5× of a 2×-spaced grid's answer only ln 1.5 / ln 2 of
+  the time; a search reporting its bracket's stable end does better, and a grid 1.5× apart
+  always agrees with a 1.4× bracket (benchmarks/stability_search_fine.py)."""
+  fine = import_benchmark("stability_search_fine")
+  import math
+  assert fine.agreement(2.0, 1.0) == pytest.approx(math.log(1.5) / math.log(2), abs=1e-3)
+  assert fine.agreement(2.0, 1.4) == pytest.approx(0.822, abs=0.005)
+  assert fine.agreement(1.5, 1.4) == 1.0
+  assert fine.FINE[0] == 3e-4 and fine.FINE[-1] == pytest.approx(0.295, rel=0.01)
+  assert fine.fine_rates({"grid": 0.00949, "grid_upper": 0.0189}) == [0.0115, 0.0173]

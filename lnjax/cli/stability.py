@@ -7,6 +7,7 @@ of each (placement, depth, warm-up) cell, searched (lnjax/sweep/stability.py).
   ... the same flags --report_only   # the table so far, while it runs; launches nothing
   ... --state=experiments/atlas/x.json  # the state kept apart: a new workdir continues it
   ... --warmups=500 --range_tests_from=OTHER/search.json  # reuses OTHER's range tests
+  ... --predict      # no search: each cell's edge predicted from a 20-step run (seconds)
 
 Exit codes: 0 the search ended (a cell without a stable rate is a result too, with one
 line on stderr); 1 a run failed (its error line; the same command retries it); 2 a
@@ -56,6 +57,11 @@ _MARGIN = flags.DEFINE_float("margin_nats", 0.1, "Stable runs end at least this 
                              "the unigram baseline (nats).")
 _DIVERGENCE = flags.DEFINE_float("divergence_factor", 2.0, "train.divergence_factor of every "
                                  "run: a loss above this × ln V ends it as diverged.")
+_PREDICT = flags.DEFINE_bool("predict", False, "No search: predict each cell's highest "
+                             "stable rate, with an interval, from a 20-step run at lr 1e-3 "
+                             "in WORKDIR/predict (lnjax/sweep/predict.py; fitted on the "
+                             "atlas, configs/lm.py:size=small, 2020 block: another task or "
+                             "block is refused).")
 _BACKEND = flags.DEFINE_enum("backend", "local", ["local", "slurm", "ray"], "As lnjax.sweep's.")
 _REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Write the table and figure from the "
                                   "runs finished so far; launch nothing.")
@@ -122,6 +128,11 @@ def main(argv):
     fileio.refuse_run_files("--workdir", _WORKDIR.value,
                             [_WORKDIR.value, *([_STATE.value] if _STATE.value else [])],
                             own=[_WORKDIR.value])
+    if _PREDICT.value:
+      from lnjax.sweep import predict
+      print("\n".join(predict.predict_cells(config_arg, fixed, placements, depths, warmups,
+                                            _WORKDIR.value)), flush=True)
+      return
     stable = search.Stable(probe_steps, _DIVERGENCE.value, _MARGIN.value)
     s = stability.Search(config_arg, fixed, _WORKDIR.value, placements=placements,
                          depths=depths, warmups=warmups, seeds=_SEEDS.value,

@@ -1,0 +1,279 @@
+r"""The edge predicted from the first steps (issue 61, item 3): fitted on the atlas's cells
+(experiments/atlas: 14 placements × 6, 12, 24 layers × warm-up 0, 500, the six 300-step
+slices), validated leave-one-placement-out, against the search's cost.
+
+  python experiments/edge_predictor.py        # the fit, its report and figure; trains nothing
+      # (the features: experiments/edge_predictor_features.py, ~1 h of one core)
+  python experiments/edge_predictor.py --save # ... and the fitted coefficients into the
+      # package (lnjax/sweep/edge_predictor.json, read by `lnjax stability --predict`)
+
+Written: experiments/edge_predictor/report.md and predicted_vs_searched.png. Each cell's
+features come from one 20-step run of its (placement, depth) at lr 1e-3 without warm-up
+(experiments/edge_predictor/features.json); the warm-up enters as an input. The model: a
+ridge regression of log10(edge) on the features (lnjax/sweep/predict.py), its penalty chosen
+inside each held-out fold (nested), so no figure below saw the placement it predicts.
+Cells without a stable rate (< 1e-5: Post-LN at 24 layers, at 12 without warm-up) are left
+out of the fit and reported apart.
+"""
+
+import json
+import math
+import os
+import sys
+import tempfile
+
+import numpy as np
+from absl import app, flags
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(1, REPO)
+
+from lnjax import models  # noqa: E402
+from lnjax.analysis import plotting  # noqa: E402
+from lnjax.sweep import predict, search, stability, stability_report  # noqa: E402
+
+OUT = os.path.join(REPO, "experiments", "edge_predictor")
+ATLAS = os.path.join(REPO, "experiments", "atlas")
+SLICES = ("d6", "d12", "d24", "w500_d6", "w500_d12", "w500_d24")  # 300-step probes, 2×.
+LAMBDAS = (0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
+# The features tried (lnjax/sweep/predict.py); 'a*b': a product. Ordered simple to full.
+BASE = ["log_depth", "warmup"]
+HEALTH = ["init_last_grad", "init_first_share", "end_first_share", "grad_growth",
+          "update_per_lr", "logit_growth", "output_logit_growth", "residual_growth",
+          "loss_drop"]
+CANDIDATES = {
+    "depth and warm-up only": BASE,
+    "+ health of the first 20 steps": BASE + HEALTH,
+    "+ health, and each × warm-up": BASE + HEALTH + [f"{h}*warmup" for h in HEALTH],
+}
+_SAVE = flags.DEFINE_bool("save", False, "Save the chosen fit into the package.")
+
+
+def atlas_cells() -> dict:
+  """{(placement, depth, warmup): the search's row} of the six 300-step slices."""
+  cells = {}
+  for name in SLICES:
+    path = os.path.join(ATLAS, f"{name}.json")
+    with open(path) as f:
+      st = json.load(f)["settings"]
+    keys = {tuple(k.split("/")) for k in json.load(open(path))["probes"]}
+    s = stability.Search(
+        st["config"], st["fixed"], tempfile.mkdtemp(), placements=sorted({k[0] for k in keys}),
+        depths=sorted({int(k[1]) for k in keys}), warmups=sorted({int(k[2]) for k in keys}),
+        seeds=st["seeds"], range_steps=st["range_steps"], lr_min=st["lr_min"],
+        lr_max=st["lr_max"], tolerance=st["tolerance"], widen=st["widen"],
+        stable=search.Stable(st["probe_steps"], st["divergence_factor"], st["margin_nats"]),
+        state_path=path)
+    for row in stability_report.rows(s):
+      cells[row["placement"], row["depth"], row["warmup"]] = row
+  return cells
+
+
+def nested(rows, edges, names, groups) -> np.ndarray:
+  """Leave-one-placement-out predictions, the penalty chosen by an inner leave-one-placement-out
+  on the training placements alone."""
+  groups = np.asarray(groups)
+  out = np.empty(len(rows))
+  for g in np.unique(groups):
+    train = np.flatnonzero(groups != g)
+    sub = [rows[i] for i in train]
+    sub_edges = [edges[i] for i in train]
+    lam = min(LAMBDAS, key=lambda l: np.mean(np.abs(
+        predict.held_out(sub, sub_edges, names, l, groups[train])
+        - np.log10(sub_edges))))
+    model = predict.fit(sub, sub_edges, names, lam, {})
+    for i in np.flatnonzero(groups == g):
+      out[i] = model.log_edge(rows[i])
+  return out
+
+
+def nearest(rows, edges, groups, names) -> np.ndarray:
+  """The nearest-placement rule: each cell takes the edge of the cell of another placement,
+  same depth and warm-up, whose standardized health features are nearest."""
+  X = predict.design(rows, names)
+  X = (X - X.mean(0)) / np.where(X.std(0) > 0, X.std(0), 1.0)
+  out = np.empty(len(rows))
+  for i, x in enumerate(rows):
+    same = [j for j, y in enumerate(rows) if groups[j] != groups[i]
+            and y["log_depth"] == x["log_depth"] and y["warmup"] == x["warmup"]]
+    j = min(same, key=lambda j: float(np.sum((X[j] - X[i]) ** 2)))
+    out[i] = math.log10(edges[j])
+  return out
+
+
+def costs(cells: dict, features: dict) -> dict:
+  """Training steps and seconds: the search's (probes, and each range test once for both
+  warm-ups) against the feature runs' (one per placement and depth, for both warm-ups)."""
+  search_steps = sum(c["probe_steps_trained"] for c in cells.values())
+  search_steps += sum({(c["placement"], c["depth"]): c["range_test_steps"] or 0
+                       for c in cells.values()}.values())
+  seconds = [p.get("seconds") for c in cells.values() for p in c["probes"]]
+  timed = [s for s in seconds if s is not None]
+  used = {f"{c['placement']}/{c['depth']}" for c in cells.values()}
+  features = {k: r for k, r in features.items() if k in used}
+  feature_steps = sum(len(r["step"]) for r in features.values())
+  pace = [p["seconds"] / p["steps"] for c in cells.values() for p in c["probes"]
+          if p.get("seconds") and p["steps"] >= 300]
+  per_step = float(np.median(pace)) if pace else float("nan")
+  search_runs = sum(c["probe_runs"] for c in cells.values()) + len(
+      {(c["placement"], c["depth"]) for c in cells.values() if c["range_test_steps"]})
+  return {"search_steps": search_steps, "feature_steps": feature_steps,
+          "search_runs": search_runs, "feature_runs": len(features),
+          "search_probes_timed": len(timed), "search_probes": len(seconds),
+          "search_seconds_timed": sum(timed),
+          "feature_seconds": sum(r["seconds"] for r in features.values()),
+          "feature_median_seconds": float(np.median([r["seconds"] for r in features.values()])),
+          "search_seconds_per_step": per_step, "search_hours": search_steps * per_step / 3600}
+
+
+def figure(path: str, keys, edges, predicted_log, censored) -> None:
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  fig, ax = plt.subplots(figsize=(6.2, 5.6))
+  lo, hi = 1e-6, 1.0
+  line = np.array([lo, hi])
+  ax.plot(line, line, color="k", lw=1)
+  ax.fill_between(line, line / 2, line * 2, color="0.85", label="within 2×")
+  markers = {6: "o", 12: "s", 24: "^"}
+  for (p, d, w), e, y in zip(keys, edges, predicted_log):
+    ax.scatter(e, 10 ** y, marker=markers[d], s=28, edgecolor="k", linewidth=0.4,
+               color="tab:orange" if w else "tab:blue")
+  for (p, d, w), upper, y in censored:
+    ax.scatter(upper, 10 ** y, marker=markers[d], s=28, facecolor="none",
+               edgecolor="tab:red")
+  for d, m in markers.items():
+    ax.scatter([], [], marker=m, color="0.5", label=f"{d} layers")
+  ax.scatter([], [], color="tab:blue", label="no warm-up")
+  ax.scatter([], [], color="tab:orange", label="500 warm-up steps")
+  ax.scatter([], [], facecolor="none", edgecolor="tab:red", label="no stable rate (< 1e-5)")
+  ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi),
+         xlabel="searched highest stable lr (experiments/atlas)",
+         ylabel="predicted from a 20-step run (held out by placement)")
+  ax.legend(fontsize=7, loc="upper left")
+  ax.set_title("python experiments/edge_predictor.py (2026-12-05)", fontsize=9)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+def main(argv):
+  del argv
+  with open(os.path.join(OUT, "features.json")) as f:
+    features = json.load(f)
+  cells = atlas_cells()
+  keys, rows, edges, groups, censored_keys = [], [], [], [], []
+  for (p, d, w), c in sorted(cells.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0])):
+    if f"{p}/{d}" not in features:
+      continue
+    x = predict.features(features[f"{p}/{d}"], d, w)
+    if c["highest_stable_lr"] is None:
+      censored_keys.append(((p, d, w), c["lowest_unstable_lr"], x))
+      continue
+    keys.append((p, d, w))
+    rows.append(x)
+    edges.append(c["highest_stable_lr"])
+    groups.append(p)
+  results = {}
+  for label, names in CANDIDATES.items():
+    results[label] = (names, nested(rows, edges, names, groups))
+  health = HEALTH
+  results["nearest placement (health features)"] = (health, nearest(rows, edges, groups, health))
+  scored = {k: predict.scores(v[1], edges) for k, v in results.items()}
+  best = min((k for k in CANDIDATES), key=lambda k: -scored[k]["within_2x"]
+             + 1e-3 * scored[k]["median_factor"])
+  names, held = results[best]
+  lam = min(LAMBDAS, key=lambda l: np.mean(np.abs(
+      predict.held_out(rows, edges, names, l, groups) - np.log10(edges))))
+  fitted_for = {"config": "configs/lm.py:size=small, batches of 16 (the atlas)",
+                "keys": predict.describe_config(_atlas_config()),
+                "placements": sorted({k[0] for k in keys}),
+                "depths": [min(k[1] for k in keys), max(k[1] for k in keys)],
+                "warmups": [0, 500], "steps": predict.STEPS, "lr": predict.REFERENCE_LR,
+                "command": "python experiments/edge_predictor.py --save"}
+  model = predict.fit(rows, edges, names, lam, fitted_for, groups=groups)
+  if _SAVE.value:
+    model.save(predict.COEFFICIENTS)
+  censored = [(k, upper, model.log_edge(x)) for k, upper, x in censored_keys]
+  figure(os.path.join(OUT, "predicted_vs_searched.png"), keys, edges, held, censored)
+  measured = {k: cells[k] for k in keys + [c[0] for c in censored_keys]}  # Features and edge.
+  report = render(keys, edges, held, scored, best, lam, censored, costs(measured, features),
+                  len(cells))
+  with open(os.path.join(OUT, "report.md"), "w") as f:
+    f.write(report)
+  print(report)
+
+
+def _atlas_config():
+  import lnjax
+  c = lnjax.get_config("lm", "size=small").unlock()
+  c.data.batch_size = 16
+  return c
+
+
+def render(keys, edges, held, scored, best, lam, censored, cost, total) -> str:
+  factor = 10 ** np.abs(held - np.log10(edges))
+  out = ["# The edge predicted from the first steps", "",
+         "`python experiments/edge_predictor.py` (2026-12-05), features by "
+         "`nice -n 19 python experiments/edge_predictor_features.py` (2026-12-05). Each cell's "
+         f"prediction comes from a model fitted without its placement (leave-one-placement-out, "
+         f"the ridge penalty chosen inside the fold). Cells: {len(keys)} with a searched edge, "
+         f"{len(censored)} without a stable rate, of the atlas's {total}.", "",
+         "| predictor | median error factor | within 2× | cells |", "|---|---:|---:|---:|"]
+  for label, s in scored.items():
+    mark = " (chosen)" if label == best else ""
+    out.append(f"| {label}{mark} | {s['median_factor']:.2f}× | {100 * s['within_2x']:.0f}% | "
+               f"{s['cells']} |")
+  s = scored[best]
+  steps_ratio = cost["search_steps"] / max(cost["feature_steps"], 1)
+  out += ["", f"Chosen: {best} (the ridge with the most cells within 2×), penalty {lam:g} "
+          "on the whole table for the saved fit. "
+          f"Goal ≥ 80% within 2× at ≥ 20× less compute: "
+          f"{100 * s['within_2x']:.0f}% within 2× "
+          f"({'met' if s['within_2x'] >= 0.8 else 'missed'}), at {steps_ratio:.0f}× fewer "
+          "training steps.", "",
+          "## Cost", "",
+          f"- The search (the six slices' probes, and each range test once): "
+          f"{cost['search_steps']} training steps in {cost['search_runs']} runs (each run "
+          "a process that compiles its model).",
+          f"- The features: {cost['feature_steps']} steps in {cost['feature_runs']} runs (one "
+          "20-step run per placement and depth, serving both warm-ups).",
+          f"- The search takes {steps_ratio:.0f}× the features' training steps (its compute: "
+          "the same model, the same batch) and "
+          f"{cost['search_runs'] / max(cost['feature_runs'], 1):.0f}× their runs. In wall time "
+          "a 20-step run is mostly fixed costs (start, compilation, evaluation): the feature "
+          f"runs took {cost['feature_seconds'] / 60:.0f} min here (median "
+          f"{cost['feature_median_seconds']:.0f} s a run) at nice 19 on 2 cores shared with "
+          "five other sessions (load average 15-20); the search's steps at its recorded pace "
+          f"({cost['search_seconds_per_step']:.3f} s a step, its timed probes' median, "
+          f"compilation included) take {cost['search_hours']:.1f} h: "
+          f"{60 * cost['search_hours'] / max(cost['feature_seconds'] / 60, 1e-9):.0f}× the "
+          "features' wall time as measured, under unequal loads.", "",
+          "## Where it errs (held-out factor per cell, worst first)", "",
+          "| placement | layers | warm-up | searched | predicted | factor |",
+          "|---|---:|---:|---:|---:|---:|"]
+  for i in np.argsort(-factor)[:20]:
+    p, d, w = keys[i]
+    out.append(f"| {plotting.placement_label(p)} | {d} | {w} | {edges[i]:.3g} | "
+               f"{10 ** held[i]:.3g} | {factor[i]:.1f}× |")
+  by_placement = {}
+  for (p, _, _), f in zip(keys, factor):
+    by_placement.setdefault(p, []).append(f)
+  out += ["", "Median factor by placement (its six cells held out together):", "",
+          "| placement | median factor | within 2× |", "|---|---:|---:|"]
+  for p in models.NORM_POSITIONS:
+    if p in by_placement:
+      f = np.array(by_placement[p])
+      out.append(f"| {plotting.placement_label(p)} | {np.median(f):.1f}× | "
+                 f"{int(np.sum(f <= 2))}/{len(f)} |")
+  if censored:
+    out += ["", "Cells without a stable rate (the search's lowest unstable rate, and the "
+            "saved fit's prediction):", ""]
+  out += [f"- {plotting.placement_label(p)}, {d} layers, warm-up {w}: < {upper:.3g}; "
+          f"predicted {10 ** y:.3g}" for (p, d, w), upper, y in censored]
+  out += ["", "Figure: experiments/edge_predictor/predicted_vs_searched.png", ""]
+  return "\n".join(out)
+
+
+if __name__ == "__main__":
+  app.run(main)

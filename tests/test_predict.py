@@ -1,0 +1,166 @@
+"""The edge predicted from the first steps (lnjax/sweep/predict.py, `lnjax stability
+--predict`): the fit recovers a known law, the features read what the run measured, a
+config the fit cannot speak for is refused, and the command runs end to end."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import lnjax
+from lnjax.core import errors
+from lnjax.sweep import predict
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _table(seed=0, groups=6, per_group=6):
+  """Rows of two features and a third unused one, and edges with log10(edge) = 0.5 a −
+  1.2 b − 2 exactly."""
+  rng = np.random.default_rng(seed)
+  rows, edges, names = [], [], []
+  for g in range(groups):
+    for _ in range(per_group):
+      a, b, c = rng.normal(size=3)
+      rows.append({"a": a, "b": b, "c": c})
+      edges.append(10 ** (0.5 * a - 1.2 * b - 2.0))
+      names.append(f"placement{g}")
+  return rows, edges, names
+
+
+def test_the_fit_recovers_a_known_law_and_predicts_held_out_groups():
+  rows, edges, groups = _table()
+  model = predict.fit(rows, edges, ["a", "b", "c"], 1e-6, {}, groups=groups)
+  coef = np.asarray(model.coef) / np.asarray(model.scale)  # Back to the raw features' units.
+  np.testing.assert_allclose(coef, [0.5, -1.2, 0.0], atol=1e-4)
+  x = {"a": 0.3, "b": -0.7, "c": 5.0}
+  edge, low, high = model.predict(x)
+  assert edge == pytest.approx(10 ** (0.5 * 0.3 + 1.2 * 0.7 - 2.0), rel=1e-4)
+  assert low <= edge <= high and high / low < 1.001  # Exact law: no held-out error.
+  held = predict.held_out(rows, edges, ["a", "b", "c"], 1e-6, groups)
+  s = predict.scores(held, edges)
+  assert s == {"median_factor": pytest.approx(1.0, abs=1e-4), "within_2x": 1.0, "cells": 36}
+
+
+def test_the_interval_and_scores_read_the_held_out_errors():
+  """Noise of ±0.5 in log10 (factor ~3): the scores see it, the interval widens to it."""
+  rows, edges, groups = _table(seed=1)
+  rng = np.random.default_rng(2)
+  noisy = [e * 10 ** rng.choice([-0.5, 0.5]) for e in edges]
+  model = predict.fit(rows, noisy, ["a", "b"], 1e-3, {}, groups=groups)
+  assert model.interval[0] < -0.3 and model.interval[1] > 0.3
+  s = predict.scores(predict.held_out(rows, noisy, ["a", "b"], 1e-3, groups), noisy)
+  assert s["within_2x"] < 0.5 and s["median_factor"] > 2.0
+  assert predict.design([{"a": 2.0, "b": 3.0}], ["a*b", "a"]).tolist() == [[6.0, 2.0]]
+
+
+def test_the_model_round_trips_through_json(tmp_path):
+  rows, edges, groups = _table()
+  model = predict.fit(rows, edges, ["a", "b"], 0.1, {"config": "x"}, groups=groups)
+  model.save(tmp_path / "m.json")
+  again = predict.Model.load(tmp_path / "m.json")
+  assert again.predict(rows[0]) == pytest.approx(model.predict(rows[0]))
+
+
+def _record():
+  """A feature run's record: 3 layers, 6 steps, the first layer's gradient collapsing."""
+  steps = 6
+  return {"step": list(range(1, steps + 1)), "loss": [4.0, 3.8, 3.6, 3.5, 3.4, 3.0],
+          "grad_norm": [1.0] * steps, "output_logit_max": [2.0] * (steps - 1) + [8.0],
+          "grad_rms": [[1e-2, 1e-2, 2e-2]] + [[1e-5, 1e-2, 2e-2]] * (steps - 1),
+          "update_rms": [[1e-3, 1e-3, 1e-3]] * steps,
+          "max_logit": [[1.0, 2.0, 4.0]] * (steps - 1) + [[40.0, 2.0, 4.0]],
+          "residual_rms": [[1.0, 1.0, 1.0]] * (steps - 1) + [[1.0, 1.0, 3.0]]}
+
+
+def test_the_features_read_the_run():
+  x = predict.features(_record(), depth=12, warmup=500)
+  assert x["log_depth"] == pytest.approx(math.log10(12)) and x["warmup"] == 1.0
+  assert x["init_last_grad"] == pytest.approx(math.log10(2e-2))
+  assert x["init_first_share"] == pytest.approx(math.log10(0.5))
+  assert x["end_first_share"] == pytest.approx(math.log10(5e-4))
+  assert x["logit_growth"] == pytest.approx(1.0)  # Largest attention logit 4 -> 40.
+  assert x["output_logit_growth"] == pytest.approx(math.log10(4))
+  assert x["residual_growth"] == pytest.approx(math.log10(3))
+  assert x["update_per_lr"] == pytest.approx(0.0)  # Adam's update ~ lr.
+  assert x["loss_drop"] == pytest.approx(4.0 - np.mean([3.8, 3.6, 3.5, 3.4, 3.0]))
+
+
+def _fitted(**over):
+  config = lnjax.get_config("lm", "size=small")
+  return predict.Model(["log_depth"], [1.0], [0.3], [0.1], -2.0, 1.0, (-0.3, 0.3), {
+      "config": "configs/lm.py:size=small", "keys": predict.describe_config(config),
+      "placements": ["post", "pre"], "depths": [6, 24], "warmups": [0, 500], "steps": 20,
+      "lr": 1e-3, **over})
+
+
+@pytest.mark.parametrize("preset, overrides, message", [
+    ("size=small", {"model.pos_emb": "sinusoidal"}, "--predict: model.pos_emb=sinusoidal"),
+    ("size=small", {"model.norm_kind": "rmsnorm"}, "--predict: model.norm_kind=rmsnorm"),
+    ("size=small", {"model.num_layers": 48}, "--predict: --depths=48"),
+])
+def test_a_block_or_depth_the_fit_has_not_seen_is_refused(preset, overrides, message):
+  config = lnjax.get_config("lm", preset).unlock()
+  for key, value in overrides.items():
+    section, name = key.split(".")
+    config[section][name] = value
+  with pytest.raises(errors.ConfigError) as refused:
+    predict.check_fitted(_fitted(), config, "pre", config.model.num_layers, 0)
+  assert str(refused.value).startswith(message)
+
+
+def test_another_task_placement_or_warmup_is_refused_and_another_size_noted():
+  model = _fitted()
+  mt = lnjax.get_config("multi30k_de_en", "")
+  with pytest.raises(errors.ConfigError, match="^--predict: task=translation"):
+    predict.check_fitted(model, mt, "pre", 12, 0)
+  small = lnjax.get_config("lm", "size=small")
+  with pytest.raises(errors.ConfigError, match="^--predict: placement dyt"):
+    predict.check_fitted(model, small, "dyt", 12, 0)
+  with pytest.raises(errors.ConfigError, match="^--predict: --warmups=2000"):
+    predict.check_fitted(model, small, "pre", 12, 2000)
+  assert predict.check_fitted(model, small, "pre", 12, 0) == []
+  notes = predict.check_fitted(model, lnjax.get_config("lm", "smoke"), "pre", 12, 0)
+  assert "model.d_model=32 (fitted: 128)" in notes
+
+
+def _stability(tmp_path, *flags):
+  return subprocess.run(
+      [sys.executable, "-m", "lnjax.cli.stability", f"--workdir={tmp_path / 'p'}", "--predict",
+       *flags], cwd=REPO, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags, message", [
+    (["--config=configs/lm.py:size=small", "--placements=nope"],
+     "lnjax.cli.stability: error: --placements='nope'"),
+    (["--config=configs/lm.py:size=small", "--placements=pre",
+      "--config.model.pos_emb=sinusoidal"],
+     "lnjax.cli.stability: error: --predict: model.pos_emb=sinusoidal"),
+    (["--config=configs/multi30k_de_en.py:smoke", "--placements=pre"],
+     "lnjax.cli.stability: error: --predict: task=translation"),
+])
+def test_the_commands_refusals_are_one_line_exit_2(tmp_path, flags, message):
+  out = _stability(tmp_path, *flags)
+  assert out.returncode == 2, out.stderr
+  lines = out.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith(message), out.stderr
+
+
+@pytest.mark.slow
+def test_the_prediction_runs_end_to_end_on_the_smoke_config(tmp_path):
+  out = _stability(tmp_path, "--config=configs/lm.py:smoke", "--placements=pre",
+                   "--depths=6", "--warmups=0,500")
+  assert out.returncode == 0, out.stderr
+  lines = [l for l in out.stdout.splitlines() if "predicted highest stable lr" in l]
+  assert [l.split(":")[0] for l in lines] == ["pre, 6 layers, warm-up 0",
+                                              "pre, 6 layers, warm-up 500"]
+  edges = [float(l.split("lr ")[1].split()[0]) for l in lines]
+  assert all(1e-6 < e < 10 for e in edges)
+  assert "note: an extrapolation" in out.stdout
+  record = predict.read_run(str(tmp_path / "p" / "predict" / "norm=pre,layers=6"))
+  assert len(record["step"]) == predict.STEPS and len(record["grad_rms"][0]) == 6
