@@ -19,18 +19,16 @@ out of the fit and reported apart.
 import json
 import math
 import os
-import sys
 import tempfile
 
 import numpy as np
 from absl import app, flags
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(1, REPO)
+from lnjax import models
+from lnjax.analysis import plotting
+from lnjax.sweep import predict, search, stability, stability_report
 
-from lnjax import models  # noqa: E402
-from lnjax.analysis import plotting  # noqa: E402
-from lnjax.sweep import predict, search, stability, stability_report  # noqa: E402
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 OUT = os.path.join(REPO, "experiments", "edge_predictor")
 ATLAS = os.path.join(REPO, "experiments", "atlas")

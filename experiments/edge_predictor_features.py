@@ -16,17 +16,15 @@ warm-up as an input (lnjax/sweep/predict.py).
 
 import json
 import os
-import sys
 import time
 
 from absl import app, flags
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(1, REPO)
+import lnjax
+from lnjax import models
+from lnjax.sweep import predict
 
-import lnjax  # noqa: E402
-from lnjax import models  # noqa: E402
-from lnjax.sweep import predict  # noqa: E402
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _WORKDIR = flags.DEFINE_string("workdir", "/tmp/lnjax_edge_features", "The runs' folders.")
 _OUT = flags.DEFINE_string("out", None, "The features' file (default: experiments/"
