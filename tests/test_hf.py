@@ -185,7 +185,16 @@ EXPORTS = {
                                            vocab_size=200),
     # BERT (mlm_nsp, Post-LN, tied, √D-scaled): BertForMaskedLM with the NSP head left out.
     "bert": lambda: _bert_config(),
+    # The modern block's families (configs/llama.py): LlamaForCausalLM, Gemma2ForCausalLM.
+    "llama": lambda: _llama_config("family=llama,smoke"),
+    "gemma2": lambda: _llama_config("family=gemma2,smoke"),
 }
+
+
+def _llama_config(preset: str):
+  import lnjax
+
+  return lnjax.get_config("llama", preset)
 
 
 @pytest.mark.slow
