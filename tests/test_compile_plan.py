@@ -71,10 +71,13 @@ def test_collectives_are_read_from_hlo_text():
   %all-reduce.1 = f32[1024]{0:T(1024)} all-reduce(f32[1024]{0} %x), to_apply=%add
   %reduce-scatter = f32[8,16]{1,0} reduce-scatter(f32[32,16]{1,0} %y), dimensions={0}
   %fusion = f32[8]{0} fusion(f32[8]{0} %all-reduce.1), kind=kLoop
+  %all-reduce-start = (f32[128,256]{1,0:T(8,128)}, bf16[64]{0:T(512)}) all-reduce-start(f32[128,256]{1,0:T(8,128)} %g, bf16[64]{0:T(512)} %h), to_apply=%add
+  %all-reduce-done = (f32[128,256]{1,0:T(8,128)}, bf16[64]{0:T(512)}) all-reduce-done((f32[128,256]{1,0:T(8,128)}, bf16[64]{0:T(512)}) %all-reduce-start)
   """
   c = plan.collectives(hlo)
   assert c["all-gather"] == {"count": 1, "bytes": 16 * 128 * 2}
-  assert c["all-reduce"] == {"count": 1, "bytes": 1024 * 4}
+  # A combined all-reduce (a tuple, TPU tiles in its layouts): each array it produces.
+  assert c["all-reduce"] == {"count": 2, "bytes": 1024 * 4 + 128 * 256 * 4 + 64 * 2}
   assert c["reduce-scatter"] == {"count": 1, "bytes": 8 * 16 * 4}
   assert c["all-to-all"]["count"] == c["collective-permute"]["count"] == 0
 
