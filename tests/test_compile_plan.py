@@ -221,3 +221,12 @@ def test_a_scanned_stack_is_counted_at_its_full_depth():
     if scan:
       assert train["depth_extrapolated"] and train["flops_scanned_program"] < 0.6 * train["flops"]
   assert flops[True] == pytest.approx(flops[False], rel=0.01)
+
+
+@pytest.mark.slow  # One compile for two slices of 4 v5e chips.
+def test_two_slices_put_the_data_axis_across_them():
+  report = plan.plan_run(_config(**{"model.vocab_size": 128, "mesh.data": 1, "mesh.fsdp": 4}),
+                         tpu.parse_topology(V5E_4, num_slices=2), with_eval=False)
+  assert report["num_chips"] == 8 and report["mesh"] == {"data": 2, "fsdp": 4, "model": 1}
+  assert report["train"]["fits"]
+  assert report["train"]["collectives"]["all-reduce"]["count"] > 0  # Gradients across slices.
