@@ -9,6 +9,13 @@ over every chip (ici_fsdp_parallelism=-1) or data (ici_data_parallelism=-1), bf1
 compute over fp32 weights, remat_policy=full (lnjax's nothing_saveable), scanned layers,
 dot-product attention (no Pallas kernel: the same arithmetic as lnjax's plain attention),
 AdamW, the batch and length of the lnjax plan (per_device_batch_size, max_target_length).
+
+XLA counts a scanned loop's body once, so MaxText's FLOPs of the scanned 32 layers are one
+layer's plus the rest. The like-for-like step FLOPs come from unrolled probes, as
+lnjax/core/plan.py's depth extrapolation does (f(32) = f(1) + 31·(f(2) - f(1))):
+
+  MAXTEXT_SCAN=false bash benchmarks/maxtext_peer.sh run v5p-8 fsdp /tmp/l1.json \
+      base_num_decoder_layers=1 override_model_config=true      # and =2
 """
 
 import json
@@ -26,7 +33,7 @@ def main(topology: str, mesh: str, out: str, *extra: str) -> None:
   base = os.path.join(os.path.dirname(maxtext.__file__), "configs", "base.yml")
   args = [base, "model_name=llama2-7b", f"compile_topology={topology}",
           "compile_topology_num_slices=1", "run_name=lnjax_peer", "dataset_type=synthetic",
-          "remat_policy=full", "scan_layers=true", "attention=dot_product",
+          "remat_policy=full", "scan_layers=" + os.environ.get("MAXTEXT_SCAN", "true"), "attention=dot_product",
           "dtype=bfloat16", "weight_dtype=float32", "per_device_batch_size=1",
           "max_target_length=2048", "enable_checkpointing=false", *axis.split(), *extra]
   env = {**os.environ, "ALLOW_MULTIPLE_LIBTPU_LOAD": "1", "TPU_SKIP_MDS_QUERY": "1",

@@ -71,10 +71,13 @@ def test_collectives_are_read_from_hlo_text():
   %all-reduce.1 = f32[1024]{0:T(1024)} all-reduce(f32[1024]{0} %x), to_apply=%add
   %reduce-scatter = f32[8,16]{1,0} reduce-scatter(f32[32,16]{1,0} %y), dimensions={0}
   %fusion = f32[8]{0} fusion(f32[8]{0} %all-reduce.1), kind=kLoop
+  %all-reduce-start = (f32[128,256]{1,0:T(8,128)}, bf16[64]{0:T(512)}) all-reduce-start(f32[128,256]{1,0:T(8,128)} %g, bf16[64]{0:T(512)} %h), to_apply=%add
+  %all-reduce-done = (f32[128,256]{1,0:T(8,128)}, bf16[64]{0:T(512)}) all-reduce-done((f32[128,256]{1,0:T(8,128)}, bf16[64]{0:T(512)}) %all-reduce-start)
   """
   c = plan.collectives(hlo)
   assert c["all-gather"] == {"count": 1, "bytes": 16 * 128 * 2}
-  assert c["all-reduce"] == {"count": 1, "bytes": 1024 * 4}
+  # A combined all-reduce (a tuple, TPU tiles in its layouts): each array it produces.
+  assert c["all-reduce"] == {"count": 2, "bytes": 1024 * 4 + 128 * 256 * 4 + 64 * 2}
   assert c["reduce-scatter"] == {"count": 1, "bytes": 8 * 16 * 4}
   assert c["all-to-all"]["count"] == c["collective-permute"]["count"] == 0
 
@@ -218,3 +221,12 @@ def test_a_scanned_stack_is_counted_at_its_full_depth():
     if scan:
       assert train["depth_extrapolated"] and train["flops_scanned_program"] < 0.6 * train["flops"]
   assert flops[True] == pytest.approx(flops[False], rel=0.01)
+
+
+@pytest.mark.slow  # One compile for two slices of 4 v5e chips.
+def test_two_slices_put_the_data_axis_across_them():
+  report = plan.plan_run(_config(**{"model.vocab_size": 128, "mesh.data": 1, "mesh.fsdp": 4}),
+                         tpu.parse_topology(V5E_4, num_slices=2), with_eval=False)
+  assert report["num_chips"] == 8 and report["mesh"] == {"data": 2, "fsdp": 4, "model": 1}
+  assert report["train"]["fits"]
+  assert report["train"]["collectives"]["all-reduce"]["count"] > 0  # Gradients across slices.

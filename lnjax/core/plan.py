@@ -247,32 +247,31 @@ def _counts(lowered, num_chips: int) -> dict:
   return out
 
 
-# An HLO instruction: `%name = TYPE op(...)`, TYPE one array type or a tuple of them.
-_INSTRUCTION = re.compile(r"=\s+(\([^=]*?\)|[a-z]\w*\[[\d,]*\](?:\{[^}]*\})?)\s+([a-z][\w-]*)\(")
+# An HLO instruction: `%name = TYPE op(...)`, TYPE one array type or a tuple of them,
+# whose layouts may hold one level of parentheses (TPU tiles: {1,0:T(8,128)}).
+_INSTRUCTION = re.compile(r"=\s+(\((?:[^()]|\([^()]*\))*\)|[a-z]\w*\[[\d,]*\](?:\{[^}]*\})?)"
+                          r"\s+([a-z][\w-]*)\(")
 _ARRAY = re.compile(r"\b([a-z]\w*)\[([\d,]*)\]")
 
 
 def collectives(hlo_text: str) -> dict:
   """{kind: {"count", "bytes"}} of the compiled program's collectives, each counted once
-  where it stands in the program (a loop body once: see _extrapolate_depth); bytes:
-  the result each produces on a chip (an async pair's `-done`, or the op itself)."""
+  where it stands in the program (a loop body once: see _extrapolate_depth); bytes: what
+  each produces on a chip (an async pair's `-done` result, every array of a combined one;
+  its `-start` is not counted)."""
   out = {kind: {"count": 0, "bytes": 0} for kind in COLLECTIVES}
   for m in _INSTRUCTION.finditer(hlo_text):
     op = m.group(2)
     kind = op[:-5] if op.endswith("-done") else op
-    if kind not in out:
-      continue  # (`-start` ops: counted at their `-done`.)
-    out[kind]["count"] += 1
-    out[kind]["bytes"] += _result_bytes(m.group(1), last_only=op.endswith("-done"))
+    if kind in out:
+      out[kind]["count"] += 1
+      out[kind]["bytes"] += _result_bytes(m.group(1))
   return out
 
 
-def _result_bytes(type_text: str, last_only: bool) -> int:
-  arrays = _ARRAY.findall(type_text)
-  if last_only and type_text.startswith("(") and arrays:
-    arrays = arrays[-1:]
+def _result_bytes(type_text: str) -> int:
   return sum(_dtype_bytes(dtype) * math.prod(int(d) for d in dims.split(",") if d)
-             for dtype, dims in arrays)
+             for dtype, dims in _ARRAY.findall(type_text))
 
 
 def _dtype_bytes(name: str) -> int:
