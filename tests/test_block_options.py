@@ -212,7 +212,7 @@ def test_gated_ffn_by_hand(activation, act_of_1, act_of_minus_1):
     (dict(norm_unit_offset=True, norm_kind="scalenorm"), "needs a per-dimension gain"),
     (dict(query_scale=-1.0), "model.query_scale=-1.0 must be a number in [0.0, 10000.0]"),
     (dict(pos_emb="alibi"), "model.pos_emb='alibi' is not one of: learned, sinusoidal, rope, none"),
-    (dict(rope_theta=0.0), "model.rope_theta=0.0 must be a number in (0.0, inf]"),
+    (dict(rope_theta=0.0), "model.rope_theta=0.0 must be a number in (0.0, inf)"),
     (dict(d_model=18), "model.d_model=18 must be divisible by model.num_heads=4"),
 ])
 def test_bad_block_options_are_one_line_config_errors(options, message):

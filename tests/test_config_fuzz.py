@@ -456,7 +456,8 @@ out = []
 for module_name in sys.argv[2:]:
   importlib.import_module(module_name)
   mine = [n for n in list(FLAGS) if FLAGS.find_module_defining_flag(n) == module_name]
-  given = [a for n, a in (("config", "--config=lm:smoke"), ("workdir", "--workdir=W")) if n in mine]
+  given = [a for n, a in (("config", "--config=lm:smoke"), ("workdir", "--workdir=W"),
+                          ("topology", "--topology=v5e:2x2")) if n in mine]
   for name in mine:
     kind = {flags.IntegerParser: "int", flags.FloatParser: "float"}.get(type(FLAGS[name].parser))
     if kind is None:

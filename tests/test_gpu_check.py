@@ -141,7 +141,7 @@ def test_the_cpu_branch_dry_runs_the_gpu_stages_own_commands():
 def test_gpu_check_parts_other_than_kernels_and_run_are_one_line():
   r = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--dry_run", "--parts=kernel"],
                      cwd=REPO, capture_output=True, text=True, timeout=300)
-  assert r.returncode == 2 and "--parts: kernels, run or kernels,run, not 'kernel'" in r.stderr
+  assert r.returncode == 2 and "--parts: some of kernels, run, plan, not 'kernel'" in r.stderr
 
 
 _SECTIONS = r"""

@@ -559,7 +559,7 @@ def test_unigram_baseline(m30k_data):
         ({"max_len": True}, "data.max_len=True is invalid"),
         ({"vocab_size": 8}, "data.vocab_size=8 is invalid"),
         ({"sp_model_type": "word"}, "data.sp_model_type='word' is not one of: unigram, bpe"),
-        ({"eval_splits": "validation"}, "data.eval_splits='validation' must be a tuple"),
+        ({"eval_splits": "validation"}, "data.eval_splits='validation' must be a non-empty tuple"),
         ({"eval_splits": ("valid",)}, "data.eval_splits=('valid',): 'valid' is not one of: train,"),
         ({"name": "iwslt14_de_en"}, "data.test_split='test_2016_flickr' is not one of: train, validation, test"),
         ({"lowercase": "yes"}, "data.lowercase='yes' is invalid"),

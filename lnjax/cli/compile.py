@@ -30,6 +30,7 @@ _TOPOLOGY = flags.DEFINE_string("topology", None, "The TPU slice: v5e:2x4, v5e-8
 _NUM_SLICES = flags.DEFINE_integer("num_slices", 1, "Slices joined by the data-center "
                                    "network (multislice); the data axis spans them unless "
                                    "mesh.dcn_* say otherwise.")
+cli.number("num_slices", 1)
 _MESH = flags.DEFINE_string("mesh", None, "Mesh axes within a slice, e.g. fsdp=8 or "
                             "data=2,fsdp=2,model=2 (unnamed axes 1); default: the config's "
                             "mesh section (data=-1: every chip on data).")

@@ -75,7 +75,7 @@ _TABLE_EVERY = flags.DEFINE_float("table_every_seconds", 60.0,
 _GRACE = flags.DEFINE_float("grace_seconds", 600.0, "After SIGINT/SIGTERM, how long runs "
                             "may take to save before they are killed.")
 flags.mark_flags_as_required(["config", "workdir"])
-for _name in ("parallel", "devices_per_run", "nodes_per_run"):
+for _name in ("parallel", "devices_per_run", "nodes_per_run", "num_slices"):
   cli.number(_name, 1)
 for _name in ("ray_connect_seconds", "refresh_seconds", "table_every_seconds"):
   cli.number(_name, 0.0, low_open=True)
