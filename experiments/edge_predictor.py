@@ -242,7 +242,7 @@ def render(keys, edges, held, scored, best, lam, censored, cost, total) -> str:
           "a 20-step run is mostly fixed costs (start, compilation, evaluation): the feature "
           f"runs took {cost['feature_seconds'] / 60:.0f} min here (median "
           f"{cost['feature_median_seconds']:.0f} s a run) at nice 19 on 2 cores shared with "
-          "five other sessions (load average 15-20); the search's steps at its recorded pace "
+          "five other jobs (load average 15-20); the search's steps at its recorded pace "
           f"({cost['search_seconds_per_step']:.3f} s a step, its timed probes' median, "
           f"compilation included) take {cost['search_hours']:.1f} h: "
           f"{60 * cost['search_hours'] / max(cost['feature_seconds'] / 60, 1e-9):.0f}× the "

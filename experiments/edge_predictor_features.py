@@ -59,8 +59,8 @@ def main(argv):
                                       _STEPS.value, _LR.value)
       config.data.batch_size = 16  # The atlas's.
       if _BLOCK.value == "modern":
-        for key, value in MODERN.items():
-          config.model[key] = value
+        for name_, value in MODERN.items():
+          config.model[name_] = value
       workdir = os.path.join(_WORKDIR.value, _BLOCK.value, key.replace("/", "_d"))
       t0 = time.perf_counter()
       summary = lnjax.train(config, workdir)
