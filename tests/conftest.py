@@ -213,3 +213,24 @@ def pytest_collection_finish(session):
   import gc
   gc.collect()
   gc.freeze()
+
+
+def assert_layer_removal_is_the_block_passing_its_input_on(setup, params, batches, num_layers):
+  """lnjax.analysis.removal's profile against the model with block i replaced by the
+  identity (a flax interceptor returning its input): for every layer, the loss increase
+  equals the intercepted model's loss minus the full model's. Returns the profile."""
+  import flax.linen as nn
+  from lnjax.analysis import probes, removal
+  from lnjax.models.transformer import Block
+
+  profile = removal.layer_removal(setup, params, batches)
+  for i in range(num_layers):
+    def skip(next_fun, args, kwargs, context, i=i):
+      if isinstance(context.module, Block) and context.module.index == i:
+        return args[0]
+      return next_fun(*args, **kwargs)
+
+    with nn.intercept_methods(skip):
+      skipped = float(probes.mean_loss(params, setup, batches))
+    assert profile["increase"][i] == pytest.approx(skipped - profile["loss"], abs=1e-5)
+  return profile

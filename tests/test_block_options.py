@@ -19,7 +19,7 @@ from lnjax.models import (NORM_POSITIONS, EncoderDecoder, ModelConfig, Transform
                           init_params, kernels, layers, norms)
 from lnjax.models.transformer import scan_params
 
-from conftest import fast_tier
+from conftest import assert_layer_removal_is_the_block_passing_its_input_on, fast_tier
 
 TOKENS = jax.random.randint(jax.random.key(0), (2, 8), 1, 24)
 TINY = dict(vocab_size=24, num_layers=2, d_model=16, num_heads=4, d_ff=32, max_len=16,
@@ -305,16 +305,7 @@ def test_layer_removal_of_the_2025_placements_and_windowed_layers(position):
   batches = [{"inputs": TOKENS[:, :-1], "targets": TOKENS[:, 1:],
               "weights": np.ones((2, 7), np.float32)}]
   setup = Setup(tasks.get("lm"), model, None, None)
-  profile = removal.layer_removal(setup, params, batches)
-  for i in range(3):
-    def skip(next_fun, args, kwargs, context, i=i):
-      if isinstance(context.module, Block) and context.module.index == i:
-        return args[0]
-      return next_fun(*args, **kwargs)
-
-    with nn.intercept_methods(skip):
-      skipped = float(probes.mean_loss(params, setup, batches))
-    assert profile["increase"][i] == pytest.approx(skipped - profile["loss"], abs=1e-5)
+  profile = assert_layer_removal_is_the_block_passing_its_input_on(setup, params, batches, 3)
   # Local and global layers: each keeps its own window when it moves down (lnjax/hf's
   # Gemma analyses; tests/test_hf_modern.py checks it against this interception too).
   windowed = Setup(tasks.get("lm"), TransformerLM(dataclasses.replace(

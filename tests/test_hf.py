@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from lnjax.hf import checkpoint as hf, tokenizer as hf_tokenizer
+from conftest import assert_layer_removal_is_the_block_passing_its_input_on
 
 CORPUS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                       "lnjax", "data", "corpora", "tiny_shakespeare", "input.txt.gz")
@@ -371,9 +372,7 @@ def test_layer_removal_equals_the_model_with_that_block_passing_its_input_on(nor
   import jax.numpy as jnp
 
   from lnjax import tasks
-  from lnjax.analysis import probes, removal
   from lnjax.models import ModelConfig, TransformerLM, init_params
-  from lnjax.models.transformer import Block
   from lnjax.core.state import Setup
 
   cfg = ModelConfig(vocab_size=20, num_layers=3, d_model=16, num_heads=2, d_ff=32,
@@ -385,16 +384,7 @@ def test_layer_removal_equals_the_model_with_that_block_passing_its_input_on(nor
   batches = [{"inputs": tokens[:, :-1], "targets": tokens[:, 1:],
               "weights": np.ones((2, 8), np.float32)}]
   setup = Setup(tasks.get("lm"), model, None, None)
-  profile = removal.layer_removal(setup, params, batches)
-  for i in range(3):
-    def skip(next_fun, args, kwargs, context, i=i):
-      if isinstance(context.module, Block) and context.module.index == i:
-        return args[0]
-      return next_fun(*args, **kwargs)
-
-    with nn.intercept_methods(skip):
-      skipped = float(probes.mean_loss(params, setup, batches))
-    assert profile["increase"][i] == pytest.approx(skipped - profile["loss"], abs=1e-5)
+  profile = assert_layer_removal_is_the_block_passing_its_input_on(setup, params, batches, 3)
   assert len(set(np.round(profile["increase"], 6))) == 3  # Three different layers.
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from lnjax.hf import checkpoint as hf
+from conftest import assert_layer_removal_is_the_block_passing_its_input_on
 
 MAX_LEN = 12
 VOCAB = 97
@@ -450,12 +451,8 @@ def test_analyze_a_folder_without_tokenizer_from_ids_or_a_named_tokenizer(tmp_pa
 def test_layer_removal_keeps_each_layers_local_or_global_attention():
   """Gemma 2's alternation: removing layer 0 (local) leaves layer 1 global, moved to
   index 0; the profile equals the model whose block i returns its input."""
-  import flax.linen as nn
-
   from lnjax import tasks
-  from lnjax.analysis import probes, removal
   from lnjax.core.state import Setup
-  from lnjax.models.transformer import Block
 
   options = {**LNJAX_MODELS["Gemma2ForCausalLM"], "sliding_window": 2}
   cfg, model, params = lnjax_model(**{**options, "num_layers": 3})
@@ -463,16 +460,7 @@ def test_layer_removal_keeps_each_layers_local_or_global_attention():
   batches = [{"inputs": tokens[:, :-1], "targets": tokens[:, 1:],
               "weights": np.ones((2, MAX_LEN), np.float32)}]
   setup = Setup(tasks.get("lm"), model, None, None)
-  profile = removal.layer_removal(setup, params, batches)
-  for i in range(3):
-    def skip(next_fun, args, kwargs, context, i=i):
-      if isinstance(context.module, Block) and context.module.index == i:
-        return args[0]
-      return next_fun(*args, **kwargs)
-
-    with nn.intercept_methods(skip):
-      skipped = float(probes.mean_loss(params, setup, batches))
-    assert profile["increase"][i] == pytest.approx(skipped - profile["loss"], abs=1e-5)
+  assert_layer_removal_is_the_block_passing_its_input_on(setup, params, batches, 3)
 
 
 _RSS_CHILD = r"""
