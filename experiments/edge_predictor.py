@@ -9,11 +9,14 @@ slices), validated leave-one-placement-out, against the search's cost.
 
 Written: experiments/edge_predictor/report.md and predicted_vs_searched.png. Each cell's
 features come from one 20-step run of its (placement, depth) at lr 1e-3 without warm-up
-(experiments/edge_predictor/features.json); the warm-up enters as an input. The model: a
-ridge regression of log10(edge) on the features (lnjax/sweep/predict.py), its penalty chosen
-inside each held-out fold (nested), so no figure below saw the placement it predicts.
-Cells without a stable rate (< 1e-5: Post-LN at 24 layers, at 12 without warm-up) are left
-out of the fit and reported apart.
+(experiments/edge_predictor/features.json) and, where present, a second at 1e-2
+(features_lr0.01.json, by `... edge_predictor_features.py --lr=0.01`); the warm-up enters as
+an input. The model: a ridge regression of log10(edge) on the features
+(lnjax/sweep/predict.py). Each candidate's penalty, and for the procedure the candidate
+itself, is chosen inside each held-out fold (nested), so no figure below saw the placement
+it predicts; the saved fit is the same choice made on every cell. Cells without a stable
+rate (< 1e-5: Post-LN at 24 layers, at 12 without warm-up) are left out of the fit and
+reported apart.
 """
 
 import json
@@ -39,11 +42,18 @@ BASE = ["log_depth", "warmup"]
 HEALTH = ["init_last_grad", "init_first_share", "end_first_share", "grad_growth",
           "update_per_lr", "logit_growth", "output_logit_growth", "residual_growth",
           "loss_drop"]
-CANDIDATES = {
+SLOPES = [f"slope_{h}" for h in HEALTH] + ["diverged_high"]  # From the second run.
+ONE_RUN = {
     "depth and warm-up only": BASE,
     "+ health of the first 20 steps": BASE + HEALTH,
     "+ health, and each × warm-up": BASE + HEALTH + [f"{h}*warmup" for h in HEALTH],
 }
+TWO_RUNS = {
+    "+ health and its slope (a second run at 10× the rate)": BASE + HEALTH + SLOPES,
+    "+ health and slope, and each × warm-up": BASE + HEALTH + SLOPES + [
+        f"{h}*warmup" for h in HEALTH + SLOPES],
+}
+SECOND = os.path.join(OUT, f"features_lr{predict.SECOND_LR:g}.json")
 _SAVE = flags.DEFINE_bool("save", False, "Save the chosen fit into the package.")
 
 
@@ -67,24 +77,6 @@ def atlas_cells() -> dict:
   return cells
 
 
-def nested(rows, edges, names, groups) -> np.ndarray:
-  """Leave-one-placement-out predictions, the penalty chosen by an inner leave-one-placement-out
-  on the training placements alone."""
-  groups = np.asarray(groups)
-  out = np.empty(len(rows))
-  for g in np.unique(groups):
-    train = np.flatnonzero(groups != g)
-    sub = [rows[i] for i in train]
-    sub_edges = [edges[i] for i in train]
-    lam = min(LAMBDAS, key=lambda l: np.mean(np.abs(
-        predict.held_out(sub, sub_edges, names, l, groups[train])
-        - np.log10(sub_edges))))
-    model = predict.fit(sub, sub_edges, names, lam, {})
-    for i in np.flatnonzero(groups == g):
-      out[i] = model.log_edge(rows[i])
-  return out
-
-
 def nearest(rows, edges, groups, names) -> np.ndarray:
   """The nearest-placement rule: each cell takes the edge of the cell of another placement,
   same depth and warm-up, whose standardized health features are nearest."""
@@ -99,9 +91,10 @@ def nearest(rows, edges, groups, names) -> np.ndarray:
   return out
 
 
-def costs(cells: dict, features: dict) -> dict:
+def costs(cells: dict, features: dict, second: dict | None = None) -> dict:
   """Training steps and seconds: the search's (probes, and each range test once for both
-  warm-ups) against the feature runs' (one per placement and depth, for both warm-ups)."""
+  warm-ups) against the feature runs' (one per placement and depth, for both warm-ups; two
+  with `second`, the 10× runs, where the predictor reads them)."""
   search_steps = sum(c["probe_steps_trained"] for c in cells.values())
   search_steps += sum({(c["placement"], c["depth"]): c["range_test_steps"] or 0
                        for c in cells.values()}.values())
@@ -109,6 +102,8 @@ def costs(cells: dict, features: dict) -> dict:
   timed = [s for s in seconds if s is not None]
   used = {f"{c['placement']}/{c['depth']}" for c in cells.values()}
   features = {k: r for k, r in features.items() if k in used}
+  features.update({f"{k}@{predict.SECOND_LR:g}": r for k, r in (second or {}).items()
+                   if k in used})
   feature_steps = sum(len(r["step"]) for r in features.values())
   pace = [p["seconds"] / p["steps"] for c in cells.values() for p in c["probes"]
           if p.get("seconds") and p["steps"] >= 300]
@@ -147,7 +142,7 @@ def figure(path: str, keys, edges, predicted_log, censored) -> None:
   ax.scatter([], [], facecolor="none", edgecolor="tab:red", label="no stable rate (< 1e-5)")
   ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi),
          xlabel="searched highest stable lr (experiments/atlas)",
-         ylabel="predicted from a 20-step run (held out by placement)")
+         ylabel="predicted from 20-step runs (held out by placement)")
   ax.legend(fontsize=7, loc="upper left")
   ax.set_title("python experiments/edge_predictor.py (2026-12-05)", fontsize=9)
   fig.tight_layout()
@@ -159,12 +154,16 @@ def main(argv):
   del argv
   with open(os.path.join(OUT, "features.json")) as f:
     features = json.load(f)
+  second = {}
+  if os.path.exists(SECOND):
+    with open(SECOND) as f:
+      second = json.load(f)
   cells = atlas_cells()
   keys, rows, edges, groups, censored_keys = [], [], [], [], []
   for (p, d, w), c in sorted(cells.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0])):
     if f"{p}/{d}" not in features:
       continue
-    x = predict.features(features[f"{p}/{d}"], d, w)
+    x = predict.features(features[f"{p}/{d}"], d, w, second=second.get(f"{p}/{d}"))
     if c["highest_stable_lr"] is None:
       censored_keys.append(((p, d, w), c["lowest_unstable_lr"], x))
       continue
@@ -172,31 +171,45 @@ def main(argv):
     rows.append(x)
     edges.append(c["highest_stable_lr"])
     groups.append(p)
+  # The cells with both runs: where the two-run candidates, and the selection among all
+  # candidates, are scored (every cell where no second run was made).
+  both = [i for i, x in enumerate(rows) if "diverged_high" in x] or list(range(len(rows)))
+  candidates = {**ONE_RUN, **(TWO_RUNS if "diverged_high" in rows[both[0]] else {})}
+  sub = lambda xs: [xs[i] for i in both]
   results = {}
-  for label, names in CANDIDATES.items():
-    results[label] = (names, nested(rows, edges, names, groups))
-  health = HEALTH
-  results["nearest placement (health features)"] = (health, nearest(rows, edges, groups, health))
-  scored = {k: predict.scores(v[1], edges) for k, v in results.items()}
-  best = min((k for k in CANDIDATES), key=lambda k: -scored[k]["within_2x"]
-             + 1e-3 * scored[k]["median_factor"])
-  names, held = results[best]
-  lam = min(LAMBDAS, key=lambda l: np.mean(np.abs(
-      predict.held_out(rows, edges, names, l, groups) - np.log10(edges))))
+  for label, names in candidates.items():
+    on = both if label in TWO_RUNS else range(len(rows))
+    held, _ = predict.nested([rows[i] for i in on], [edges[i] for i in on],
+                             {label: names}, LAMBDAS, [groups[i] for i in on])
+    results[label] = (list(on), held)
+  results["nearest placement (health features)"] = (
+      list(range(len(rows))), nearest(rows, edges, groups, HEALTH))
+  held, picks = predict.nested(sub(rows), sub(edges), candidates, LAMBDAS, sub(groups))
+  procedure = "the candidate and penalty chosen inside each fold (nested)"
+  results[procedure] = (both, held)
+  scored = {k: predict.scores(v[1], [edges[i] for i in v[0]]) for k, v in results.items()}
+  best, lam = predict.select(sub(rows), sub(edges), candidates, LAMBDAS, sub(groups))
+  names = candidates[best]
+  two = any(n.startswith(("slope_", "diverged_high")) for n in names)
+  fit_keys = sub(keys)
   fitted_for = {"config": "configs/lm.py:size=small, batches of 16 (the atlas)",
                 "keys": predict.describe_config(_atlas_config()),
-                "placements": sorted({k[0] for k in keys}),
-                "depths": [min(k[1] for k in keys), max(k[1] for k in keys)],
+                "placements": sorted({k[0] for k in fit_keys}),
+                "depths": [min(k[1] for k in fit_keys), max(k[1] for k in fit_keys)],
                 "warmups": [0, 500], "steps": predict.STEPS, "lr": predict.REFERENCE_LR,
+                "second_lr": predict.SECOND_LR if two else None,
                 "command": "python experiments/edge_predictor.py --save"}
-  model = predict.fit(rows, edges, names, lam, fitted_for, groups=groups)
+  # The interval: the procedure's held-out errors (its choice made without the placement).
+  model = predict.fit(sub(rows), sub(edges), names, lam, fitted_for,
+                      residuals=held - np.log10(sub(edges)))
   if _SAVE.value:
     model.save(predict.COEFFICIENTS)
-  censored = [(k, upper, model.log_edge(x)) for k, upper, x in censored_keys]
-  figure(os.path.join(OUT, "predicted_vs_searched.png"), keys, edges, held, censored)
-  measured = {k: cells[k] for k in keys + [c[0] for c in censored_keys]}  # Features and edge.
-  report = render(keys, edges, held, scored, best, lam, censored, costs(measured, features),
-                  len(cells))
+  censored = [(k, upper, model.log_edge(x)) for k, upper, x in censored_keys
+              if all(n.partition("*")[0] in x for n in names)]
+  figure(os.path.join(OUT, "predicted_vs_searched.png"), fit_keys, sub(edges), held, censored)
+  measured = {k: cells[k] for k in fit_keys + [c[0] for c in censored]}  # Features and edge.
+  report = render(fit_keys, sub(edges), held, scored, procedure, picks, best, lam, model,
+                  censored, costs(measured, features, second if two else None), len(cells))
   with open(os.path.join(OUT, "report.md"), "w") as f:
     f.write(report)
   print(report)
@@ -209,45 +222,61 @@ def _atlas_config():
   return c
 
 
-def render(keys, edges, held, scored, best, lam, censored, cost, total) -> str:
+def render(keys, edges, held, scored, procedure, picks, best, lam, model, censored, cost,
+           total) -> str:
   factor = 10 ** np.abs(held - np.log10(edges))
+  two = model.fitted_for.get("second_lr")
+  runs = "a 20-step run at 1e-3 and one at 1e-2" if two else "one 20-step run at 1e-3"
   out = ["# The edge predicted from the first steps", "",
          "`python experiments/edge_predictor.py` (2026-12-05), features by "
-         "`nice -n 19 python experiments/edge_predictor_features.py` (2026-12-05). Each cell's "
-         f"prediction comes from a model fitted without its placement (leave-one-placement-out, "
-         f"the ridge penalty chosen inside the fold). Cells: {len(keys)} with a searched edge, "
-         f"{len(censored)} without a stable rate, of the atlas's {total}.", "",
+         "`nice -n 19 python experiments/edge_predictor_features.py` (2026-12-05) and, for "
+         "the second runs, `nice -n 10 python experiments/edge_predictor_features.py "
+         "--depths=6 --lr=0.01 --out=experiments/edge_predictor/features_lr0.01.json` "
+         "(2026-12-05). Each cell's prediction comes from a model fitted without its "
+         "placement (leave-one-placement-out, the ridge penalty chosen inside the fold by "
+         "a leave-one-placement-out on the other placements alone). Cells: "
+         f"{len(keys)} with a searched edge in the selection, {len(censored)} without a "
+         f"stable rate, of the atlas's {total}.", "",
          "| predictor | median error factor | within 2× | cells |", "|---|---:|---:|---:|"]
   for label, s in scored.items():
-    mark = " (chosen)" if label == best else ""
-    out.append(f"| {label}{mark} | {s['median_factor']:.2f}× | {100 * s['within_2x']:.0f}% | "
+    out.append(f"| {label} | {s['median_factor']:.2f}× | {100 * s['within_2x']:.0f}% | "
                f"{s['cells']} |")
-  s = scored[best]
+  s = scored[procedure]
+  chosen = {}
+  for label, _ in picks.values():
+    chosen[label] = chosen.get(label, 0) + 1
   steps_ratio = cost["search_steps"] / max(cost["feature_steps"], 1)
-  out += ["", f"Chosen: {best} (the ridge with the most cells within 2×), penalty {lam:g} "
-          "on the whole table for the saved fit. "
-          f"Goal ≥ 80% within 2× at ≥ 20× less compute: "
-          f"{100 * s['within_2x']:.0f}% within 2× "
-          f"({'met' if s['within_2x'] >= 0.8 else 'missed'}), at {steps_ratio:.0f}× fewer "
-          "training steps.", "",
+  out += ["", f"The figures to quote are the last row's: the whole procedure, the choice "
+          "among the candidates included, held out by placement. Each other row's feature "
+          "set was fixed before its score was seen, so picking the best of those rows by "
+          "its score would be a choice made on every fold. Chosen inside the "
+          f"{len(picks)} folds: " + ", ".join(f"{label} ({n}×)" for label, n in
+                                               sorted(chosen.items(), key=lambda kv: -kv[1]))
+          + f". The saved fit (lnjax/sweep/edge_predictor.json): the same choice on every "
+          f"cell, {best}, penalty {lam:g}; its 10%-90% interval, from the procedure's "
+          f"held-out errors: ×{10 ** model.interval[0]:.2f} to ×{10 ** model.interval[1]:.2f}.",
+          "", f"Goal ≥ 80% within 2× at ≥ 20× less compute: {100 * s['within_2x']:.0f}% "
+          f"within 2× ({'met' if s['within_2x'] >= 0.8 else 'missed'}), median error "
+          f"{s['median_factor']:.2f}×, at {steps_ratio:.0f}× fewer training steps ({runs} "
+          "per placement and depth).", "",
           "## Cost", "",
-          f"- The search (the six slices' probes, and each range test once): "
+          f"- The search (the slices' probes, and each range test once): "
           f"{cost['search_steps']} training steps in {cost['search_runs']} runs (each run "
           "a process that compiles its model).",
-          f"- The features: {cost['feature_steps']} steps in {cost['feature_runs']} runs (one "
-          "20-step run per placement and depth, serving both warm-ups).",
+          f"- The features: {cost['feature_steps']} steps in {cost['feature_runs']} runs "
+          f"({runs} per placement and depth, serving both warm-ups).",
           f"- The search takes {steps_ratio:.0f}× the features' training steps (its compute: "
           "the same model, the same batch) and "
           f"{cost['search_runs'] / max(cost['feature_runs'], 1):.0f}× their runs. In wall time "
           "a 20-step run is mostly fixed costs (start, compilation, evaluation): the feature "
           f"runs took {cost['feature_seconds'] / 60:.0f} min here (median "
-          f"{cost['feature_median_seconds']:.0f} s a run) at nice 19 on 2 cores shared with "
-          "five other jobs (load average 15-20); the search's steps at its recorded pace "
+          f"{cost['feature_median_seconds']:.0f} s a run) at nice 10-19 on 2 cores shared with "
+          "other jobs (load average 8-20); the search's steps at its recorded pace "
           f"({cost['search_seconds_per_step']:.3f} s a step, its timed probes' median, "
           f"compilation included) take {cost['search_hours']:.1f} h: "
           f"{60 * cost['search_hours'] / max(cost['feature_seconds'] / 60, 1e-9):.0f}× the "
           "features' wall time as measured, under unequal loads.", "",
-          "## Where it errs (held-out factor per cell, worst first)", "",
+          "## Where it errs (the procedure's held-out factor per cell, worst first)", "",
           "| placement | layers | warm-up | searched | predicted | factor |",
           "|---|---:|---:|---:|---:|---:|"]
   for i in np.argsort(-factor)[:20]:
@@ -257,7 +286,7 @@ def render(keys, edges, held, scored, best, lam, censored, cost, total) -> str:
   by_placement = {}
   for (p, _, _), f in zip(keys, factor):
     by_placement.setdefault(p, []).append(f)
-  out += ["", "Median factor by placement (its six cells held out together):", "",
+  out += ["", "Median factor by placement (its cells held out together):", "",
           "| placement | median factor | within 2× |", "|---|---:|---:|"]
   for p in models.NORM_POSITIONS:
     if p in by_placement:
@@ -266,7 +295,7 @@ def render(keys, edges, held, scored, best, lam, censored, cost, total) -> str:
                  f"{int(np.sum(f <= 2))}/{len(f)} |")
   if censored:
     out += ["", "Cells without a stable rate (the search's lowest unstable rate, and the "
-            "saved fit's prediction):", ""]
+            "saved fit's prediction, in-sample for the other cells):", ""]
   out += [f"- {plotting.placement_label(p)}, {d} layers, warm-up {w}: < {upper:.3g}; "
           f"predicted {10 ** y:.3g}" for (p, d, w), upper, y in censored]
   out += ["", "Figure: experiments/edge_predictor/predicted_vs_searched.png", ""]

@@ -1,12 +1,14 @@
 r"""A cell's highest stable learning rate predicted from its first steps (issue 61), without
 the search (lnjax/sweep/stability.py): a short run of the cell's model at one reference
 rate, no warm-up, with the per-layer health statistics at every step
-(lnjax/core/health.py), gives a handful of features; a ridge regression of log10(edge) on
-them, fitted on the atlas's searched cells (experiments/atlas), predicts the edge.
+(lnjax/core/health.py), gives a handful of features (and, where the fit asks for it, a
+second run at ten times the rate gives each feature's change per decade of rate); a ridge
+regression of log10(edge) on them, fitted on the atlas's searched cells (experiments/atlas),
+predicts the edge.
 
   record = read_run(workdir)             # a finished feature run -> its compact record
-  x = features(record, warmup)           # the record and the cell's warm-up -> feature dict
-  model = fit(rows, edges)               # [(feature dict)], [edge] -> Model
+  x = features(record, depth, warmup)    # ... -> feature dict (second=: the 10× run's record)
+  model = fit(rows, edges, names, lam, fitted_for, groups)   # -> Model
   model.predict(x) -> (edge, low, high)  # low, high: the leave-one-placement-out interval
 
 The command: `lnjax stability --predict` (lnjax/cli/stability.py); the fit and its
@@ -24,6 +26,7 @@ from lnjax.core import errors
 
 STEPS = 20  # The feature run's length (the search spends ~2000-4500 steps a cell).
 REFERENCE_LR = 1e-3  # Its rate (configs/lm.py's own), constant from step 1.
+SECOND_LR = 1e-2  # The optional second run's: ten times the reference, the same steps.
 COEFFICIENTS = os.path.join(os.path.dirname(__file__), "edge_predictor.json")
 
 
@@ -161,13 +164,32 @@ def _tail(series: list, n: int = 5) -> list:
   return [v for v in series[-n:] if v is not None]
 
 
-def features(record: dict, depth: int, warmup: int) -> dict[str, float]:
+def features(record: dict, depth: int, warmup: int, lr: float = REFERENCE_LR,
+             second: dict | None = None, second_lr: float = SECOND_LR) -> dict[str, float]:
   """The predictor's inputs of one cell: its depth and warm-up, and from its feature run
-  (`read_run`) the gradient at initialization (the last layer's RMS, the paper's quantity,
-  Xiong et al. 2020, arXiv 2002.04745, §3.3; the first layer's share), and over the run how
-  the gradient, the attention logits, the output logits and the residual stream grew, the
-  Adam update per unit of rate and the loss's drop. A run that diverged keeps its last
-  finite values."""
+  (`read_run`, at rate `lr`) the gradient at initialization (the last layer's RMS, the
+  paper's quantity, Xiong et al. 2020, arXiv 2002.04745, §3.3; the first layer's share), and
+  over the run how the gradient, the attention logits, the output logits and the residual
+  stream grew, the Adam update per unit of rate and the loss's drop. A run that diverged
+  keeps its last finite values. With `second` (the same steps at `second_lr`): each of these
+  run features' change per decade of rate, 'slope_<name>', and 'diverged_high' (1.0 where
+  that run diverged)."""
+  x = {"log_depth": math.log10(depth), "warmup": warmup / 500.0, **_run_features(record, lr)}
+  if second is not None:
+    decades = math.log10(second_lr / lr)
+    high = _run_features(second, second_lr)
+    for name in RUN_FEATURES:
+      x[f"slope_{name}"] = (high[name] - x[name]) / decades
+    x["diverged_high"] = float(second.get("status") == "diverged")
+  return x
+
+
+RUN_FEATURES = ("init_last_grad", "init_first_share", "end_first_share", "grad_growth",
+                "update_per_lr", "logit_growth", "output_logit_growth", "residual_growth",
+                "loss_drop")
+
+
+def _run_features(record: dict, lr: float) -> dict[str, float]:
   g, u = record["grad_rms"], record["update_rms"]
   logit = [max(v) for v in record["max_logit"] if v]
   resid = [v[-1] for v in record["residual_rms"] if v]
@@ -176,13 +198,11 @@ def features(record: dict, depth: int, warmup: int) -> dict[str, float]:
   end_g = [top(v) for v in _tail(g)]
   end_u = [sum(v) / len(v) for v in _tail(u)]
   return {
-      "log_depth": math.log10(depth),
-      "warmup": warmup / 500.0,
       "init_last_grad": _log(g[0][-1]),
       "init_first_share": _log(_share(g[0])),
       "end_first_share": _log(sum(_share(v) for v in _tail(g)) / len(_tail(g))),
       "grad_growth": _log(sum(end_g) / len(end_g) / top(g[0])),
-      "update_per_lr": _log(sum(end_u) / len(end_u) / REFERENCE_LR),
+      "update_per_lr": _log(sum(end_u) / len(end_u) / lr),
       "logit_growth": _log(logit[-1] / logit[0]) if logit else 0.0,
       "output_logit_growth": _log(_tail(record["output_logit_max"])[-1]
                                   / record["output_logit_max"][0]),
@@ -245,15 +265,19 @@ def ridge(X: np.ndarray, y: np.ndarray, lam: float):
 
 
 def fit(rows: list[dict], edges: list[float], names: list[str], lam: float,
-        fitted_for: dict, groups: list[str] | None = None) -> Model:
-  """The ridge model of log10(edge) on `names`; with `groups` (a placement per row), its
-  interval from the leave-one-group-out residuals, else from the in-sample ones."""
+        fitted_for: dict, groups: list[str] | None = None,
+        residuals: np.ndarray | None = None) -> Model:
+  """The ridge model of log10(edge) on `names`; its interval from `residuals` (log10
+  prediction − log10 edge, held out: the selection's, `nested`), else from this model's
+  leave-one-group-out residuals with `groups` (a placement per row), else the in-sample
+  ones."""
   X, y = design(rows, names), np.log10(np.asarray(edges, dtype=np.float64))
-  residuals = (held_out(rows, edges, names, lam, groups) - y) if groups else None
+  if residuals is None and groups:
+    residuals = held_out(rows, edges, names, lam, groups) - y
   mean, scale, coef, b = ridge(X, y, lam)
   if residuals is None:
     residuals = ((X - mean) / scale) @ coef + b - y
-  low, high = np.quantile(-residuals, [0.1, 0.9])  # edge = prediction × 10^(−residual).
+  low, high = np.quantile(-np.asarray(residuals), [0.1, 0.9])  # edge = prediction × 10^(−r).
   return Model(list(names), mean.tolist(), scale.tolist(), coef.tolist(), float(b), lam,
                (float(low), float(high)), dict(fitted_for))
 
@@ -268,6 +292,31 @@ def held_out(rows, edges, names, lam, groups) -> np.ndarray:
     mean, scale, coef, b = ridge(X[~test], y[~test], lam)
     out[test] = ((X[test] - mean) / scale) @ coef + b
   return out
+
+
+def select(rows, edges, candidates: dict[str, list[str]], lambdas, groups) -> tuple[str, float]:
+  """The (candidate, penalty) whose leave-one-group-out predictions of these rows have the
+  smallest mean |log10 error|: the selection, on whatever rows it is given."""
+  y = np.log10(np.asarray(edges, dtype=np.float64))
+  return min(((label, lam) for label in candidates for lam in lambdas),
+             key=lambda c: float(np.mean(np.abs(
+                 held_out(rows, edges, candidates[c[0]], c[1], groups) - y))))
+
+
+def nested(rows, edges, candidates: dict[str, list[str]], lambdas, groups):
+  """Leave-one-group-out predictions (log10) of the whole procedure, the selection
+  (`select`) included: each group's rows predicted by the candidate and penalty chosen,
+  and fitted, on the other groups' rows alone. Returns (predictions, {group: choice})."""
+  groups = np.asarray(groups)
+  out, picks = np.empty(len(rows)), {}
+  for g in np.unique(groups):
+    train = np.flatnonzero(groups != g)
+    sub, sub_edges = [rows[i] for i in train], [edges[i] for i in train]
+    picks[str(g)] = label, lam = select(sub, sub_edges, candidates, lambdas, groups[train])
+    model = fit(sub, sub_edges, candidates[label], lam, {})
+    for i in np.flatnonzero(groups == g):
+      out[i] = model.log_edge(rows[i])
+  return out, picks
 
 
 def scores(predicted_log10: np.ndarray, edges) -> dict:
