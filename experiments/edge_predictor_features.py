@@ -6,6 +6,8 @@ step, kept as a compact record in experiments/edge_predictor/features.json (one 
 
   nice -n 19 python experiments/edge_predictor_features.py --workdir=/tmp/edge_features
   python experiments/edge_predictor_features.py --placements=pre --depths=6   # one entry
+  nice -n 10 python experiments/edge_predictor_features.py --depths=6 --lr=0.01
+      # the second runs, at ten times the rate: features_lr0.01.json
   nice -n 19 python experiments/edge_predictor_features.py --block=modern --depths=12
       # the modern block's (RoPE, SwiGLU, RMSNorm, no biases): features_modern.json, read by
       # experiments/atlas.py --block=modern for the placements that move between blocks
@@ -28,7 +30,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _WORKDIR = flags.DEFINE_string("workdir", "/tmp/lnjax_edge_features", "The runs' folders.")
 _OUT = flags.DEFINE_string("out", None, "The features' file (default: experiments/"
-                           "edge_predictor/features.json, features_modern.json).")
+                           "edge_predictor/features.json, features_modern.json; at another "
+                           "--lr, features_lr<lr>.json, features_modern_lr<lr>.json).")
 _BLOCK = flags.DEFINE_enum("block", "2020", ["2020", "modern"], "The block (as "
                            "experiments/atlas.py's --block).")
 # The modern block's keys (experiments/atlas.py MODERN).
@@ -44,8 +47,10 @@ _CONFIG = flags.DEFINE_string("config", "lm:size=small", "The config (name:prese
 
 def main(argv):
   del argv
-  out = _OUT.value or os.path.join(REPO, "experiments", "edge_predictor", "features.json"
-                                   if _BLOCK.value == "2020" else "features_modern.json")
+  name = "features" if _BLOCK.value == "2020" else "features_modern"
+  if _LR.value != predict.REFERENCE_LR:
+    name += f"_lr{_LR.value:g}"
+  out = _OUT.value or os.path.join(REPO, "experiments", "edge_predictor", f"{name}.json")
   table = json.load(open(out)) if os.path.exists(out) else {}
   placements = _PLACEMENTS.value or list(
       models.NORM_POSITIONS[:14] if _BLOCK.value == "2020" else models.NORM_POSITIONS)
@@ -61,7 +66,8 @@ def main(argv):
       if _BLOCK.value == "modern":
         for name_, value in MODERN.items():
           config.model[name_] = value
-      workdir = os.path.join(_WORKDIR.value, _BLOCK.value, key.replace("/", "_d"))
+      workdir = os.path.join(_WORKDIR.value, _BLOCK.value + (
+          "" if _LR.value == predict.REFERENCE_LR else f"_lr{_LR.value:g}"), key.replace("/", "_d"))
       t0 = time.perf_counter()
       summary = lnjax.train(config, workdir)
       if summary.get("status") not in ("completed", "diverged"):  # Stopped: not a record.

@@ -66,6 +66,42 @@ def test_the_model_round_trips_through_json(tmp_path):
   assert again.predict(rows[0]) == pytest.approx(model.predict(rows[0]))
 
 
+def test_the_nested_procedure_never_sees_the_held_out_placement():
+  """Each group's held-out predictions, choice of candidate and penalty included, do not move
+  when that group's own edges are changed a thousandfold: nothing of it leaked into its
+  fold."""
+  rows, edges, groups = _table(seed=3)
+  candidates = {"a": ["a"], "a, b": ["a", "b"], "a, b, c": ["a", "b", "c"]}
+  held, picks = predict.nested(rows, edges, candidates, (1e-6, 1.0), groups)
+  for g in sorted(set(groups)):
+    moved = [e * 1e3 if grp == g else e for e, grp in zip(edges, groups)]
+    again, again_picks = predict.nested(rows, moved, candidates, (1e-6, 1.0), groups)
+    mine = np.array(groups) == g
+    np.testing.assert_allclose(again[mine], held[mine], atol=1e-9)
+    assert again_picks[g] == picks[g]
+    assert not np.allclose(again[~mine], held[~mine])  # The others' folds do see it.
+
+
+def test_the_nested_selection_recovers_the_true_feature_set():
+  """The law reads a and b: every fold chooses them (c alone or a alone cannot fit it), the
+  held-out predictions are exact, and the selection on all rows agrees."""
+  rows, edges, groups = _table(seed=4)
+  candidates = {"a": ["a"], "c": ["c"], "a, b": ["a", "b"]}
+  held, picks = predict.nested(rows, edges, candidates, (1e-6, 10.0), groups)
+  assert {label for label, _ in picks.values()} == {"a, b"}
+  assert predict.scores(held, edges)["median_factor"] == pytest.approx(1.0, abs=1e-4)
+  assert predict.select(rows, edges, candidates, (1e-6, 10.0), groups) == ("a, b", 1e-6)
+
+
+def test_the_interval_comes_from_the_residuals_given():
+  rows, edges, groups = _table()
+  residuals = np.linspace(-1.0, 1.0, len(rows))  # log10 prediction − log10 edge.
+  model = predict.fit(rows, edges, ["a", "b"], 1e-6, {}, groups=groups, residuals=residuals)
+  assert model.interval == pytest.approx(tuple(np.quantile(-residuals, [0.1, 0.9])))
+  edge, low, high = model.predict(rows[0])
+  assert low == pytest.approx(edge * 10 ** model.interval[0])
+
+
 def _record():
   """A feature run's record: 3 layers, 6 steps, the first layer's gradient collapsing."""
   steps = 6
@@ -88,6 +124,34 @@ def test_the_features_read_the_run():
   assert x["residual_growth"] == pytest.approx(math.log10(3))
   assert x["update_per_lr"] == pytest.approx(0.0)  # Adam's update ~ lr.
   assert x["loss_drop"] == pytest.approx(4.0 - np.mean([3.8, 3.6, 3.5, 3.4, 3.0]))
+
+
+def test_a_second_run_gives_each_features_slope_per_decade_of_rate():
+  low = _record()
+  high = {**_record(), "update_rms": [[1e-3, 1e-3, 1e-3]] * 6,  # Not grown with the rate.
+          "loss": [4.0, 3.9, 3.9, 3.9, 3.9, 3.9], "status": "diverged"}
+  x = predict.features(low, 6, 0, lr=1e-3, second=high, second_lr=1e-1)  # Two decades.
+  one = predict.features(low, 6, 0)
+  assert {k: x[k] for k in one} == one  # The first run's features unchanged.
+  assert x["slope_update_per_lr"] == pytest.approx((math.log10(1e-3 / 1e-1) - 0.0) / 2)  # -1.
+  assert x["slope_loss_drop"] == pytest.approx((0.1 - one["loss_drop"]) / 2)
+  assert x["slope_init_last_grad"] == 0.0 and x["diverged_high"] == 1.0
+  assert sorted(k for k in x if k not in one) == sorted(
+      [f"slope_{n}" for n in predict.RUN_FEATURES] + ["diverged_high"])
+
+
+def test_the_saved_fit_reads_only_features_its_runs_give():
+  """lnjax/sweep/edge_predictor.json: every column is a feature of its one or two runs, its
+  interval brackets 1, and a prediction from a plausible record is a finite rate."""
+  model = predict.Model.load()
+  second_lr = model.fitted_for.get("second_lr")
+  x = predict.features(_record(), 6, 500, model.fitted_for["lr"],
+                       _record() if second_lr else None, second_lr or predict.SECOND_LR)
+  assert all(n.partition("*")[0] in x and (n.partition("*")[2] or "warmup") in x
+             for n in model.names)
+  assert model.interval[0] < 0 < model.interval[1]
+  edge, low, high = model.predict(x)
+  assert 0 < low < edge < high < math.inf
 
 
 def _fitted(**over):

@@ -332,8 +332,9 @@ def predict_cells(config_arg: str, fixed: dict, placements, depths, warmups, wor
                   model: Model | None = None) -> list[str]:
   """`lnjax stability --predict`: every cell checked against the fit first (one refusal line,
   exit 2, before any run), then per (placement, depth) one feature run in
-  WORKDIR/predict/norm=P,layers=D (a finished one is read again, not rerun), and a line per
-  cell with the predicted highest stable rate and its interval."""
+  WORKDIR/predict/norm=P,layers=D (and, where the fit reads a second rate, one in
+  ...,lr=R; a finished one is read again, not rerun), and a line per cell with the
+  predicted highest stable rate and its interval."""
   from lnjax import sweep as sweep_lib
   from lnjax.core import train as train_lib
   model = model or Model.load()
@@ -344,20 +345,27 @@ def predict_cells(config_arg: str, fixed: dict, placements, depths, warmups, wor
                                                          "model.num_layers": d})
       for w in warmups:
         notes = check_fitted(model, configs[p, d], p, d, w)
-  lines = [f"Predicted from a {model.fitted_for['steps']}-step run at lr "
-           f"{model.fitted_for['lr']:g} (lnjax/sweep/predict.py, fitted on "
-           f"{model.fitted_for['config']}; 10%-90% interval from its leave-one-placement-out "
-           "errors)"]
+  fitted = model.fitted_for
+  lr, second_lr = fitted["lr"], fitted.get("second_lr")
+  runs = f"a {fitted['steps']}-step run at lr {lr:g}" + (
+      f" and one at {second_lr:g}" if second_lr else "")
+  lines = [f"Predicted from {runs} (lnjax/sweep/predict.py, fitted on {fitted['config']}; "
+           "10%-90% interval from its leave-one-placement-out errors)"]
   if notes:
     lines.append("note: an extrapolation, this config's size differs from the fit's: "
                  + ", ".join(notes))
+
+  def run(config, p, d, rate, suffix):
+    run_dir = os.path.join(workdir, "predict", f"norm={p},layers={d}{suffix}")
+    train_lib.train_and_evaluate(feature_config(config.copy_and_resolve_references(), p, d,
+                                                fitted["steps"], rate), run_dir)
+    return read_run(run_dir)
+
   for (p, d), config in configs.items():
-    run_dir = os.path.join(workdir, "predict", f"norm={p},layers={d}")
-    config = feature_config(config, p, d, model.fitted_for["steps"], model.fitted_for["lr"])
-    train_lib.train_and_evaluate(config, run_dir)
-    record = read_run(run_dir)
+    record = run(config, p, d, lr, "")
+    second = run(config, p, d, second_lr, f",lr={second_lr:g}") if second_lr else None
     for w in warmups:
-      edge, low, high = model.predict(features(record, d, w))
+      edge, low, high = model.predict(features(record, d, w, lr, second, second_lr or SECOND_LR))
       lines.append(f"{p}, {d} layers, warm-up {w}: predicted highest stable lr {edge:.3g} "
                    f"(interval {low:.3g}–{high:.3g})")
   return lines
