@@ -19,6 +19,7 @@ rate (< 1e-5: Post-LN at 24 layers, at 12 without warm-up) are left out of the f
 reported apart.
 """
 
+import itertools
 import json
 import math
 import os
@@ -75,6 +76,26 @@ def atlas_cells() -> dict:
     for row in stability_report.rows(s):
       cells[row["placement"], row["depth"], row["warmup"]] = row
   return cells
+
+
+def best_subset(rows, edges, groups, pool: list[str]):
+  """An optimistic figure, not a predictor: of every set of up to three features of `pool`
+  (with depth and warm-up, alone or also × warm-up, at penalties 0.1, 1, 10), the one whose
+  leave-one-placement-out score is best, the choice made on every fold. Returns (label,
+  predictions, sets tried)."""
+  y, tried, best = np.log10(edges), 0, None
+  for k in (1, 2, 3):
+    for combo in itertools.combinations(pool, k):
+      for product in (False, True):
+        names = BASE + list(combo) + ([f"{h}*warmup" for h in combo] if product else [])
+        for lam in (0.1, 1.0, 10.0):
+          held = predict.held_out(rows, edges, names, lam, groups)
+          factor = np.abs(held - y)
+          score = (np.mean(factor <= math.log10(2)), -np.median(factor))
+          tried += 1
+          if best is None or score > best[0]:
+            best = (score, names, held)
+  return ", ".join(best[1][len(BASE):]), best[2], tried
 
 
 def nearest(rows, edges, groups, names) -> np.ndarray:
@@ -184,6 +205,10 @@ def main(argv):
     results[label] = (list(on), held)
   results["nearest placement (health features)"] = (
       list(range(len(rows))), nearest(rows, edges, groups, HEALTH))
+  pool = HEALTH + (SLOPES if "diverged_high" in rows[both[0]] else [])
+  label, bound, tried = best_subset(sub(rows), sub(edges), sub(groups), pool)
+  results[f"bound: the best of {tried} small feature sets, chosen on every fold ({label})"] = (
+      both, bound)
   held, picks = predict.nested(sub(rows), sub(edges), candidates, LAMBDAS, sub(groups))
   procedure = "the candidate and penalty chosen inside each fold (nested)"
   results[procedure] = (both, held)
@@ -247,9 +272,11 @@ def render(keys, edges, held, scored, procedure, picks, best, lam, model, censor
     chosen[label] = chosen.get(label, 0) + 1
   steps_ratio = cost["search_steps"] / max(cost["feature_steps"], 1)
   out += ["", f"The figures to quote are the last row's: the whole procedure, the choice "
-          "among the candidates included, held out by placement. Each other row's feature "
+          "among the candidates included, held out by placement. Each candidate row's feature "
           "set was fixed before its score was seen, so picking the best of those rows by "
-          "its score would be a choice made on every fold. Chosen inside the "
+          "its score would be a choice made on every fold; the bound row is such a choice "
+          "over many sets, optimistic (its score flatters it), not a predictor. "
+          "Chosen inside the "
           f"{len(picks)} folds: " + ", ".join(f"{label} ({n}×)" for label, n in
                                                sorted(chosen.items(), key=lambda kv: -kv[1]))
           + f". The saved fit (lnjax/sweep/edge_predictor.json): the same choice on every "
