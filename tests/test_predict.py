@@ -228,3 +228,24 @@ def test_the_prediction_runs_end_to_end_on_the_smoke_config(tmp_path):
   assert "note: an extrapolation" in out.stdout
   record = predict.read_run(str(tmp_path / "p" / "predict" / "norm=pre,layers=6"))
   assert len(record["step"]) == predict.STEPS and len(record["grad_rms"][0]) == 6
+
+
+@pytest.mark.slow
+def test_a_fit_that_reads_a_second_run_makes_the_command_run_it(tmp_path):
+  """fitted_for.second_lr: a second feature run at that rate, its own folder, and the
+  prediction reads its slope."""
+  model = _fitted(second_lr=1e-2)
+  model.names, model.coef = ["slope_loss_drop"], [0.1]
+  lines = predict.predict_cells("configs/lm.py:smoke", {}, ["pre"], [6], [0], str(tmp_path),
+                                model=model)
+  assert "a 20-step run at lr 0.001 and one at 0.01" in lines[0]
+  assert lines[-1].startswith("pre, 6 layers, warm-up 0: predicted highest stable lr")
+  low = predict.read_run(str(tmp_path / "predict" / "norm=pre,layers=6"))
+  high = predict.read_run(str(tmp_path / "predict" / "norm=pre,layers=6,lr=0.01"))
+  assert len(low["step"]) == len(high["step"]) == predict.STEPS
+  for folder, lr in (("norm=pre,layers=6", 1e-3), ("norm=pre,layers=6,lr=0.01", 1e-2)):
+    with open(tmp_path / "predict" / folder / "config.json") as f:
+      assert json.load(f)["opt"]["learning_rate"] == lr
+  x = predict.features(low, 6, 0, second=high)
+  edge = float(lines[-1].split("lr ")[1].split()[0])
+  assert edge == pytest.approx(model.predict(x)[0], rel=1e-2)
