@@ -263,11 +263,11 @@ def render(keys, edges, held, scored, picks, best, lam, model, censored, cost, t
          "`python experiments/edge_predictor.py` (2026-12-05), features by "
          "`nice -n 19 python experiments/edge_predictor_features.py` (2026-12-05) and, for "
          "the second runs, `nice -n 10 python experiments/edge_predictor_features.py "
-         "--depths=6 --lr=0.01 --out=experiments/edge_predictor/features_lr0.01.json` "
-         "(2026-12-05). Each cell's prediction comes from a model fitted without its "
-         "placement (leave-one-placement-out, the ridge penalty chosen inside the fold by "
-         "a leave-one-placement-out on the other placements alone). Cells: "
-         f"{len(keys)} with a searched edge in the selection, {len(censored)} without a "
+         "--depths=6 --lr=0.01` (2026-12-05). Each cell's prediction comes from a model "
+         "fitted without its placement (leave-one-placement-out: the ridge penalty, and for "
+         "the procedures the candidate, chosen inside the fold by a leave-one-placement-out "
+         "on the other placements alone). Cells: "
+         f"{len(keys)} with a searched edge, {len(censored)} without a "
          f"stable rate, of the atlas's {total}.", "",
          "| predictor | median error factor | within 2× | cells |", "|---|---:|---:|---:|"]
   for label, s in scored.items():
