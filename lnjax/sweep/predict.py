@@ -285,7 +285,7 @@ def predict_cells(config_arg: str, fixed: dict, placements, depths, warmups, wor
   exit 2, before any run), then per (placement, depth) one feature run in
   WORKDIR/predict/norm=P,layers=D (a finished one is read again, not rerun), and a line per
   cell with the predicted highest stable rate and its interval."""
-  from lnjax import sweep as sweep_lib
+  from lnjax import sweep as sweep_lib, tasks
   from lnjax.core import train as train_lib
   model = model or Model.load()
   configs, notes = {}, []
@@ -305,7 +305,7 @@ def predict_cells(config_arg: str, fixed: dict, placements, depths, warmups, wor
   for (p, d), config in configs.items():
     run_dir = os.path.join(workdir, "predict", f"norm={p},layers={d}")
     config = feature_config(config, p, d, model.fitted_for["steps"], model.fitted_for["lr"])
-    train_lib.train_and_evaluate(config, run_dir)
+    train_lib.train_and_evaluate(config, run_dir, tasks=tasks.get)
     record = read_run(run_dir)
     for w in warmups:
       edge, low, high = model.predict(features(record, d, w))
