@@ -62,6 +62,7 @@ import numpy as np  # noqa: E402
 
 from lnjax.configs import common as config_lib  # noqa: E402
 from lnjax.configs import multi30k_de_en  # noqa: E402
+from lnjax import tasks  # noqa: E402
 from lnjax.core import health, metrics, preemption, train  # noqa: E402
 
 
@@ -144,7 +145,7 @@ def run_one(spec: dict, out: str) -> dict:
     with open(done) as f:
       result = json.load(f)
     return {**result, **replay_rules(metrics.read_metrics(wd), SENSITIVITY)}
-  summary = train.train_and_evaluate(make_config(spec), wd)
+  summary = train.train_and_evaluate(make_config(spec), wd, tasks=tasks.get)
   jax.clear_caches()  # (44 models in one process: keep one's executables at a time.)
   records = metrics.read_metrics(wd)
   per_step = {r["step"]: r for r in records if "train_loss" in r}

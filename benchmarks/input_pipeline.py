@@ -38,6 +38,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 import lm_step  # noqa: E402
+from lnjax import tasks  # noqa: E402
 from lnjax.core import run as run_lib, sharding  # noqa: E402
 
 PIPELINES = {  # name -> (config file, preset)
@@ -53,7 +54,7 @@ def load_run(name: str):
   spec = importlib.util.spec_from_file_location("config", os.path.join(bench_env.REPO, path))
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
-  return run_lib.resolve_config(module.get_config(arg))
+  return run_lib.resolve_config(module.get_config(arg), tasks=tasks.get)
 
 
 def step_tokens(name: str, batch: dict) -> int:

@@ -39,8 +39,8 @@ def config_of(dry: bool):
 def check(dry: bool) -> dict:
   """{"predicted": plan's memory report, "measured_peak_bytes": int or None, ...}."""
   config = config_of(dry)
-  mesh = sharding.make_mesh(lnjax.core.run.resolve_config(config).mesh)
-  parts = plan.prepare(config, mesh=mesh)
+  mesh = sharding.make_mesh(lnjax.core.run.resolve_config(config, tasks=lnjax.tasks.get).mesh)
+  parts = plan.prepare(config, mesh=mesh, tasks=lnjax.tasks.get)
   device = jax.devices()[0]
   limit = (device.memory_stats() or {}).get("bytes_limit", float("inf"))
   compiled = parts["train_step"].lower(parts["state"], parts["batch"]).compile()

@@ -189,6 +189,7 @@ def compare(reference: str, soaked: str) -> list[str]:
   import jax
   import numpy as np
 
+  from lnjax import tasks
   from lnjax.core import checkpoint, metrics
 
   problems = []
@@ -205,7 +206,7 @@ def compare(reference: str, soaked: str) -> list[str]:
               "eval_bleu", "best_eval_bleu"):
     if sa.get(key) != sb.get(key):
       problems.append(f"summary {key}: {sa.get(key)} vs {sb.get(key)}")
-  ra, rb = checkpoint.restore_run(reference), checkpoint.restore_run(soaked)
+  ra, rb = (checkpoint.restore_run(w, tasks=tasks.get) for w in (reference, soaked))
   leaves_a, leaves_b = jax.tree.leaves(ra.state), jax.tree.leaves(rb.state)
   if ra.step != rb.step or any(not np.array_equal(x, y) for x, y in zip(leaves_a, leaves_b)):
     problems.append(f"final train state differs (steps {ra.step} and {rb.step})")

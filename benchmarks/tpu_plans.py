@@ -65,7 +65,7 @@ def row_of(model, slice_name, mesh, remat, placement) -> dict:
          "placement": placement}
   try:
     report = plan.plan_run(config_of(model, slice_, mesh, remat, placement), slice_,
-                           with_eval=False)
+                           with_eval=False, tasks=lnjax.tasks.get)
   except errors.ConfigError as e:
     return {**row, "error": str(e)}
   t = report["train"]

@@ -68,9 +68,10 @@ def time_step(config, num_steps: int = 6) -> float:
   """Seconds per train step of `config`'s model on this machine (after compiling)."""
   import jax
 
+  from lnjax import tasks
   from lnjax.core import build
 
-  b = build.build(config, whole_data=True)
+  b = build.build(config, tasks=tasks.get, whole_data=True)
   state, it = b.init_state(), b.data.train_iter()
   state, m = b.train_step(state, b.global_batch(next(it)))  # Compile.
   jax.block_until_ready(m)
@@ -101,6 +102,7 @@ def finetune_config(task: str, init_workdir: str, step: int):
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
+  from lnjax import tasks
   from lnjax.core import metrics, train
   from lnjax.tasks import finetune
 
@@ -121,7 +123,7 @@ def main(argv):
           f"warm-up {config.opt.warmup_steps}", flush=True)
     wd = os.path.join(root, "pretrain", name)
     t0 = time.perf_counter()
-    summary = train.train_and_evaluate(config, wd)
+    summary = train.train_and_evaluate(config, wd, tasks=tasks.get)
     pre[name] = {"summary": summary, "records": metrics.read_metrics(wd), "workdir": wd,
                  "config": config, "seconds": time.perf_counter() - t0}
 

@@ -78,6 +78,7 @@ def ffn_per_layer(norms: dict, model: str, num_layers: int) -> dict:
 def warmed_up_params(model: str, root: str, steps: int):
   """Train Post-LN with a linear warm-up over `steps` steps (lnjax.core.train, checkpointed),
   restore the checkpoint on one device, return (params, summary)."""
+  from lnjax import tasks
   from lnjax.core import build, checkpoint, train
 
   config = make_config(model, "post")
@@ -86,8 +87,8 @@ def warmed_up_params(model: str, root: str, steps: int):
     config.train.num_steps = max(steps, 1)
     config.train.eval_every_steps = config.train.checkpoint_every_steps = max(steps, 1)
   workdir = os.path.join(root, f"{model}_post_ln_warmup")
-  summary = train.train_and_evaluate(config, workdir)
-  restored = checkpoint.restore_run(workdir, None, build.one_device_mesh())
+  summary = train.train_and_evaluate(config, workdir, tasks=tasks.get)
+  restored = checkpoint.restore_run(workdir, None, build.one_device_mesh(), tasks=tasks.get)
   return restored.state.params, summary
 
 

@@ -104,8 +104,9 @@ def vocab_config(norm: str, vocab: str, init: str = "lnjax"):
 
 def train_split(config):
   """(MTData, the train split's token ids) of this config's vocabulary."""
+  from lnjax import tasks
   from lnjax.core import build
-  data = build.build(config, build.one_device_mesh(), whole_data=True).data
+  data = build.build(config, build.one_device_mesh(), tasks=tasks.get, whole_data=True).data
   return data, data._split("train", with_text=False)
 
 

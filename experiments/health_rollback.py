@@ -42,6 +42,7 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)  # orbax logs each save at INFO.
   from lnjax.configs import lm
+  from lnjax import tasks
   from lnjax.core import metrics, train
 
   results = []
@@ -57,7 +58,7 @@ def main(argv):
       config.update_from_flattened_dict(settings)
     workdir = os.path.join(_WORKDIR.value, name)
     print(f"\n=== {name}: {overrides}", flush=True)
-    summary = train.train_and_evaluate(config, workdir)
+    summary = train.train_and_evaluate(config, workdir, tasks=tasks.get)
     results.append((name, summary, metrics.read_metrics(workdir)))
   write_report(_WORKDIR.value, results, config.to_dict())
 

@@ -175,9 +175,10 @@ def time_steps(config, n: int) -> None:
   import jax
   import numpy as np
 
+  from lnjax import tasks
   from lnjax.core import build
 
-  b = build.build(config, build.one_device_mesh(), whole_data=True)
+  b = build.build(config, build.one_device_mesh(), tasks=tasks.get, whole_data=True)
   state, batch = b.init_state(), b.global_batch(next(iter(b.data.train_iter())))
   t0 = time.perf_counter()
   state, m = b.train_step(state, batch)

@@ -41,6 +41,7 @@ def runs() -> list[tuple[str, str, dict]]:
 
 def train_one(name: str, preset: str, overrides: dict, root: str) -> None:
   from lnjax.configs import multi30k_de_en
+  from lnjax import tasks
   from lnjax.core import train
   from lnjax.inference import predict
 
@@ -51,7 +52,7 @@ def train_one(name: str, preset: str, overrides: dict, root: str) -> None:
     config.update_from_flattened_dict(overrides)
   workdir = os.path.join(root, name)
   print(f"\n=== {name}: {preset} {overrides}", flush=True)
-  summary = train.train_and_evaluate(config, workdir)
+  summary = train.train_and_evaluate(config, workdir, tasks=tasks.get)
   if summary["status"] == "completed" and summary.get("best_eval_bleu") is not None:
     result = predict.predict(workdir, TEST_SPLIT, "best")
     print(f"{name}: {TEST_SPLIT} BLEU {result['bleu']:.2f} (best checkpoint, step "

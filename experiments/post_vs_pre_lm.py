@@ -37,6 +37,7 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)  # orbax logs each save at INFO.
   from lnjax.configs import default as default_config
+  from lnjax import tasks
   from lnjax.core import metrics, train
 
   results = []
@@ -48,7 +49,7 @@ def main(argv):
       config.update_from_flattened_dict(overrides)
     workdir = os.path.join(_WORKDIR.value, name)
     print(f"\n=== {name}: {overrides}", flush=True)
-    summary = train.train_and_evaluate(config, workdir)
+    summary = train.train_and_evaluate(config, workdir, tasks=tasks.get)
     results.append((name, summary, metrics.read_metrics(workdir)))
   write_report(_WORKDIR.value, results, config.to_dict())
 

@@ -152,11 +152,12 @@ def load(workdir: str, checkpoint: str = "latest", *, tokenizer: str | None = No
     from lnjax.core import errors
     raise errors.ConfigError(f"{workdir} is an lnjax run: tokenizer= and dtype= are for "
                              "Hugging Face folders (a run has its own)")
+  from lnjax import tasks
   from lnjax.core import averaging, build
 
   mesh = build.one_device_mesh()
-  chosen = averaging.restore(workdir, str(checkpoint), mesh, flag="checkpoint")
-  b = build.build(chosen.restored.config, mesh, whole_data=True)
+  chosen = averaging.restore(workdir, str(checkpoint), mesh, flag="checkpoint", tasks=tasks.get)
+  b = build.build(chosen.restored.config, mesh, tasks=tasks.get, whole_data=True)
   return Loaded(b.config, b.setup.model, chosen.params, b.data.tokenizer,
                 chosen.restored.step, chosen.label)
 
@@ -181,9 +182,10 @@ def _load_hf(folder: str, checkpoint: str, tokenizer: str | None, dtype: str | N
 def train(config, workdir: str) -> dict:
   """Trains or resumes the run in `workdir` (lnjax/core/train.py); the summary dict.
   `config`: a ConfigDict, or a config's name with its presets ('default:smoke')."""
+  from lnjax import tasks
   from lnjax.core import train as train_lib
 
-  return train_lib.train_and_evaluate(config_of(config), workdir)
+  return train_lib.train_and_evaluate(config_of(config), workdir, tasks=tasks.get)
 
 
 def analyze(workdir: str, step: str = "latest", num_batches: int = 4,

@@ -102,6 +102,7 @@ def main(argv):
           "--config.decode.max_extra_len=N)")
   if _DISTRIBUTED.value or _COORDINATOR.value:
     _initialize_distributed()
+  from lnjax import tasks
   from lnjax.core import preemption, train  # Imported late: JAX starts after flags.
   from lnjax.inference import predict
   try:
@@ -117,7 +118,7 @@ def main(argv):
       return
     if _CONFIG.value is None:
       cli.fail("--config is required to train")
-    summary = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+    summary = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value, tasks=tasks.get)
   except preemption.Preempted as e:  # Before the first step: nothing to save yet.
     print(f"{e}: stopped before the first step; run the same command to start.",
           file=sys.stderr, flush=True)

@@ -108,8 +108,9 @@ def assert_same_final_state(workdir_a: str, workdir_b: str) -> None:
   bit, and the same data position (a resumed run against the uninterrupted one)."""
   import jax
   import numpy as np
+  from lnjax import tasks
   from lnjax.core import checkpoint
-  ra, rb = checkpoint.restore_run(workdir_a), checkpoint.restore_run(workdir_b)
+  ra, rb = (checkpoint.restore_run(w, tasks=tasks.get) for w in (workdir_a, workdir_b))
   for x, y in zip(jax.tree.leaves(ra.state), jax.tree.leaves(rb.state), strict=True):
     np.testing.assert_array_equal(x, y)
   assert ra.data_state == rb.data_state

@@ -42,6 +42,7 @@ def test_main_path_norms_follow_lemmas_1_and_2():
 
 def _smoke_run(tmp_path_factory, name: str, **model) -> str:
   from lnjax.configs import common as config_lib
+  from lnjax import tasks
   from lnjax.core import train
   c = config_lib.lm_config()
   config_lib.apply_smoke(c)
@@ -49,7 +50,7 @@ def _smoke_run(tmp_path_factory, name: str, **model) -> str:
   c.train.num_steps = 10
   c.model.update(model)
   wd = str(tmp_path_factory.mktemp("analysis") / name)
-  train.train_and_evaluate(c, wd)
+  train.train_and_evaluate(c, wd, tasks=tasks.get)
   return wd
 
 
@@ -93,6 +94,7 @@ def test_analyze_reads_a_scanned_checkpoint_per_layer(tmp_path_factory):
   """A run trained with model.scan_layers is analysed layer by layer: its gradients taken
   through the scanned model, unstacked, are what the analysis reports per layer."""
   from lnjax.analysis import report as analyze
+  from lnjax import tasks
   from lnjax.core import checkpoint, sharding
   from lnjax.analysis import probes
   from lnjax.models.transformer import unscan_params
@@ -103,7 +105,7 @@ def test_analyze_reads_a_scanned_checkpoint_per_layer(tmp_path_factory):
   assert "layer_1/self_attn_norm" in result["norms"]
 
   mesh = sharding.make_mesh(sharding.MeshConfig(data=1), jax.local_devices()[:1])
-  restored = checkpoint.restore_run(wd, None, mesh)
+  restored = checkpoint.restore_run(wd, None, mesh, tasks=tasks.get)
   data = restored.run.task.make_data(restored.run.data, restored.run.seed, 0, 1, 1)
   batches = [{k: v for k, v in b.items() if k != "index"} for b in data.eval_batches()[:2]]
   grads = probes.gradients(restored.setup, restored.state.params, batches)

@@ -1,7 +1,8 @@
-"""The layering, by folder: no import cycle; the core (lnjax/core/) imports no task
-plug-in, data set, evaluator, analysis, Hugging Face, sweep or command module and loads no
-heavy library; every command lives in lnjax/cli/ (lnjax.main aside) and no lnjax module
-imports one; no module is named like a folder beside it; modules small enough to read."""
+"""The layering, by folder: no import cycle; the core (lnjax/core/) imports neither the task
+registry nor a task plug-in (the entry points hand it the registry's lookup), nor any data
+set, evaluator, analysis, Hugging Face, sweep or command module, and loads no heavy
+library; every command lives in lnjax/cli/ (lnjax.main aside) and no lnjax module imports
+one; no module is named like a folder beside it; modules small enough to read."""
 
 import ast
 import pathlib
@@ -18,11 +19,10 @@ PACKAGE = REPO / "lnjax"
 LAYERS = ("core", "models", "tasks", "data", "inference", "analysis", "hf", "sweep", "configs",
           "cli")
 TOP = ("lnjax", "lnjax.api", "lnjax.main")
-# What the core may import besides itself: the models, and the task registry (lnjax.tasks,
-# which loads no plug-in until a run names one).
+# What the core may import besides itself: the models. Not the task registry: the entry
+# points above the core (lnjax.main, lnjax.api, lnjax/cli/, ...) hand its lookup in
+# (`tasks=lnjax.tasks.get`), and the core reads the task off the resolved run.
 CORE_MAY_IMPORT = ("lnjax.core", "lnjax.models")
-CORE_RESOLVING_TASKS = ("lnjax.core.run",)  # The one core module naming the registry: config.task
-# to its Task, in resolve_config; everything else reads the task off the resolved run.
 COMMANDS_OUTSIDE_CLI = {"lnjax.main",  # `python -m lnjax.main`, the training command.
                         "lnjax.sweep.ray_driver"}  # What a Ray sweep starts on a node.
 HEAVY = ("tensorflow_datasets", "grain", "sentencepiece", "sacrebleu", "datasets")
@@ -114,13 +114,31 @@ def test_every_module_sits_in_a_layer_folder():
   assert not loose, f"modules outside lnjax/{{{','.join(LAYERS)}}}/: {loose}"
 
 
-def test_the_core_imports_only_the_core_the_models_and_the_task_registry():
+def test_the_core_imports_only_the_core_and_the_models():
   mods = _modules()
   for m, p in mods.items():
     if m.startswith("lnjax.core"):
-      bad = [t for t in _imports(m, p, mods) if not t.startswith(CORE_MAY_IMPORT)
-             and not (t == "lnjax.tasks" and m in CORE_RESOLVING_TASKS)]
+      bad = [t for t in _imports(m, p, mods) if not t.startswith(CORE_MAY_IMPORT)]
       assert not bad, f"{m} imports {bad}"
+
+
+def test_the_core_names_no_layer_above_it_by_attribute_or_string():
+  """Nor reaches one past its imports: `lnjax.tasks.get` off `import lnjax`, or
+  importlib.import_module("lnjax.tasks.lm") (docstrings and comments may name them)."""
+  above = tuple(f"lnjax.{layer}" for layer in LAYERS if layer not in ("core", "models"))
+  for m, p in _modules().items():
+    if not m.startswith("lnjax.core"):
+      continue
+    tree = ast.parse(p.read_text())
+    docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}
+    for node in ast.walk(tree):
+      if isinstance(node, ast.Attribute):
+        name = ast.unparse(node)
+      elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+        name = "" if id(node) in docstrings else node.value
+      else:
+        continue
+      assert not (name + ".").startswith(tuple(a + "." for a in above)), f"{m} names {name}"
 
 
 def test_commands_live_in_cli_and_no_module_imports_one():

@@ -6,6 +6,7 @@ import os
 import pytest
 
 from configs import multi30k_de_en
+from lnjax import tasks
 from lnjax.core import averaging, train
 from lnjax.inference import predict, translate
 
@@ -20,12 +21,12 @@ def test_tools_default_checkpoint_on_an_averaged_workdir(tmp_path):
     config.train.num_steps, config.train.checkpoint_every_steps = 2, 1
     config.train.eval_every_steps = config.train.log_every_steps = 2
   run, avg = str(tmp_path / "run"), str(tmp_path / "run_avg2")
-  assert train.train_and_evaluate(config, run)["status"] == "completed"
-  assert averaging.write_average(run, 2, avg)["steps"] == [1, 2]
+  assert train.train_and_evaluate(config, run, tasks=tasks.get)["status"] == "completed"
+  assert averaging.write_average(run, 2, avg, tasks=tasks.get)["steps"] == [1, 2]
   assert not os.path.exists(os.path.join(avg, "best_checkpoint"))
 
-  chosen = averaging.restore(avg)  # 'latest' and 'best' are its one checkpoint.
-  assert (chosen.steps, averaging.restore(avg, "best").steps) == ([2], [2])
+  chosen = averaging.restore(avg, tasks=tasks.get)  # 'latest' and 'best' are its one checkpoint.
+  assert (chosen.steps, averaging.restore(avg, "best", tasks=tasks.get).steps) == ([2], [2])
   result = translate.translate_run(avg, ["Ein Hund läuft.", "Zwei Männer."])  # default: best
   assert result["checkpoint"] == "best" and result["steps"] == [2]
   assert len(result["hypotheses"]) == 2

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from lnjax import tasks
 from lnjax.configs import common as config_lib
 from lnjax.core import checkpoint, errors, metrics, train
 from lnjax.tasks import finetune
@@ -161,7 +162,7 @@ def bert_smoke_config(num_steps: int = 30):
 def pretrained(tmp_path_factory):
   """A smoke pre-training run of 30 steps (shared by the tests below)."""
   wd = str(tmp_path_factory.mktemp("bert") / "pre")
-  return wd, train.train_and_evaluate(bert_smoke_config(), wd)
+  return wd, train.train_and_evaluate(bert_smoke_config(), wd, tasks=tasks.get)
 
 
 @pytest.mark.slow
@@ -185,8 +186,9 @@ def test_bert_resume_reproduces_the_uninterrupted_run(pretrained, tmp_path):
   final state and the data position equal the uninterrupted run's, bit for bit."""
   full, _ = pretrained
   parts = str(tmp_path / "parts")
-  train.train_and_evaluate(bert_smoke_config(10), parts)
-  assert train.train_and_evaluate(bert_smoke_config(30), parts)["status"] == "completed"
+  train.train_and_evaluate(bert_smoke_config(10), parts, tasks=tasks.get)
+  assert train.train_and_evaluate(bert_smoke_config(30), parts,
+                                  tasks=tasks.get)["status"] == "completed"
   losses = lambda wd: {r["step"]: r["train_loss"] for r in metrics.read_metrics(wd)
                        if "train_loss" in r}
   a, b = losses(full), losses(parts)
@@ -248,7 +250,7 @@ def test_smoke_finetune_loss_falls_and_reports_accuracy_f1_and_intervals(finetun
     first, last = np.mean([losses[s] for s in range(1, 5)]), np.mean(
         [losses[s] for s in range(37, 41)])
     assert 0 < last < 0.5 * first and last < np.log(2) / 2, (seed, first, last)
-    restored = checkpoint.restore_run(wd)
+    restored = checkpoint.restore_run(wd, tasks=tasks.get)
     assert restored.step == 40 and restored.run.task.name == "glue"
     data = restored.run.task.make_data(restored.run.data, seed, 0, 1, 1)
     train_batch = next(data.train_iter())  # The 32 pairs, in the seed's order.
@@ -283,12 +285,12 @@ def test_glue_init_copies_the_pretrained_encoder_and_refuses_another_model(pretr
   from lnjax.tasks import glue as glue_task
 
   config = finetune.seed_config(glue_smoke_config(pretrained[0]), seed=0)
-  run = run_lib.resolve_config(config)
+  run = run_lib.resolve_config(config, tasks=tasks.get)
   setup = state_lib.make_setup(run.model, run.opt, run.train.num_steps, task=run.task)
   mesh = sharding.make_mesh(sharding.MeshConfig(data=1), jax.local_devices()[:1])
   fresh = state_lib.init_state(setup, mesh, 0).params
   params = glue_task.init_params(setup, fresh, run)
-  at_20 = checkpoint.restore_run(pretrained[0], 20).state.params
+  at_20 = checkpoint.restore_run(pretrained[0], 20, tasks=tasks.get).state.params
   for name in ("bert", "pooler"):
     for a, b in zip(jax.tree.leaves(params[name]), jax.tree.leaves(at_20[name]), strict=True):
       np.testing.assert_array_equal(a, b)
@@ -296,7 +298,7 @@ def test_glue_init_copies_the_pretrained_encoder_and_refuses_another_model(pretr
   assert not np.array_equal(params["bert"]["segment_embed"], fresh["bert"]["segment_embed"])
 
   at_init = dataclasses.replace(run, data=dataclasses.replace(run.data, init_step=0))
-  pre_run = run_lib.resolve_config(checkpoint.load_config(pretrained[0]))
+  pre_run = run_lib.resolve_config(checkpoint.load_config(pretrained[0]), tasks=tasks.get)
   pre_setup = state_lib.make_setup(pre_run.model, pre_run.opt, 30, task=pre_run.task)
   expected = state_lib.init_state(pre_setup, mesh, pre_run.seed).params["bert"]
   got = glue_task.init_params(setup, fresh, at_init)["bert"]

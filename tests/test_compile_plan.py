@@ -99,7 +99,7 @@ def test_batch_shapes_are_those_of_the_real_train_batches(name, preset):
   config = _config(name, preset)
   task = tasks.get(config.get("task", "lm"))
   from lnjax.core import run as run_lib
-  run = run_lib.resolve_config(config)
+  run = run_lib.resolve_config(config, tasks=tasks.get)
   data = task.make_data(run.data, 0, 0, 1, 1)
   real = {k: (v.shape, v.dtype) for k, v in next(data.train_iter()).items()}
   if hasattr(data, "train_shapes"):  # Translation: the longest bucket.
@@ -118,7 +118,7 @@ def test_the_train_steps_argument_bytes_are_the_sharded_state_and_batch(mesh):
   donation makes the outputs alias the state."""
   config = _aligned_lm(**MESHES[mesh])
   slice_ = tpu.parse_topology(V5E_4)
-  parts = plan.prepare(config, slice_)
+  parts = plan.prepare(config, slice_, tasks=tasks.get)
   state, batch = parts["state"], parts["batch"]
   hand = sum(math.prod(x.sharding.shard_shape(x.shape)) * x.dtype.itemsize
              for x in jax.tree.leaves((state, batch)))
@@ -136,12 +136,12 @@ def test_the_train_steps_argument_bytes_are_the_sharded_state_and_batch(mesh):
 
 def test_a_mesh_other_than_the_chip_count_is_refused():
   with pytest.raises(errors.ConfigError, match="differs from the 4 chips"):
-    plan.prepare(_aligned_lm(**{"mesh.data": 2}), tpu.parse_topology(V5E_4))
+    plan.prepare(_aligned_lm(**{"mesh.data": 2}), tpu.parse_topology(V5E_4), tasks=tasks.get)
 
 
 def test_a_batch_the_data_axes_do_not_divide_is_refused():
   with pytest.raises(errors.ConfigError, match="data.batch_size=6"):
-    plan.prepare(_aligned_lm(**{"data.batch_size": 6}), tpu.parse_topology(V5E_4))
+    plan.prepare(_aligned_lm(**{"data.batch_size": 6}), tpu.parse_topology(V5E_4), tasks=tasks.get)
 
 
 @pytest.mark.slow  # Two command lines (JAX's import; one compile that runs out of memory).
@@ -216,7 +216,7 @@ def test_a_scanned_stack_is_counted_at_its_full_depth():
   flops = {}
   for scan in (True, False):
     config = _aligned_lm(**{"model.scan_layers": scan, "model.num_layers": 3, "mesh.data": 4})
-    train = plan.plan_run(config, slice_, with_eval=False)["train"]
+    train = plan.plan_run(config, slice_, with_eval=False, tasks=tasks.get)["train"]
     flops[scan] = train["flops"]
     if scan:
       assert train["depth_extrapolated"] and train["flops_scanned_program"] < 0.6 * train["flops"]
@@ -226,7 +226,7 @@ def test_a_scanned_stack_is_counted_at_its_full_depth():
 @pytest.mark.slow  # One compile for two slices of 4 v5e chips.
 def test_two_slices_put_the_data_axis_across_them():
   report = plan.plan_run(_config(**{"model.vocab_size": 128, "mesh.data": 1, "mesh.fsdp": 4}),
-                         tpu.parse_topology(V5E_4, num_slices=2), with_eval=False)
+                         tpu.parse_topology(V5E_4, num_slices=2), with_eval=False, tasks=tasks.get)
   assert report["num_chips"] == 8 and report["mesh"] == {"data": 2, "fsdp": 4, "model": 1}
   assert report["train"]["fits"]
   assert report["train"]["collectives"]["all-reduce"]["count"] > 0  # Gradients across slices.

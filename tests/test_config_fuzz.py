@@ -31,7 +31,7 @@ from configs import bert as bert_config
 from configs import glue as glue_config
 from configs import lm as lm_config
 from configs import multi30k_de_en
-from lnjax import configs
+from lnjax import configs, tasks
 from lnjax.core import errors, run as run_lib
 
 from conftest import fast_tier
@@ -119,11 +119,11 @@ def check_draw(name: str, draw) -> str:
     if name == "glue":
       from lnjax.tasks import finetune
       config = finetune.seed_config(config, 0)
-    run = run_lib.resolve_config(config)
+    run = run_lib.resolve_config(config, tasks=tasks.get)
     if not _small(run):
       return "resolved"
     from lnjax.core import build
-    b = build.build(config, build.one_device_mesh(), whole_data=True)
+    b = build.build(config, build.one_device_mesh(), whole_data=True, tasks=tasks.get)
     state = b.init_state()
     _, metrics = b.train_step(state, b.global_batch(next(b.data.train_iter())))
     loss = float(metrics["train_loss"])
@@ -167,7 +167,7 @@ def test_each_key_alone_at_each_edge_is_refused_or_resolves(name):
         if name == "glue":
           from lnjax.tasks import finetune
           config = finetune.seed_config(config, 0)
-        run_lib.resolve_config(config)
+        run_lib.resolve_config(config, tasks=tasks.get)
       except errors.LnjaxError:
         pass
 
@@ -240,7 +240,7 @@ class Boundaries:
     if self.name == "glue":
       from lnjax.tasks import finetune
       config = finetune.seed_config(config, 0)
-    return run_lib.resolve_config(config)
+    return run_lib.resolve_config(config, tasks=tasks.get)
 
   def outcome(self, key: str, value) -> tuple[str, str]:
     """('refused' | 'resolved', the refusal's message); any other exception propagates."""
@@ -349,7 +349,7 @@ def one_step(b: "Boundaries") -> str:
     config = b.config
     if b.name == "glue":
       return "resolved"  # (Its model comes from a pre-training run.)
-    built = build.build(config, build.one_device_mesh(), whole_data=True)
+    built = build.build(config, build.one_device_mesh(), whole_data=True, tasks=tasks.get)
     state = built.init_state()
     # (The step donates its input state: the held-out batch reads the new one.)
     state, metrics = built.train_step(state, built.global_batch(next(built.data.train_iter())))

@@ -4,6 +4,7 @@ import importlib
 
 import pytest
 
+from lnjax import tasks
 from lnjax.core import errors, run
 
 CASES = [
@@ -21,7 +22,7 @@ CASES = [
 @pytest.mark.parametrize("name,arg", CASES)
 def test_config_resolves(name, arg):
   config = importlib.import_module(f"configs.{name}").get_config(arg)
-  resolved = run.resolve_config(config)
+  resolved = run.resolve_config(config, tasks=tasks.get)
   assert resolved.model.norm_position in ("pre", "post")
 
 
@@ -30,15 +31,15 @@ def test_paper_translation_presets():
   warm-up ×0.1 at epoch 8, both lr 5e-4, 6+6 layers, D 512, FFN 1024, 4 heads; fairseq's
   sinusoidal positions (WMT14's Transformer base too)."""
   from configs import iwslt14_de_en, wmt14_en_de
-  post = run.resolve_config(iwslt14_de_en.get_config("norm=post"))
-  pre = run.resolve_config(iwslt14_de_en.get_config("norm=pre"))
+  post = run.resolve_config(iwslt14_de_en.get_config("norm=post"), tasks=tasks.get)
+  pre = run.resolve_config(iwslt14_de_en.get_config("norm=pre"), tasks=tasks.get)
   assert (post.opt.schedule, post.opt.warmup_steps, post.opt.learning_rate) == (
       "inverse_sqrt", 4000, 5e-4)
   assert (pre.opt.schedule, pre.opt.warmup_steps, pre.opt.decay_epochs) == ("step", 0, (8,))
   m = pre.model
   assert (m.num_layers, m.d_model, m.d_ff, m.num_heads, m.pos_emb) == (
       6, 512, 1024, 4, "sinusoidal")
-  base = run.resolve_config(wmt14_en_de.get_config("norm=pre")).model
+  base = run.resolve_config(wmt14_en_de.get_config("norm=pre"), tasks=tasks.get).model
   assert (base.num_layers, base.d_model, base.d_ff, base.num_heads, base.pos_emb) == (
       6, 512, 2048, 8, "sinusoidal")
 
@@ -48,8 +49,8 @@ def test_course_reg_is_the_course_model_with_dropout():
   length, with dropout 0.1; its `course` sweep names the same five runs."""
   from configs import lm
   from lnjax import sweep
-  course = run.resolve_config(lm.get_config("size=course"))
-  reg = run.resolve_config(lm.get_config("size=course_reg"))
+  course = run.resolve_config(lm.get_config("size=course"), tasks=tasks.get)
+  reg = run.resolve_config(lm.get_config("size=course_reg"), tasks=tasks.get)
   assert (course.model.dropout_rate, reg.model.dropout_rate) == (0.0, 0.1)
   for r in (course, reg):
     assert (r.model.num_layers, r.model.d_model, r.model.d_ff, r.data.tokenizer) == (
@@ -64,14 +65,14 @@ def test_course_reg_is_the_course_model_with_dropout():
 
 def test_multi30k_quick_is_a_half_size_model_for_220_steps_evaluated_once():
   from configs import multi30k_de_en
-  full = run.resolve_config(multi30k_de_en.get_config("norm=pre"))
-  quick = run.resolve_config(multi30k_de_en.get_config("quick"))
+  full = run.resolve_config(multi30k_de_en.get_config("norm=pre"), tasks=tasks.get)
+  quick = run.resolve_config(multi30k_de_en.get_config("quick"), tasks=tasks.get)
   assert (quick.model.num_layers, quick.model.d_ff, quick.data.vocab_size) == (2, 512, 4000)
   assert quick.model.d_model == full.model.d_model and quick.data.max_tokens == full.data.max_tokens
   assert (quick.train.num_steps, quick.train.eval_every_steps,
           quick.train.checkpoint_every_steps) == (220, 220, 220)
   assert (quick.opt.learning_rate, quick.opt.warmup_steps) == (1.5e-3, 0)
-  post = run.resolve_config(multi30k_de_en.get_config("norm=post,quick")).opt
+  post = run.resolve_config(multi30k_de_en.get_config("norm=post,quick"), tasks=tasks.get).opt
   assert (post.schedule, post.warmup_steps) == ("inverse_sqrt", 100)
 
 
@@ -87,7 +88,7 @@ def test_llama_family_recipes(family):
   size; any placement through norm= (a second QK-norm dropped where the placement has
   its own)."""
   from configs import llama
-  m = run.resolve_config(llama.get_config(f"family={family}")).model
+  m = run.resolve_config(llama.get_config(f"family={family}"), tasks=tasks.get).model
   assert (m.num_layers, m.d_model, m.d_ff, m.pos_emb, m.gated_ffn, m.norm_kind, m.use_bias) == (
       8, 128, 344, "rope", True, "rmsnorm", False)
   recipe = {
@@ -102,8 +103,8 @@ def test_llama_family_recipes(family):
   }[family]
   assert {k: getattr(m, k) for k in recipe} == recipe
   for norm in ("post", "olmo2", "ngpt", "mix"):
-    assert run.resolve_config(llama.get_config(f"family={family},norm={norm},smoke")
-                              ).model.norm_position == norm
+    assert run.resolve_config(llama.get_config(f"family={family},norm={norm},smoke"),
+                              tasks=tasks.get).model.norm_position == norm
   with pytest.raises(errors.ConfigError, match="family must be one of: llama, qwen3"):
     llama.get_config("family=gpt2")
 
@@ -120,7 +121,8 @@ def test_llama_shapes_have_the_published_parameter_counts():
   from configs import llama
   from lnjax.models import TransformerLM
   for size, expected in (("1b", 1_235_814_400), ("7b", 6_738_415_616)):
-    model = TransformerLM(run.resolve_config(llama.get_config(f"size={size}")).model)
+    model = TransformerLM(run.resolve_config(llama.get_config(f"size={size}"),
+                                             tasks=tasks.get).model)
     shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.ones((1, 8), jnp.int32)))
     assert sum(math.prod(x.shape) for x in jax.tree.leaves(shapes)) == expected, size
 
@@ -138,6 +140,6 @@ def test_llama_smoke_trains(tmp_path):
     c.mesh.data = 1
     c.train.num_steps, c.train.eval_every_steps, c.train.checkpoint_every_steps = 40, 40, 40
   wd = str(tmp_path / "gemma2")
-  assert train.train_and_evaluate(c, wd)["status"] == "completed"
+  assert train.train_and_evaluate(c, wd, tasks=tasks.get)["status"] == "completed"
   losses = train_losses(wd)
   assert losses[40] < losses[5] - 0.3, losses

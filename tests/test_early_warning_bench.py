@@ -113,13 +113,14 @@ def test_the_report_has_a_row_per_rule_and_per_run(ew):
 def test_every_run_of_the_grid_resolves(ew):
   """The grid's settings are keys of its configs and their values are accepted (a typo would
   otherwise surface hours into the grid): 36 LM runs and 8 Multi30k runs, names unique."""
+  from lnjax import tasks
   from lnjax.core import run as run_lib
   specs = ew.grid(quick=False)
   assert len(specs) == 44 and len({s["name"] for s in specs}) == 44
   assert sum(s.get("config") == "mt" for s in specs) == 8
   for spec in specs:
     c = ew.make_config(spec)
-    run_lib.resolve_config(c)
+    run_lib.resolve_config(c, tasks=tasks.get)
     assert c.train.log_every_steps == 1 and c.train.health == "warn"
   mt = ew.make_config(next(s for s in specs if s.get("config") == "mt"))
   # Seeds 0 and 1 of the LM, Multi30k's seed 0, the LM's seed 2, Multi30k's seed 1.

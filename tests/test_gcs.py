@@ -82,13 +82,14 @@ def local_run(workdir):
   """train_args' run on a local workdir, in this process (the reference the bucket run's
   command lines must reproduce)."""
   from configs import lm
+  from lnjax import tasks
   from lnjax.core import train
 
   config = lm.get_config("smoke")
   with config.unlocked():
     config.mesh.data = 1
     config.train.num_steps, config.train.checkpoint_every_steps = 40, 7
-  return train.train_and_evaluate(config, workdir)
+  return train.train_and_evaluate(config, workdir, tasks=tasks.get)
 
 
 def test_smoke_run_in_a_bucket_killed_and_resumed_equals_a_local_run(gcs, tmp_path):

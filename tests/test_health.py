@@ -313,6 +313,7 @@ ROLLBACK = {"train.on_instability": "rollback", "train.rollback_steps": 20,
 
 def _run(tmp_path, name, **overrides):
   from lnjax.configs import common as config_lib
+  from lnjax import tasks
   from lnjax.core import metrics, train
   c = config_lib.lm_config()
   config_lib.apply_smoke(c)
@@ -322,7 +323,7 @@ def _run(tmp_path, name, **overrides):
           "train.log_every_steps": 20, "opt.learning_rate": 3e-3}
   c.update_from_flattened_dict({**base, **overrides})
   wd = str(tmp_path / name)
-  summary = train.train_and_evaluate(c, wd)
+  summary = train.train_and_evaluate(c, wd, tasks=tasks.get)
   return summary, metrics.read_metrics(wd)
 
 

@@ -146,10 +146,11 @@ def test_token_ids_equal_the_hugging_face_tokenizer(folders, name):
 
 
 def _trained(workdir, config):
+  from lnjax import tasks
   from lnjax.core import train
 
   config.train.num_steps = config.train.eval_every_steps = config.train.checkpoint_every_steps = 2
-  train.train_and_evaluate(config, str(workdir))
+  train.train_and_evaluate(config, str(workdir), tasks=tasks.get)
   return str(workdir)
 
 
@@ -204,6 +205,7 @@ def test_exported_folder_gives_the_same_logits_in_transformers(tmp_path, name):
   import torch
   import transformers
 
+  from lnjax import tasks
   from lnjax.core import averaging
   from lnjax.inference import export
 
@@ -217,7 +219,7 @@ def test_exported_folder_gives_the_same_logits_in_transformers(tmp_path, name):
   tok = transformers.AutoTokenizer.from_pretrained(out)
   texts = ["First Citizen:\nBefore we", "All:\nSpeak, speak."]  # (max_len 32)
   batch = tok(texts, padding=True, return_tensors="np")
-  chosen = averaging.restore(workdir, "latest")
+  chosen = averaging.restore(workdir, "latest", tasks=tasks.get)
   run = chosen.restored.run
   data = run.task.make_data(run.data, run.seed, 0, 1, 1)
   for text, ids in zip(texts, batch["input_ids"]):  # The run's own token ids.

@@ -29,6 +29,7 @@ import jax
 import numpy as np
 import pytest
 
+from lnjax import tasks
 from lnjax.configs import common as config_lib
 from lnjax.core import checkpoint, metrics, run as run_lib, train
 
@@ -129,7 +130,7 @@ def _one_process_run(workdir: str, settings: dict | None = None):
   for key, value in {**SETTINGS, **(settings or {})}.items():
     section, name = key.split(".")
     c[section][name] = value
-  summary = train.train_and_evaluate(c, workdir)
+  summary = train.train_and_evaluate(c, workdir, tasks=tasks.get)
   assert summary["status"] == "completed", summary
   return c, summary
 
@@ -158,7 +159,7 @@ def test_two_processes_stop_resume_and_roll_back_like_one(tmp_path):
   # Each process reads only its half of every global batch (the halves, side by side,
   # are the one-process batch), and over a whole epoch the two halves are disjoint and
   # together the epoch: every window read once, by one process.
-  run = run_lib.resolve_config(c)
+  run = run_lib.resolve_config(c, tasks=tasks.get)
   whole, read = _read_one_epoch_in_halves(run, lambda h: map(
       bytes, np.concatenate([h["inputs"], h["targets"][:, -1:]], 1)))
   L1 = run.data.seq_len + 1
@@ -214,7 +215,7 @@ def test_two_processes_stop_resume_and_roll_back_like_one(tmp_path):
   assert all(np.isfinite(list(final.values()))), final
   np.testing.assert_allclose([r["train_loss"] for r in records],
                              [r["train_loss"] for r in reference], rtol=1e-5, atol=1e-5)
-  a, b = checkpoint.restore_run(one), checkpoint.restore_run(two)
+  a, b = checkpoint.restore_run(one, tasks=tasks.get), checkpoint.restore_run(two, tasks=tasks.get)
   assert a.step == b.step == STEPS
   for x, y in zip(jax.tree.leaves(a.state), jax.tree.leaves(b.state)):
     np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-5)
@@ -226,7 +227,7 @@ def test_translation_processes_read_disjoint_halves_of_every_epoch():
   the two, and each global batch is the two halves side by side."""
   c = config_lib.translation_config()
   config_lib.apply_translation_smoke(c)
-  run = run_lib.resolve_config(c)
+  run = run_lib.resolve_config(c, tasks=tasks.get)
   whole, read = _read_one_epoch_in_halves(run, lambda h: (
       (tuple(s[s != 0]), tuple(t[t != 0]))  # Empty rows pad a batch.
       for s, t in zip(h["inputs"], h["targets"]) if t.any()))

@@ -783,7 +783,7 @@ def test_new_placement_trains_on_the_lm_smoke_preset(tmp_path, pos):
   lr = {"opt.learning_rate": 1e-2} if pos == "ngpt" else {}
   summary = train.train_and_evaluate(smoke_config(**{
       "model.norm_position": pos, "train.num_steps": 40, "train.eval_every_steps": 40,
-      "train.checkpoint_every_steps": 40, **lr}), wd)
+      "train.checkpoint_every_steps": 40, **lr}), wd, tasks=tasks.get)
   assert summary["status"] == "completed"
   losses = train_losses(wd)
   assert losses[40] < losses[5] - 0.3, losses

@@ -19,6 +19,7 @@ import jax
 import numpy as np
 import pytest
 
+from lnjax import tasks
 from lnjax.core import checkpoint, errors, lock, metrics, run as run_lib, train
 from lnjax.inference import predict
 from test_train import REPO, _one_line_error, run_cli, smoke_config, snapshot
@@ -52,7 +53,7 @@ def reference(tmp_path_factory):
   """The uninterrupted smoke run, checkpoints every 8 steps (not a multiple of the
   logging interval 5), all of them kept."""
   wd = str(tmp_path_factory.mktemp("ref") / "run")
-  summary = train.train_and_evaluate(smoke_config(**RESUMABLE), wd)
+  summary = train.train_and_evaluate(smoke_config(**RESUMABLE), wd, tasks=tasks.get)
   assert summary["status"] == "completed"
   return wd
 
@@ -101,7 +102,7 @@ def resumed_killed_run(killed_run):
   config.train.num_steps = read_summary(wd)["step"] + 2
   out = io.StringIO()
   with contextlib.redirect_stdout(out):
-    summary = train.train_and_evaluate(config, wd)
+    summary = train.train_and_evaluate(config, wd, tasks=tasks.get)
   return dict(summary=summary, out=out.getvalue(), left_lock=left_lock)
 
 
@@ -115,7 +116,7 @@ def test_1_stale_lock_of_a_killed_run_is_taken_over(killed_run, resumed_killed_r
 def test_1_lock_names_its_holder(tmp_path):
   with lock.WorkdirLock(str(tmp_path)):
     with pytest.raises(errors.WorkdirError, match=f"PID {os.getpid()}"):
-      train.train_and_evaluate(smoke_config(), str(tmp_path))
+      train.train_and_evaluate(smoke_config(), str(tmp_path), tasks=tasks.get)
 
 
 def test_1_bucket_lock_of_a_live_process_of_this_host_is_refused_however_old(tmp_path):
@@ -151,14 +152,14 @@ def test_2_resume_inside_a_logging_window_logs_the_uninterrupted_records(referen
     shutil.rmtree(os.path.join(wd, "checkpoints", step))
   with open(os.path.join(wd, "metrics.jsonl"), "w") as f:
     f.writelines(json.dumps(r) + "\n" for r in records(reference) if r["step"] <= 15)
-  train.train_and_evaluate(smoke_config(**RESUMABLE), wd)
+  train.train_and_evaluate(smoke_config(**RESUMABLE), wd, tasks=tasks.get)
   assert records(wd) == records(reference)
 
 
 def test_2_saved_window_is_the_window_at_the_saved_step(reference, tmp_path, monkeypatch):
   """The loop goes on adding to its window dict while orbax writes the checkpoint in the
   background: what is restored is the window as it was when save() was called."""
-  restored = checkpoint.restore_run(reference, step=16)
+  restored = checkpoint.restore_run(reference, step=16, tasks=tasks.get)
   handed = []  # What orbax is given to write later: never the caller's own objects.
   json_save = checkpoint.ocp.args.JsonSave
   monkeypatch.setattr(checkpoint.ocp.args, "JsonSave",
@@ -197,14 +198,14 @@ def test_3_flipped_bytes_fall_back_to_the_previous_checkpoint(reference, tmp_pat
   shutil.copytree(reference, wd)
   _flip_bytes(os.path.join(wd, "checkpoints", "20"))
   with pytest.raises(errors.CheckpointError, match="differs from its checksum"):
-    checkpoint.restore_run(wd)
-  summary = train.train_and_evaluate(smoke_config(**RESUMABLE), wd)
+    checkpoint.restore_run(wd, tasks=tasks.get)
+  summary = train.train_and_evaluate(smoke_config(**RESUMABLE), wd, tasks=tasks.get)
   out = capsys.readouterr().out
   assert "checkpoint at step 20" in out and "checksum" in out and "from step 16" in out
   assert os.path.isdir(os.path.join(wd, "corrupt_checkpoints", "20"))
   # Retrained from 16: the same state as the uninterrupted run's.
   assert summary["status"] == "completed" and records(wd) == records(reference)
-  a, b = checkpoint.restore_run(reference), checkpoint.restore_run(wd)
+  a, b = (checkpoint.restore_run(w, tasks=tasks.get) for w in (reference, wd))
   for x, y in zip(jax.tree.leaves(a.state), jax.tree.leaves(b.state)):
     np.testing.assert_array_equal(x, y)
 
@@ -214,9 +215,9 @@ def test_3_avg_2_is_the_numpy_mean_of_the_last_2_of_3_checkpoints(reference):
   """The reference keeps steps 8, 16 and 20: avg:2 is the mean of 16 and 20 (not 8 and 16),
   computed here in numpy from the checkpoints themselves."""
   from lnjax.core import averaging
-  chosen = averaging.restore(reference, "avg:2")
+  chosen = averaging.restore(reference, "avg:2", tasks=tasks.get)
   assert chosen.steps == [16, 20] and chosen.label == "avg2-step20"
-  leaves = [jax.tree.leaves(checkpoint.restore_run(reference, step=s).state.params)
+  leaves = [jax.tree.leaves(checkpoint.restore_run(reference, step=s, tasks=tasks.get).state.params)
             for s in (16, 20)]
   for mean, a, b in zip(jax.tree.leaves(chosen.params), *leaves):
     np.testing.assert_allclose(np.asarray(mean), (np.asarray(a, np.float64) +
@@ -233,7 +234,7 @@ def test_4_empty_config_json_is_one_line_and_nothing_is_overwritten(reference, t
   open(os.path.join(wd, "config.json"), "w").close()
   before = snapshot(wd)
   with pytest.raises(errors.WorkdirError, match="config.json is empty") as e:
-    train.train_and_evaluate(smoke_config(**RESUMABLE), wd)
+    train.train_and_evaluate(smoke_config(**RESUMABLE), wd, tasks=tasks.get)
   assert e.value.exit_code == 2 and "\n" not in str(e.value), str(e.value)
   assert snapshot(wd) == before
 
@@ -248,7 +249,7 @@ def test_4_cut_metrics_line_is_left_out_with_a_warning(reference, tmp_path, caps
     f.write(lines[-2][:30])  # Step 20's train record, cut.
   assert len(records(wd)) == len(records(reference)) - 2
   assert "left out" in capsys.readouterr().err
-  summary = train.train_and_evaluate(smoke_config(**RESUMABLE), wd)
+  summary = train.train_and_evaluate(smoke_config(**RESUMABLE), wd, tasks=tasks.get)
   assert summary["status"] == "completed" and records(wd) == records(reference)
 
 
@@ -297,7 +298,8 @@ def test_5_disk_full_during_a_save_is_one_line(small_disk):
 
 def test_6_a_huge_finite_loss_is_divergence(tmp_path):
   wd = str(tmp_path / "huge")
-  summary = train.train_and_evaluate(smoke_config(**{"opt.learning_rate": 1e6}), wd)
+  summary = train.train_and_evaluate(smoke_config(**{"opt.learning_rate": 1e6}), wd,
+                                     tasks=tasks.get)
   assert summary["status"] == "diverged"
   assert summary["last_finite_train_loss"] is not None
   assert summary["last_finite_train_loss"] < 1e4 * np.log(65)
@@ -305,24 +307,24 @@ def test_6_a_huge_finite_loss_is_divergence(tmp_path):
 
 
 def test_6_divergence_factor_is_a_setting():
-  assert run_lib.resolve_config(smoke_config()).train.divergence_factor == 1e4
-  assert run_lib.resolve_config(smoke_config(**{"train.divergence_factor": 0.0}))
+  assert run_lib.resolve_config(smoke_config(), tasks=tasks.get).train.divergence_factor == 1e4
+  assert run_lib.resolve_config(smoke_config(**{"train.divergence_factor": 0.0}), tasks=tasks.get)
   with pytest.raises(errors.ConfigError, match="divergence_factor=-1.0 must be a number"):
-    run_lib.resolve_config(smoke_config(**{"train.divergence_factor": -1.0}))
+    run_lib.resolve_config(smoke_config(**{"train.divergence_factor": -1.0}), tasks=tasks.get)
 
 
 # ---- 7. Smaller ones.
 
 def test_7_warmup_longer_than_the_run_is_refused():
   with pytest.raises(errors.ConfigError, match="opt.warmup_steps=30 exceeds train.num_steps=20"):
-    run_lib.resolve_config(smoke_config(**{"opt.warmup_steps": 30}))
+    run_lib.resolve_config(smoke_config(**{"opt.warmup_steps": 30}), tasks=tasks.get)
 
 
 def test_7_relaunching_a_finished_run_keeps_its_summary(reference, tmp_path):
   wd = str(tmp_path / "again")
   shutil.copytree(reference, wd)
   before = read_summary(wd)
-  after = train.train_and_evaluate(smoke_config(**RESUMABLE), wd)
+  after = train.train_and_evaluate(smoke_config(**RESUMABLE), wd, tasks=tasks.get)
   for key in ("last_finite_train_loss", "last_finite_step", "wall_seconds", "eval_loss"):
     assert after[key] == before[key] and after[key] is not None, key
   assert records(wd) == records(reference)  # The evaluation is not logged twice.

@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from lnjax import tasks
 from lnjax.analysis import compare
 from lnjax.core import averaging, checkpoint, errors, fileio, lock, sharding
 from lnjax.inference import export
@@ -75,7 +76,7 @@ def test_averaging_and_compare_refuse_an_output_in_a_runs_files(tmp_path):
   wd = _run_workdir(tmp_path / "run")
   before = _files(wd)
   with pytest.raises(errors.WorkdirError, match="never overwritten"):
-    averaging.write_average(wd, 1, os.path.join(wd, "checkpoints", "avg"))
+    averaging.write_average(wd, 1, os.path.join(wd, "checkpoints", "avg"), tasks=tasks.get)
   with pytest.raises(errors.WorkdirError, match="never overwritten"):
     compare.compare([wd], os.path.join(wd, "tensorboard", "cmp"))
   assert _files(wd) == before
@@ -219,7 +220,8 @@ def test_a_refused_save_leaves_the_summary_failed_not_running(small_disk):
   with open(os.path.join(small_disk, "filler"), "wb") as f:  # Room for all but checkpoints.
     f.write(b"\0" * (1024 * 1024 - 150 * 1024))
   with pytest.raises(errors.CheckpointError, match="could not save the checkpoint"):
-    train.train_and_evaluate(smoke_config(**{"train.checkpoint_every_steps": 5}), wd)
+    train.train_and_evaluate(smoke_config(**{"train.checkpoint_every_steps": 5}), wd,
+                             tasks=tasks.get)
   summary = json.load(open(os.path.join(wd, "summary.json")))
   assert summary["status"] == "failed" and "could not save" in summary["error"], summary
 

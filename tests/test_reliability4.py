@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from configs import multi30k_de_en
+from lnjax import tasks
 from lnjax.core import build, errors, run as run_lib, state as state_lib, train
 from lnjax.models import ModelConfig, TransformerLM
 from test_train import REPO, smoke_config
@@ -26,7 +27,7 @@ def test_a_model_shorter_than_eight_positions_initializes():
   """model.max_len=2: the init's example input was 8 positions long (lnjax/tasks/lm.py), a
   length the model refuses. It is min(8, max_len) now; the parameters' shapes are the same."""
   config = smoke_config(**{"data.seq_len": 2, "model.max_len": 2})
-  b = build.build(config, build.one_device_mesh(), whole_data=True)
+  b = build.build(config, build.one_device_mesh(), whole_data=True, tasks=tasks.get)
   example, _ = state_lib.init_inputs(b.setup)
   assert example[0].shape == (1, 2)
   state = b.init_state()
@@ -41,11 +42,11 @@ def test_the_seed_is_an_int64_refused_before_anything_is_written(tmp_path, seed,
   config = smoke_config()
   config.seed = seed
   if not refused:
-    assert run_lib.resolve_config(config).seed == seed
+    assert run_lib.resolve_config(config, tasks=tasks.get).seed == seed
     return
   wd = tmp_path / "run"
   with pytest.raises(errors.ConfigError, match=r"seed=.* in \[0, 9223372036854775807\]"):
-    train.train_and_evaluate(config, str(wd))
+    train.train_and_evaluate(config, str(wd), tasks=tasks.get)
   assert not wd.exists()
 
 
@@ -57,7 +58,7 @@ def test_translation_without_an_evaluation_split_is_refused_before_anything_is_w
   config.data.eval_splits = ()
   wd = tmp_path / "run"
   with pytest.raises(errors.ConfigError, match=r"data.eval_splits=\(\) must be a non-empty"):
-    train.train_and_evaluate(config, str(wd))
+    train.train_and_evaluate(config, str(wd), tasks=tasks.get)
   assert not wd.exists()
 
 

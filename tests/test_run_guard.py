@@ -17,6 +17,7 @@ import sys
 
 import pytest
 
+from lnjax import tasks
 from lnjax.analysis import compare
 from lnjax.core import averaging, checkpoint, errors, fileio, train
 from lnjax.inference import export
@@ -47,9 +48,10 @@ def victim(tmp_path):
 
 # Each command's function, given a path in or at `victim` (the others' inputs valid).
 COMMANDS = {
-    "train": lambda target, tmp: train.train_and_evaluate(smoke_config(), target),
+    "train": lambda target, tmp: train.train_and_evaluate(smoke_config(), target, tasks=tasks.get),
     "export": lambda target, tmp: export.export(_run(tmp / "mine"), target),
-    "average": lambda target, tmp: averaging.write_average(_run(tmp / "mine"), 1, target),
+    "average": lambda target, tmp: averaging.write_average(_run(tmp / "mine"), 1, target,
+                                                           tasks=tasks.get),
     "compare": lambda target, tmp: compare.compare([_run(tmp / "mine")], target + "/cmp"),
 }
 # Targets, from the victim's folder V, its checkpoints/ link C and its folder's link L.

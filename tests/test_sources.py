@@ -22,6 +22,7 @@ import tensorflow_datasets as tfds
 
 from configs import default as default_config
 from configs import iwslt14_de_en, multi30k_de_en
+from lnjax import tasks
 from lnjax.core import build, metrics, train
 from lnjax.data import download, paths, prepare, sources
 from lnjax.data.paths import DataError
@@ -49,7 +50,7 @@ def _smoke(config, workdir, **data):
     config.mesh.data = 1
     for k, v in data.items():
       config.data[k] = v
-  return train.train_and_evaluate(config, str(workdir))
+  return train.train_and_evaluate(config, str(workdir), tasks=tasks.get)
 
 
 def _losses(workdir) -> dict:
@@ -176,7 +177,7 @@ def test_first_use_downloads_verifies_and_trains_then_reuses(mirror, tmp_path):
   assert sorted(os.listdir(downloads / "multi30k")) == sorted(download._MULTI30K_SHA)
   # Second use: nothing downloaded.
   _Mirror.requests.clear()
-  built = build.build(config)
+  built = build.build(config, tasks=tasks.get)
   assert built.data.num_train_pairs > 0 and built.run.data.name == "multi30k_de_en"
   assert _Mirror.requests == []
 

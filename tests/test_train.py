@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import assert_same_final_state
+from lnjax import tasks
 from lnjax.configs import common as config_lib
 from lnjax.core import checkpoint, errors, metrics, sharding, steps, train
 
@@ -38,7 +39,7 @@ def train_losses(workdir):
 
 def test_smoke_run_learns_and_writes_its_workdir(tmp_path):
   wd = str(tmp_path / "run")
-  summary = train.train_and_evaluate(smoke_config(**{"train.num_steps": 40}), wd)
+  summary = train.train_and_evaluate(smoke_config(**{"train.num_steps": 40}), wd, tasks=tasks.get)
   assert summary["status"] == "completed" and summary["step"] == 40
   losses = train_losses(wd)
   assert losses[40] < losses[5] - 0.3, losses
@@ -60,7 +61,7 @@ UNINTERRUPTED = {"train.log_every_steps": 1, "model.dropout_rate": 0.1}
 def uninterrupted(tmp_path_factory):
   """configs/lm.py:smoke with UNINTERRUPTED, 20 steps, checkpoints at 10 and 20 (shared)."""
   wd = str(tmp_path_factory.mktemp("full") / "run")
-  train.train_and_evaluate(smoke_config(**UNINTERRUPTED), wd)
+  train.train_and_evaluate(smoke_config(**UNINTERRUPTED), wd, tasks=tasks.get)
   return wd
 
 
@@ -70,12 +71,13 @@ def test_resume_reproduces_the_uninterrupted_run(uninterrupted, tmp_path):
   overrides = UNINTERRUPTED
   full = uninterrupted
   parts = str(tmp_path / "parts")
-  first = train.train_and_evaluate(smoke_config(**overrides, **{"train.num_steps": 10}), parts)
-  summary = train.train_and_evaluate(smoke_config(**overrides), parts)
+  first = train.train_and_evaluate(smoke_config(**overrides, **{"train.num_steps": 10}), parts,
+                                   tasks=tasks.get)
+  summary = train.train_and_evaluate(smoke_config(**overrides), parts, tasks=tasks.get)
   assert summary["status"] == "completed"
   # Wall time adds up over the segments; asking a finished run again leaves it as it was.
   assert summary["wall_seconds"] > first["wall_seconds"] > 0
-  again = train.train_and_evaluate(smoke_config(**overrides), parts)
+  again = train.train_and_evaluate(smoke_config(**overrides), parts, tasks=tasks.get)
   assert again["wall_seconds"] == summary["wall_seconds"]
   assert again["eval_loss"] == pytest.approx(summary["eval_loss"])
   a, b = train_losses(full), train_losses(parts)
@@ -93,7 +95,8 @@ def test_logged_train_loss_is_the_mean_of_the_windows_step_losses(uninterrupted,
   vocab_size = json.load(open(os.path.join(uninterrupted, "config.json")))["model"]["vocab_size"]
   assert abs(every_step[1] - np.log(vocab_size)) < 0.5, (every_step[1], vocab_size)
   wd = str(tmp_path / "every6")
-  train.train_and_evaluate(smoke_config(**{**UNINTERRUPTED, "train.log_every_steps": 6}), wd)
+  train.train_and_evaluate(smoke_config(**{**UNINTERRUPTED, "train.log_every_steps": 6}), wd,
+                           tasks=tasks.get)
   windows = train_losses(wd)
   assert sorted(windows) == [6, 12, 18, 20]
   for first, last in ((1, 6), (7, 12), (13, 18), (19, 20)):
@@ -136,7 +139,7 @@ def test_label_smoothing_changes_the_update(tmp_path):
   for eps in (0.0, 0.3):
     wd = str(tmp_path / f"ls{eps}")
     train.train_and_evaluate(smoke_config(**{"train.num_steps": 2, "train.log_every_steps": 1,
-                                             "train.label_smoothing": eps}), wd)
+                                             "train.label_smoothing": eps}), wd, tasks=tasks.get)
     losses[eps] = train_losses(wd)
   assert losses[0.0][1] == losses[0.3][1]
   assert abs(losses[0.0][2] - losses[0.3][2]) > 1e-4, losses
@@ -169,11 +172,11 @@ def test_restore_onto_another_mesh(tmp_path):
   wd = str(tmp_path / "mesh")
   c = smoke_config(**{"train.num_steps": 2})
   c.mesh.data, c.mesh.model = 4, 2
-  train.train_and_evaluate(c, wd)
-  one = checkpoint.restore_run(wd)
+  train.train_and_evaluate(c, wd, tasks=tasks.get)
+  one = checkpoint.restore_run(wd, tasks=tasks.get)
   assert {d for leaf in jax.tree.leaves(one.state) for d in leaf.devices()} == {jax.devices()[0]}
   mesh = sharding.make_mesh(sharding.MeshConfig(data=2, fsdp=2, model=2))
-  eight = checkpoint.restore_run(wd, mesh=mesh)
+  eight = checkpoint.restore_run(wd, mesh=mesh, tasks=tasks.get)
   wi = eight.state.params["layer_0"]["ffn"]["wi"]["kernel"]
   assert wi.addressable_shards[0].data.shape == (32 // 2, 64 // 2)
   for x, y in zip(jax.tree.leaves(one.state), jax.tree.leaves(eight.state)):
@@ -189,7 +192,7 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_previous(uninterrupted, tmp
   wd = str(tmp_path / "corrupt")
   shutil.copytree(uninterrupted, wd)  # Checkpoints at 10 and 20.
   _corrupt(os.path.join(wd, "checkpoints", "20"))
-  summary = train.train_and_evaluate(smoke_config(**UNINTERRUPTED), wd)
+  summary = train.train_and_evaluate(smoke_config(**UNINTERRUPTED), wd, tasks=tasks.get)
   out = capsys.readouterr().out
   assert "checkpoint at step 20" in out and "Resuming" in out and "from step 10" in out
   assert summary["status"] == "completed" and summary["step"] == 20
@@ -241,7 +244,8 @@ def finished_workdir(tmp_path_factory):
   """A finished configs/default.py:smoke run (trained in this process; the command lines
   below find it as their own)."""
   wd = str(tmp_path_factory.mktemp("cli") / "run")
-  assert train.train_and_evaluate(default_smoke_config(), wd)["status"] == "completed"
+  assert train.train_and_evaluate(default_smoke_config(), wd,
+                                  tasks=tasks.get)["status"] == "completed"
   return wd
 
 
@@ -270,7 +274,8 @@ def test_cli_refuses_bad_config_before_compute(finished_workdir):
       ("opt.warmup_steps", -5, ["opt.warmup_steps=-5"]),
       ("opt.schedule", "noam", ["opt.schedule='noam'", "inverse_sqrt"])):
     with pytest.raises(errors.ConfigError) as e:
-      train.train_and_evaluate(default_smoke_config(**{key: value}), finished_workdir)
+      train.train_and_evaluate(default_smoke_config(**{key: value}), finished_workdir,
+                               tasks=tasks.get)
     assert e.value.exit_code == 2 and "\n" not in str(e.value), str(e.value)
     for n in needles:
       assert n in str(e.value), str(e.value)
@@ -298,7 +303,8 @@ def test_cli_missing_and_empty_corpus(tmp_path):
   (empty_dir / "tiny_shakespeare" / "input.txt").write_text("  \n")
   with pytest.raises(paths.DataError, match="empty") as e:
     train.train_and_evaluate(default_smoke_config(**{
-        "data.data_dir": str(empty_dir), "data.cache_dir": f"{tmp_path}/c"}), f"{tmp_path}/a")
+        "data.data_dir": str(empty_dir), "data.cache_dir": f"{tmp_path}/c"}), f"{tmp_path}/a",
+        tasks=tasks.get)
   assert e.value.exit_code == 2 and "\n" not in str(e.value), str(e.value)
   assert not os.path.exists(tmp_path / "a") or os.listdir(tmp_path / "a") == []
 
@@ -376,7 +382,7 @@ def test_per_weight_gradient_norms_are_logged(tmp_path, scan_layers):
   wd = str(tmp_path / "run")
   train.train_and_evaluate(smoke_config(**{
       "train.num_steps": 3, "train.log_every_steps": 1, "train.log_grad_norms": True,
-      "model.scan_layers": scan_layers}), wd)
+      "model.scan_layers": scan_layers}), wd, tasks=tasks.get)
   rows = [r for r in metrics.read_metrics(wd) if "train_loss" in r]
   assert [r["step"] for r in rows] == [1, 2, 3]
   for r in rows:
@@ -396,12 +402,12 @@ def test_resume_accepts_fields_added_since_at_their_defaults(tmp_path):
   del saved["model"]["scan_layers"]  # As written by an lnjax without scan_layers.
   with open(tmp_path / checkpoint.CONFIG_FILE, "w") as f:
     json.dump(saved, f)
-  assert train.prepare_workdir(str(tmp_path), config) is True
+  assert train.prepare_workdir(str(tmp_path), config, tasks=tasks.get) is True
   for key, value in [("scan_layers", True), ("norm_position", "post")]:
     changed = smoke_config()
     changed.model[key] = value
     with pytest.raises(errors.WorkdirError, match=f"model.{key}"):
-      train.prepare_workdir(str(tmp_path), changed)
+      train.prepare_workdir(str(tmp_path), changed, tasks=tasks.get)
 
 
 @pytest.mark.slow
@@ -429,4 +435,4 @@ def test_profile_steps_are_checked():
   from lnjax.core import run as run_lib
   for bad in ("5", "4,2", "0,3", "a,b"):
     with pytest.raises(errors.ConfigError, match="train.profile_steps"):
-      run_lib.resolve_config(smoke_config(**{"train.profile_steps": bad}))
+      run_lib.resolve_config(smoke_config(**{"train.profile_steps": bad}), tasks=tasks.get)

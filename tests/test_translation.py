@@ -10,6 +10,7 @@ import sacrebleu
 
 from configs import multi30k_de_en
 from conftest import assert_same_final_state
+from lnjax import tasks
 from lnjax.core import metrics, train
 from lnjax.inference import evaluate
 from lnjax.data import mt_builders
@@ -52,7 +53,7 @@ def smoke_config(num_steps: int = 30, bleu: bool = True):
 def smoke_run(tmp_path_factory):
   """30 steps, evaluated (with BLEU) at 10, 20 and 30; shared by the tests below."""
   wd = str(tmp_path_factory.mktemp("mt") / "run")
-  return wd, train.train_and_evaluate(smoke_config(), wd)
+  return wd, train.train_and_evaluate(smoke_config(), wd, tasks=tasks.get)
 
 
 def _bleu_by_step(wd):
@@ -81,8 +82,9 @@ def test_translation_resume_reproduces_the_uninterrupted_run(smoke_run, tmp_path
   leaves the resumed segment fewer batch shapes to compile.)"""
   full, _ = smoke_run
   parts = str(tmp_path / "parts")
-  train.train_and_evaluate(smoke_config(20, bleu=False), parts)
-  assert train.train_and_evaluate(smoke_config(30, bleu=False), parts)["status"] == "completed"
+  train.train_and_evaluate(smoke_config(20, bleu=False), parts, tasks=tasks.get)
+  assert train.train_and_evaluate(smoke_config(30, bleu=False), parts,
+                                  tasks=tasks.get)["status"] == "completed"
   losses = lambda wd: {r["step"]: r["train_loss"] for r in metrics.read_metrics(wd)
                        if "train_loss" in r}
   a, b = losses(full), losses(parts)

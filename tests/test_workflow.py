@@ -22,6 +22,7 @@ import sacrebleu
 from configs import glue as glue_config
 from configs import lm as lm_config
 from configs import multi30k_de_en
+from lnjax import tasks
 from lnjax.analysis import compare
 from lnjax.configs import doc as config_doc
 from lnjax.core import averaging, checkpoint, metrics, progress, train
@@ -53,7 +54,7 @@ def mt_run(tmp_path_factory):
     config.train.eval_every_steps = 10
     config.decode.bleu_split = SPLIT
   wd = str(tmp_path_factory.mktemp("workflow") / "mt")
-  assert train.train_and_evaluate(config, wd)["status"] == "completed"
+  assert train.train_and_evaluate(config, wd, tasks=tasks.get)["status"] == "completed"
   return wd
 
 
@@ -157,10 +158,10 @@ def test_a_beam_size_override_is_used_or_refused(mt_run, predicted):
 
 @pytest.mark.slow
 def test_averaging_two_checkpoints_is_the_mean_of_their_parameters(mt_run, tmp_path):
-  chosen = averaging.restore(mt_run, "avg:2")
+  chosen = averaging.restore(mt_run, "avg:2", tasks=tasks.get)
   assert chosen.steps == [10, 20] and chosen.label == "avg2-step20"
-  a = checkpoint.restore_run(mt_run, step=10).state.params
-  b = checkpoint.restore_run(mt_run, step=20).state.params
+  a = checkpoint.restore_run(mt_run, step=10, tasks=tasks.get).state.params
+  b = checkpoint.restore_run(mt_run, step=20, tasks=tasks.get).state.params
   for x, y, m in zip(jax.tree.leaves(a), jax.tree.leaves(b), jax.tree.leaves(chosen.params)):
     np.testing.assert_array_equal(np.asarray(m), (np.asarray(x) + np.asarray(y)) / 2)
   assert any(not np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
@@ -168,7 +169,7 @@ def test_averaging_two_checkpoints_is_the_mean_of_their_parameters(mt_run, tmp_p
   out = str(tmp_path / "avg")
   r = cli("lnjax.cli.average", f"--workdir={mt_run}", "--last=2", f"--output={out}")
   assert "averaged steps 10, 20" in r.stdout
-  saved = checkpoint.restore_run(out)
+  saved = checkpoint.restore_run(out, tasks=tasks.get)
   assert saved.step == 20
   for x, m in zip(jax.tree.leaves(saved.state.params), jax.tree.leaves(chosen.params)):
     np.testing.assert_array_equal(np.asarray(x), np.asarray(m))
@@ -187,7 +188,7 @@ def _logits(model, params):
 def test_safetensors_export_round_trips_the_logits_exactly(mt_run, tmp_path):
   from safetensors.numpy import load_file
 
-  chosen = averaging.restore(mt_run, "best")
+  chosen = averaging.restore(mt_run, "best", tasks=tasks.get)
   expected = _logits(chosen.restored.setup.model, chosen.params)
   out = str(tmp_path / "f32")
   r = cli("lnjax.cli.export", f"--workdir={mt_run}", "--format=safetensors", f"--output={out}")

@@ -14,6 +14,7 @@ import importlib
 import ml_collections
 import numpy as np
 
+from lnjax import tasks
 from lnjax.core import build as build_lib
 from lnjax.core import state as state_lib
 
@@ -64,7 +65,8 @@ class Measurer:
     from lnjax import models
     from lnjax.analysis import probes
 
-    b = build_lib.build(config, build_lib.one_device_mesh(), whole_data=True, data=data)
+    b = build_lib.build(config, build_lib.one_device_mesh(), tasks=tasks.get, whole_data=True,
+                        data=data)
     self.data, self.run, self.setup = b.data, b.run, b.setup
     every = b.eval_batches() if num_batches else []
     picks = (len(every) - 1) * (0.5 + np.arange(num_batches)) / max(num_batches, 1)

@@ -23,6 +23,7 @@ from lnjax.core import fileio
 
 def load(workdir: str, step: str):
   """(the run built on one device (lnjax/core/build.py), its parameters, the step label)."""
+  from lnjax import tasks
   from lnjax.core import averaging, build, checkpoint, errors
 
   mesh = build.one_device_mesh()
@@ -30,11 +31,11 @@ def load(workdir: str, step: str):
     config = checkpoint.load_config(workdir)
     if config is None:
       raise errors.CheckpointError(f"{workdir} holds no config.json: not an lnjax workdir")
-    b = build.build(config, mesh, whole_data=True)
+    b = build.build(config, mesh, tasks=tasks.get, whole_data=True)
     return b, b.init_state().params, "init"
-  chosen = averaging.restore(workdir, step, mesh, flag="--step")
+  chosen = averaging.restore(workdir, step, mesh, flag="--step", tasks=tasks.get)
   r = chosen.restored
-  return (build.build(r.config, mesh, whole_data=True), chosen.params,
+  return (build.build(r.config, mesh, tasks=tasks.get, whole_data=True), chosen.params,
           chosen.label if step.startswith("avg:") else str(r.step))
 
 

@@ -8,7 +8,7 @@ from lnjax.core import allocator
 allocator.tune_glibc_malloc()  # glibc malloc for XLA:CPU, before JAX starts
 from absl import app, flags, logging
 
-from lnjax import cli
+from lnjax import cli, tasks
 from lnjax.core import averaging, errors
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "The run whose checkpoints to average.",
@@ -24,7 +24,7 @@ def main(argv):
   logging.set_verbosity(logging.FATAL)
   output = _OUTPUT.value or f"{_WORKDIR.value.rstrip('/')}_avg{_LAST.value}"
   try:
-    result = averaging.write_average(_WORKDIR.value, _LAST.value, output)
+    result = averaging.write_average(_WORKDIR.value, _LAST.value, output, tasks=tasks.get)
   except errors.LnjaxError as e:
     cli.fail(str(e), e.exit_code)
   print(f"averaged steps {', '.join(map(str, result['steps']))} of {_WORKDIR.value} into "

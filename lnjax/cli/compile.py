@@ -19,7 +19,7 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from lnjax import cli
+from lnjax import cli, tasks
 from lnjax.core import errors, fileio, plan, sharding, tpu
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file[:presets].",
@@ -75,7 +75,8 @@ def decode_report(parts: dict) -> dict:
 def run_plan(config, slice_: tpu.Slice, with_eval: bool) -> dict:
   decodes = with_eval and config.get("task") == "translation"
   return plan.plan_run(config, slice_, with_eval=with_eval,
-                       more_steps={"decode": decode_report} if decodes else {})
+                       more_steps={"decode": decode_report} if decodes else {},
+                       tasks=tasks.get)
 
 
 def _gib(n) -> str:

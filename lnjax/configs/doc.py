@@ -115,9 +115,10 @@ def section_classes(config: ml_collections.ConfigDict) -> dict[str, type]:
   """{'model': ModelConfig, 'data': MTDataConfig, 'decode': DecodeConfig, ...}: the
   dataclass each section of `config` maps onto; for a config that only its own entry
   point resolves (lnjax.tasks.finetune's), the dataclass its section was built from."""
+  from lnjax import tasks
   from lnjax.core import errors, run as run_lib
   try:
-    run = run_lib.resolve_config(config)
+    run = run_lib.resolve_config(config, tasks=tasks.get)
   except errors.LnjaxError:
     run = None
   out = {}

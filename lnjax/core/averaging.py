@@ -24,7 +24,7 @@ import re
 import jax
 import jax.numpy as jnp
 
-from lnjax.core import checkpoint as ckpt_lib, errors, fileio, sharding
+from lnjax.core import checkpoint as ckpt_lib, errors, fileio, run as run_lib, sharding
 
 AVERAGE_FILE = "averaged_from.json"
 
@@ -60,15 +60,17 @@ def checkpoint_steps(workdir: str, folder: str = "checkpoints") -> list[int]:
   return sorted(int(n) for n in os.listdir(directory) if re.fullmatch(r"[0-9]+", n))
 
 
-def restore(workdir: str, spec: str = "latest", mesh=None, flag: str = "--checkpoint") -> Chosen:
+def restore(workdir: str, spec: str = "latest", mesh=None, flag: str = "--checkpoint", *,
+            tasks: run_lib.TaskLookup) -> Chosen:
   """The parameters named by `spec` (parse_spec), restored onto `mesh` (default: one
-  local device)."""
+  local device); `tasks`: the task registry's lookup (lnjax.tasks.get)."""
   kind, number = parse_spec(spec, flag)
   if kind == "best" and fileio.exists(os.path.join(workdir, AVERAGE_FILE)):
     kind = "latest"  # An average (write_average) is its run's one checkpoint: the best too.
   if kind in ("best", "latest", "step"):
     folder = "best_checkpoint" if kind == "best" else "checkpoints"
-    restored = ckpt_lib.restore_run(workdir, step=number, mesh=mesh, folder=folder)
+    restored = ckpt_lib.restore_run(workdir, step=number, mesh=mesh, folder=folder,
+                                     tasks=tasks)
     return Chosen(restored, restored.state.params, f"step{restored.step}", [restored.step])
   steps = checkpoint_steps(workdir)
   if len(steps) < number:
@@ -78,7 +80,7 @@ def restore(workdir: str, spec: str = "latest", mesh=None, flag: str = "--checkp
   steps = steps[-number:]
   total, restored = None, None
   for step in steps:  # One checkpoint in memory at a time beside the running sum.
-    restored = ckpt_lib.restore_run(workdir, step=step, mesh=mesh)
+    restored = ckpt_lib.restore_run(workdir, step=step, mesh=mesh, tasks=tasks)
     params = jax.tree.map(lambda x: x.astype(jnp.float32), restored.state.params)
     total = params if total is None else jax.tree.map(jnp.add, total, params)
   last = restored.state.params
@@ -86,8 +88,9 @@ def restore(workdir: str, spec: str = "latest", mesh=None, flag: str = "--checkp
   return Chosen(restored, mean, f"avg{len(steps)}-step{steps[-1]}", steps)
 
 
-def write_average(workdir: str, last: int, output: str) -> dict:
-  """Writes the mean of `workdir`'s last `last` checkpoints as the run in `output`."""
+def write_average(workdir: str, last: int, output: str, *, tasks: run_lib.TaskLookup) -> dict:
+  """Writes the mean of `workdir`'s last `last` checkpoints as the run in `output`
+  (`tasks`: as restore's)."""
   errors.check_int("--last", last, 1)
   fileio.refuse_run_files("--output", output, [output])
   if ckpt_lib.load_config(output) is not None or checkpoint_steps(output):
@@ -98,7 +101,7 @@ def write_average(workdir: str, last: int, output: str) -> dict:
         f"--last={last}: {workdir} keeps {len(steps)} checkpoint(s) "
         f"({', '.join(map(str, steps)) or 'none'}); raise train.keep_checkpoints to keep more")
   mesh = sharding.make_mesh(sharding.MeshConfig(data=1), jax.local_devices()[:1])
-  chosen = restore(workdir, f"avg:{last}", mesh)
+  chosen = restore(workdir, f"avg:{last}", mesh, tasks=tasks)
   r = chosen.restored
   fileio.makedirs(output)
   ckpt_lib.save_config(output, r.config)

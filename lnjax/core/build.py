@@ -1,9 +1,10 @@
 """One build step: config -> mesh, data, model, optimizer, state and compiled steps.
 
 Training (lnjax/core/train.py), the tools (analyze, translate, predict) and the experiments get
-the same objects from `build(config)`:
+the same objects from `build(config, tasks=...)`, handed the task registry's lookup
+(lnjax.tasks.get; the core names no task):
 
-  b = build.build(config, mesh=build.one_device_mesh())   # a tool or an experiment
+  b = build.build(config, build.one_device_mesh(), tasks=tasks.get)  # a tool, an experiment
   state = b.init_state()                                  # or a restored one
   state, metrics = b.train_step(state, b.global_batch(next(b.data.train_iter())))
   batches = b.eval_batches(4)                             # held-out, as the model reads them
@@ -71,15 +72,17 @@ def one_device_mesh() -> Mesh:
 
 
 def build(config: ml_collections.ConfigDict, mesh: Mesh | None = None, *,
-          whole_data: bool = False, log=None, data: task_lib.DataSource | None = None) -> Built:
+          tasks: run_lib.TaskLookup, whole_data: bool = False, log=None,
+          data: task_lib.DataSource | None = None) -> Built:
   """The run `config` describes, on `mesh` (default: the config's mesh over every device).
 
-  `whole_data`: every batch of the data on this process (a tool, an experiment); else this
-  process's rows of every global batch (training on many processes). `log`: a function
-  told how long the data took when it took 2 s or more. `data`: the data an earlier build of
-  the same data section prepared (an experiment measuring several models on it).
+  `tasks`: the task registry's lookup (lnjax.tasks.get). `whole_data`: every batch of the
+  data on this process (a tool, an experiment); else this process's rows of every global
+  batch (training on many processes). `log`: a function told how long the data took when
+  it took 2 s or more. `data`: the data an earlier build of the same data section
+  prepared (an experiment measuring several models on it).
   """
-  run = run_lib.resolve_config(config)
+  run = run_lib.resolve_config(config, tasks=tasks)
   mesh = mesh or sharding.make_mesh(run.mesh)
   data, seconds = (data, 0.0) if data is not None else _make_data(run, mesh, whole_data)
   if seconds >= 2 and log is not None:
@@ -150,4 +153,4 @@ def complete_config(config: ml_collections.ConfigDict, run: run_lib.RunConfig,
   if run.opt.decay_epochs:
     config.opt.decay_steps = tuple(optim.decay_boundaries(run.opt, data.steps_per_epoch))
     config.opt.decay_epochs = ()
-  return config, run_lib.resolve_config(config)
+  return config, run_lib.resolve_config(config, tasks=lambda _: run.task)

@@ -276,8 +276,9 @@ class RestoredRun:
 
 
 def restore_run(workdir: str, step: int | None = None, mesh: Mesh | None = None,
-                folder: str = "checkpoints") -> RestoredRun:
-  """Restores a run (config, parameters, optimizer state) from `workdir` onto `mesh`.
+                folder: str = "checkpoints", *, tasks: run_lib.TaskLookup) -> RestoredRun:
+  """Restores a run (config, parameters, optimizer state) from `workdir` onto `mesh`;
+  `tasks`: the task registry's lookup (lnjax.tasks.get) for the run's task.
 
   `mesh` defaults to a mesh over the first local device only, so a run trained on many
   devices can be analysed on one CPU. `step` defaults to the latest checkpoint;
@@ -286,7 +287,7 @@ def restore_run(workdir: str, step: int | None = None, mesh: Mesh | None = None,
   config = load_config(workdir)
   if config is None:
     raise errors.CheckpointError(f"{workdir} holds no {CONFIG_FILE}: not an lnjax workdir")
-  run = run_lib.resolve_config(config)
+  run = run_lib.resolve_config(config, tasks=tasks)
   mesh = mesh or sharding.make_mesh(sharding.MeshConfig(data=1), jax.local_devices()[:1])
   setup = state_lib.make_setup(run.model, run.opt, run.train.num_steps, task=run.task)
   target = state_lib.abstract_state(setup, mesh)

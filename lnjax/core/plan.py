@@ -2,7 +2,7 @@
 HBM, FLOPs, bytes, collectives and a roofline bound, before any slice is rented.
 
   config = lnjax.get_config("lm", "smoke")
-  p = plan.plan_run(config, tpu.parse_topology("v5e:2x2"))
+  p = plan.plan_run(config, tpu.parse_topology("v5e:2x2"), tasks=lnjax.tasks.get)
   p["train"]["fits"], p["train"]["hbm_total_bytes"], p["train"]["flops"]
 
 The steps are the ones `lnjax train` jits (lnjax/core/build.py's `jit_steps`: the same
@@ -28,12 +28,13 @@ COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "coll
 
 
 def plan_run(config: ml_collections.ConfigDict, slice_: tpu.Slice, with_eval: bool = True,
-             more_steps: dict | None = None) -> dict:
+             more_steps: dict | None = None, *, tasks: run_lib.TaskLookup) -> dict:
   """The report of `config`'s train step (and eval step) on `slice_` (module docstring);
   `more_steps`: {name: function(prepare's parts) -> a step's report} (translation's decode,
   lnjax/cli/compile.py). Bad input (a mesh or batch that does not fit the slice, a step
-  that does not compile) is a ConfigError."""
-  parts = prepare(config, slice_)
+  that does not compile) is a ConfigError. `tasks`: the task registry's lookup
+  (lnjax.tasks.get)."""
+  parts = prepare(config, slice_, tasks=tasks)
   report = {"topology": slice_.name, "libtpu_topology": slice_.libtpu_topology,
             "num_slices": slice_.num_slices, "num_chips": slice_.num_chips,
             "device_kind": parts["mesh"].devices.flat[0].device_kind,
@@ -46,17 +47,17 @@ def plan_run(config: ml_collections.ConfigDict, slice_: tpu.Slice, with_eval: bo
   for name, (lower, share) in steps.items():
     report[name] = compile_report(lambda: lower(parts), slice_, parts["model_flops"] * share)
   if parts["run"].model.scan_layers:
-    _extrapolate_depth(config, slice_, steps, report, parts["model_flops"])
+    _extrapolate_depth(config, slice_, steps, report, parts["model_flops"], tasks)
   for name, step_report in (more_steps or {}).items():
     report[name] = step_report(parts)
   return report
 
 
 def prepare(config: ml_collections.ConfigDict, slice_: tpu.Slice | None = None,
-            mesh=None) -> dict:
+            mesh=None, *, tasks: run_lib.TaskLookup) -> dict:
   """Mesh, setup, jitted steps and abstract state and batch of `config` on `slice_`, or
   on `mesh` (the devices attached here: benchmarks/plan_peak.py)."""
-  run = run_lib.resolve_config(config)
+  run = run_lib.resolve_config(config, tasks=tasks)
   if run.task.batch_shapes is None:
     raise errors.ConfigError(f"task {run.task.name!r} does not describe its batches "
                              "(Task.batch_shapes): it cannot be compiled ahead")
@@ -208,14 +209,14 @@ def roofline(flops: float, accessed: float, chip: tpu.Chip, model_flops_per_chip
 
 
 def _extrapolate_depth(config, slice_: tpu.Slice, steps: dict, report: dict,
-                       model_flops: float) -> None:
+                       model_flops: float, tasks: run_lib.TaskLookup) -> None:
   """Per-step FLOPs, bytes and collectives of a scanned stack (model.scan_layers). XLA's
   cost analysis counts a loop's body once: the smoke LM at 4 layers and D 512 on v5e:2x2
   gave 1.16e9 FLOPs scanned, 3.74e9 unrolled (2026-12-05). So the unrolled model is
   compiled at depth 1 and 2 and each count c extended to the run's depth L:
   c(L) = c(1) + (L - 1)·(c(2) - c(1)). Memory stays the scanned program's own."""
   depth = config.model.num_layers
-  probes = [prepare(_unrolled(config, d), slice_) for d in (1, 2)]
+  probes = [prepare(_unrolled(config, d), slice_, tasks=tasks) for d in (1, 2)]
   for name, (lower, share) in steps.items():
     if "flops" not in report[name]:
       continue  # (Out of memory: nothing to count.)

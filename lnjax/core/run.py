@@ -1,14 +1,16 @@
 """A run's config, resolved: each section of the ConfigDict mapped onto its dataclass.
 
 `resolve_config` is called before any compute, so a bad key or value ends the run with
-one line (errors.ConfigError) and nothing written.
+one line (errors.ConfigError) and nothing written. The task named by `config.task` comes
+from the lookup the caller hands in (`tasks=lnjax.tasks.get` at the entry points): the core
+names no task registry or plug-in.
 """
 
 import dataclasses
+from typing import Callable
 
 import ml_collections
 
-from lnjax import tasks
 from lnjax.core import errors, sections
 from lnjax.models import ModelConfig
 from lnjax.core.optim import OptConfig
@@ -139,11 +141,14 @@ SECTIONS = {"model": ModelConfig, "opt": OptConfig, "data": None,
             "train": TrainConfig, "mesh": MeshConfig}
 TOP_LEVEL = ("seed", "task")
 MAX_SEED = errors.INT64_MAX  # jax.random.key takes an int64.
+TaskLookup = Callable[[str], Task]  # A task's name -> the Task (lnjax.tasks.get), refusing
+# an unknown name with one line.
 
 
-def resolve_config(config: ml_collections.ConfigDict) -> RunConfig:
-  """ConfigDict -> RunConfig, refusing unknown keys and invalid values with one line."""
-  task = tasks.get(config.get("task", "lm"))
+def resolve_config(config: ml_collections.ConfigDict, *, tasks: TaskLookup) -> RunConfig:
+  """ConfigDict -> RunConfig, refusing unknown keys and invalid values with one line;
+  `tasks` gives the Task that `config.task` names."""
+  task = tasks(config.get("task", "lm"))
   valid = {*SECTIONS, *TOP_LEVEL, *task.sections}
   unknown = set(config.keys()) - valid
   if unknown:

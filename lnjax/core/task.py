@@ -1,5 +1,7 @@
 """The Task protocol: all the core (state, checkpoints, the training loop, analysis) knows
-about a task. The tasks themselves are plug-ins in lnjax/tasks/, loaded by name.
+about a task. The tasks themselves are plug-ins in lnjax/tasks/, loaded by name by the
+registry (lnjax.tasks.get), which the entry points hand to the core: the core never
+imports it.
 
 A task names the dataclass `config.data` maps onto and any sections of its own, builds
 its model and its data, turns a batch into the model's arguments and the model's outputs

@@ -30,8 +30,10 @@ RESUMABLE_KEYS = ("train.num_steps", "train.log_every_steps", "train.eval_every_
                   "mesh.dcn_data", "mesh.dcn_fsdp", "mesh.dcn_model")
 
 
-def prepare_workdir(workdir: str, config: ml_collections.ConfigDict) -> bool:
-  """Checks the workdir before any compute; returns True if it holds a run to resume.
+def prepare_workdir(workdir: str, config: ml_collections.ConfigDict, *,
+                    tasks: run_lib.TaskLookup) -> bool:
+  """Checks the workdir before any compute; returns True if it holds a run to resume
+  (`tasks`: the task registry's lookup, lnjax.tasks.get).
 
   Writes nothing but the folder itself: an unwritable folder, or one holding a run with
   another config, is refused with one line.
@@ -48,7 +50,7 @@ def prepare_workdir(workdir: str, config: ml_collections.ConfigDict) -> bool:
     return False
   differing = [k for k in _diff_keys(saved.to_dict(), config.to_dict())
                if k not in RESUMABLE_KEYS and k != "model.vocab_size" and k != "opt.decay_steps"
-               and not _added_at_default(k, saved, config)
+               and not _added_at_default(k, saved, config, tasks)
                # config.json holds decay_epochs resolved into decay_steps (train_and_evaluate).
                and not (k == "opt.decay_epochs" and saved.opt.decay_steps
                         and not saved.opt.decay_epochs)]
@@ -106,13 +108,13 @@ def log(*args) -> None:
 
 
 def _added_at_default(key: str, saved: ml_collections.ConfigDict,
-                      config: ml_collections.ConfigDict) -> bool:
+                      config: ml_collections.ConfigDict, tasks: run_lib.TaskLookup) -> bool:
   """True for a `section.field` the saved config lacks (a field lnjax gained after that run
   started) whose value now is the field's default: the run is the same run."""
   section, _, name = key.partition(".")
   if not name or section not in saved or name in saved[section] or section not in config:
     return False
-  task = run_lib.resolve_config(config).task
+  task = run_lib.resolve_config(config, tasks=tasks).task
   cls = run_lib.SECTIONS.get(section) or task.sections.get(section) or task.data_config
   field = {f.name: f for f in dataclasses.fields(cls)}.get(name)
   if field is None:
@@ -134,29 +136,31 @@ def _diff_keys(a: dict, b: dict, prefix: str = "") -> list[str]:
   return keys
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
+                       tasks: run_lib.TaskLookup) -> dict:
   """Trains (or resumes) the run in `workdir`; returns its summary (also summary.json).
+  `tasks`: the task registry's lookup (lnjax.tasks.get), handed in by the entry point.
 
   The workdir is locked while the run trains: a second run on it is refused with one line.
   SIGTERM or SIGUSR1 before the first step raises preemption.Preempted (nothing to save);
   after it, the run saves and returns with status "preempted".
   """
   t_start = time.perf_counter()
-  run_lib.resolve_config(config)  # A bad key or value is refused before anything else.
+  run_lib.resolve_config(config, tasks=tasks)  # A bad key or value is refused before anything else.
   # Its own run (resumed) or a new one, never inside another run (a sweep's root excepted).
   fileio.refuse_run_files("--workdir", workdir, [workdir], own=[workdir])
   created = not fileio.exists(workdir)
   try:
-    resuming = prepare_workdir(workdir, config)
+    resuming = prepare_workdir(workdir, config, tasks=tasks)
     if jax.process_index() != 0:  # Process 0 holds the lock for the whole run.
       with preemption.Stop() as stop:
-        return _train_and_evaluate(config, workdir, resuming, None, stop, t_start)
+        return _train_and_evaluate(config, workdir, tasks, resuming, None, stop, t_start)
     with lock_lib.workdir_lock(workdir) as lock, preemption.Stop() as stop:
       preemption.on_forced_exit(lambda: lock.__exit__(None, None, None))
       if lock.previous_holder:
         log(f"Taking over the lock of {lock.previous_holder}, which ended without releasing it.")
       try:
-        return _train_and_evaluate(config, workdir, resuming, lock, stop, t_start)
+        return _train_and_evaluate(config, workdir, tasks, resuming, lock, stop, t_start)
       except (errors.LnjaxError, OSError) as e:
         _record_failure(workdir, e)
         raise
@@ -289,13 +293,14 @@ def _hooks(b: build_lib.Built, workdir: str, first_step: int, checkpoints) -> li
   ]
 
 
-def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, resuming: bool,
-                        lock, stop: preemption.Stop, t_start: float) -> dict:
+def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
+                        tasks: run_lib.TaskLookup, resuming: bool, lock, stop: preemption.Stop,
+                        t_start: float) -> dict:
   earlier = _earlier_summary(workdir) if resuming else {}
-  cache_dir = run_lib.resolve_config(config).train.compilation_cache_dir
+  cache_dir = run_lib.resolve_config(config, tasks=tasks).train.compilation_cache_dir
   if cache_dir:
     _use_compilation_cache(cache_dir)
-  b = build_lib.build(config, log=log)
+  b = build_lib.build(config, tasks=tasks, log=log)
   config, run = b.config, b.run
   checkpoints = ckpt_lib.Checkpoints(workdir, run.train.checkpoint_every_steps,
                                      run.train.keep_checkpoints)

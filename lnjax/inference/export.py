@@ -55,6 +55,7 @@ def export(workdir: str, output: str, checkpoint: str = "best", dtype: str = "fl
   import ml_dtypes
   from safetensors.numpy import save_file
 
+  from lnjax import tasks
   from lnjax.core import averaging, checkpoint as ckpt_lib
 
   errors.check_choice("--format", fmt, FORMATS)
@@ -69,7 +70,7 @@ def export(workdir: str, output: str, checkpoint: str = "best", dtype: str = "fl
     raise errors.CheckpointError(f"{workdir} holds no config.json: not an lnjax workdir")
   if checkpoint == "best" and not os.path.isdir(os.path.join(workdir, "best_checkpoint")):
     checkpoint = "latest"  # Only tasks with a best metric (BLEU) keep a best checkpoint.
-  chosen = averaging.restore(workdir, checkpoint)
+  chosen = averaging.restore(workdir, checkpoint, tasks=tasks.get)
   run = chosen.restored.run
   if fmt == "hf":  # A Hugging Face folder (lnjax/hf/export.py).
     from lnjax.hf import export as hf_export
@@ -87,7 +88,8 @@ def export(workdir: str, output: str, checkpoint: str = "best", dtype: str = "fl
           "workdir": os.path.abspath(workdir), "lnjax_config": config.to_dict()}
   if run.task.name == "translation":
     from lnjax.core import build
-    data = build.build(chosen.restored.config, build.one_device_mesh(), whole_data=True).data
+    data = build.build(chosen.restored.config, build.one_device_mesh(), tasks=tasks.get,
+                       whole_data=True).data
     with open(os.path.join(output, TOKENIZER_FILE), "wb") as f:
       f.write(data.tokenizer.model_proto)
     meta["tokenizer"] = {"file": TOKENIZER_FILE, "lowercase": run.data.lowercase,
@@ -112,11 +114,12 @@ def load(folder: str, dtype: str | None = "float32") -> Exported:
   from flax import traverse_util
   from safetensors.numpy import load_file
 
+  from lnjax import tasks
   from lnjax.core import run as run_lib
 
   with open(os.path.join(folder, CONFIG_FILE)) as f:
     meta = json.load(f)
-  run = run_lib.resolve_config(ml_collections.ConfigDict(meta["lnjax_config"]))
+  run = run_lib.resolve_config(ml_collections.ConfigDict(meta["lnjax_config"]), tasks=tasks.get)
   model = run.task.make_model(run.model)
   flat = load_file(os.path.join(folder, WEIGHTS_FILE))
   if dtype is not None:

@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 
+from lnjax import tasks
 from lnjax.core import averaging, build, checkpoint as ckpt_lib, errors, fileio, sharding
 from lnjax.inference import evaluate
 
@@ -65,9 +66,9 @@ def load(workdir: str, checkpoint: str = "best", overrides: dict | None = None) 
   if task != "translation":
     raise errors.LnjaxError(f"{workdir} is a {task} run; lnjax decodes translation runs")
   mesh = sharding.make_mesh(sharding.MeshConfig())
-  chosen = averaging.restore(workdir, checkpoint, mesh)
+  chosen = averaging.restore(workdir, checkpoint, mesh, tasks=tasks.get)
   # (Decoding cuts its own batches of the source text: the data's process slice is unused.)
-  b = build.build(chosen.restored.config, mesh, whole_data=True)
+  b = build.build(chosen.restored.config, mesh, tasks=tasks.get, whole_data=True)
   cfg = decode_config(b.run.section(evaluate.DecodeConfig), overrides)
   return Translator(b.run, b.setup.model, chosen.params, b.data, cfg, mesh, chosen)
 

@@ -335,7 +335,7 @@ def predict_cells(config_arg: str, fixed: dict, placements, depths, warmups, wor
   WORKDIR/predict/norm=P,layers=D (and, where the fit reads a second rate, one in
   ...,lr=R; a finished one is read again, not rerun), and a line per cell with the
   predicted highest stable rate and its interval."""
-  from lnjax import sweep as sweep_lib
+  from lnjax import sweep as sweep_lib, tasks
   from lnjax.core import train as train_lib
   model = model or Model.load()
   configs, notes = {}, []
@@ -358,7 +358,8 @@ def predict_cells(config_arg: str, fixed: dict, placements, depths, warmups, wor
   def run(config, p, d, rate, suffix):
     run_dir = os.path.join(workdir, "predict", f"norm={p},layers={d}{suffix}")
     train_lib.train_and_evaluate(feature_config(config.copy_and_resolve_references(), p, d,
-                                                fitted["steps"], rate), run_dir)
+                                                fitted["steps"], rate), run_dir,
+                                 tasks=tasks.get)
     return read_run(run_dir)
 
   for (p, d), config in configs.items():

@@ -8,7 +8,7 @@ The largest run: the most parameters, then the most activations (batch × length
 a 7B compile takes minutes on two cores).
 """
 
-from lnjax import sweep as sweep_lib
+from lnjax import sweep as sweep_lib, tasks
 from lnjax.core import errors, plan, tpu
 
 
@@ -32,7 +32,7 @@ def check(runs: list, topology: str, num_slices: int = 1, log=print) -> dict:
   run = largest(runs)
   log(f"Pre-flight: compiling {run.name} (the grid's largest run) for {slice_.name} ...")
   try:
-    report = plan.plan_run(run.config, slice_, with_eval=False)["train"]
+    report = plan.plan_run(run.config, slice_, with_eval=False, tasks=tasks.get)["train"]
   except errors.ConfigError as e:
     raise errors.ConfigError(f"pre-flight: run {run.name} on {slice_.name}: {e}") from None
   if not report["fits"]:

@@ -8,7 +8,8 @@
 
 A plug-in module defines `TASKS`, a tuple of `lnjax.core.task.Task`. Adding a task is one new
 module here and one line in `PLUGINS`; nothing in the core changes. Importing this
-package loads no plug-in, so the core can name tasks without loading data pipelines.
+package loads no plug-in, so an entry point hands `get` to the core (`tasks=tasks.get`:
+the core never imports this registry) without loading data pipelines.
 """
 
 import importlib

@@ -98,9 +98,10 @@ def t_interval(values, confidence: float = 0.95) -> dict:
 def _finished(workdir: str, config: ml_collections.ConfigDict) -> dict | None:
   """The summary of the seed run in `workdir` if it has ended (trained to its last step,
   or diverged); None if it is to train or resume. Refuses a run with another config."""
+  from lnjax import tasks
   from lnjax.core import train
 
-  if not train.prepare_workdir(workdir, config):
+  if not train.prepare_workdir(workdir, config, tasks=tasks.get):
     return None
   try:
     summary = json.loads(fileio.read_text(os.path.join(workdir, train.SUMMARY_FILE)) or "{}")
@@ -129,6 +130,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
   summary. Stops at the first seed stopped by SIGTERM (status 'preempted')."""
   import jax
 
+  from lnjax import tasks
   from lnjax.core import train
 
   ft = sections.from_config(FinetuneConfig, "finetune", config.finetune.to_dict())
@@ -150,7 +152,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
     if summary:
       train.log(f"seed {seed}: done earlier ({_format(_seed_result(seed, wd, summary))})")
     else:
-      summary = train.train_and_evaluate(cfg, wd)
+      summary = train.train_and_evaluate(cfg, wd, tasks=tasks.get)
     results[seed] = _seed_result(seed, wd, summary)
     train.log(f"seed {seed}: {_format(results[seed])}")
     if summary["status"] == train.PREEMPTED:

@@ -55,13 +55,14 @@ class GlueDataConfig:
 
 def pretraining_run(cfg: GlueDataConfig):
   """The pre-training run's RunConfig, from its config.json."""
+  from lnjax import tasks
   from lnjax.core import checkpoint, run as run_lib
 
   config = checkpoint.load_config(cfg.init_workdir)
   if config is None:
     raise errors.CheckpointError(f"{cfg.init_workdir} holds no config.json: not an lnjax "
                                  "workdir")
-  run = run_lib.resolve_config(config)
+  run = run_lib.resolve_config(config, tasks=tasks.get)
   if run.task.name not in ("mlm", "mlm_nsp"):
     raise errors.CheckpointError(f"{cfg.init_workdir} is a {run.task.name!r} run, not a BERT "
                                  "pre-training run (configs/bert.py)")
@@ -89,6 +90,7 @@ def classification_loss(logits_BxC, batch: dict, label_smoothing: float):
 def init_params(setup, params, run):
   """The fresh parameters with `bert/...` and `pooler` replaced by the pre-training run's
   at data.init_step (0: its initialization); the classifier stays fresh."""
+  from lnjax import tasks
   from lnjax.core import checkpoint, state as state_lib
 
   cfg = run.data
@@ -106,7 +108,8 @@ def init_params(setup, params, run):
     pretrained = state_lib.init_state(setup, mesh, pre.seed).params
   else:
     pretrained = checkpoint.restore_run(
-        cfg.init_workdir, None if cfg.init_step == -1 else cfg.init_step).state.params
+        cfg.init_workdir, None if cfg.init_step == -1 else cfg.init_step,
+        tasks=tasks.get).state.params
   # As host arrays: the loop places them on its mesh (every process holds the same values).
   return {**params, **jax.device_get({k: pretrained[k] for k in ("bert", "pooler")})}
 
