@@ -26,6 +26,8 @@ import numpy as np
 
 SHAPES = {"1b": dict(hidden_size=2048, num_hidden_layers=16, num_attention_heads=32,
                      num_key_value_heads=8, intermediate_size=8192, vocab_size=128256),
+          "mid": dict(hidden_size=1024, num_hidden_layers=8, num_attention_heads=16,
+                      num_key_value_heads=4, intermediate_size=4096, vocab_size=64128),
           "small": dict(hidden_size=512, num_hidden_layers=4, num_attention_heads=8,
                         num_key_value_heads=2, intermediate_size=2048, vocab_size=32000)}
 

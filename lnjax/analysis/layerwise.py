@@ -20,6 +20,8 @@ peaks at 5.3x its weight bytes, BENCHMARKS.md).
             tokens), one chunk of rows at a time; its sums of squares added over chunks.
   removal   the loss without layer i: block_{L-1}(… block_{i+1}(x_i)) through the output,
             from the kept x_i (as removal.layer_removal: layer i's input passed on).
+  norms     every norm's input and output (probes.norm_inputs) recorded piece by piece on
+            the kept streams: no logits, no float32 copy of the output matrix.
 """
 
 import dataclasses
@@ -34,7 +36,8 @@ import numpy as np
 from flax import traverse_util
 
 from lnjax.analysis import probes, removal
-from lnjax.models import layers, placement
+from lnjax.core import allocator
+from lnjax.models import layers, norms, placement
 from lnjax.models.config import ModelConfig
 from lnjax.models.transformer import Block, Embed, output_logits
 
@@ -76,6 +79,23 @@ class _Output(nn.Module):
 def _input(cfg, params_in, tokens_BxT):
   """x_0."""
   return _Input(cfg).apply({"params": params_in}, tokens_BxT)
+
+
+class _End(nn.Module):
+  """TransformerLM's final norm (placement.end) alone."""
+
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, stream):
+    return placement.end(self.cfg, stream, name="final_norm")
+
+
+def _release() -> None:
+  """The freed float32 temporaries of the last piece given back to the OS: under the
+  analyze command's glibc settings (lnjax/core/allocator.py: one arena, no mmap, no
+  trimming) the heap's holes would otherwise stay resident, piece after piece."""
+  allocator.release_free_memory()
 
 
 def _apply_block(cfg: ModelConfig, index: int, window: int, params, stream):
@@ -255,6 +275,7 @@ def forward(cfg: ModelConfig, params, batches: list[dict]) -> Forward:
     streams.append(kept)
     lses.append(lse_BxT)
   count = float(sum(np.sum(np.asarray(b["weights"], np.float32)) for b in batches))
+  _release()
   return Forward(cfg, params, batches, streams, lses, count, total / count)
 
 
@@ -316,6 +337,7 @@ def _output_backward(fw: Forward, scales: list):
       g_stream = g_s if g_stream is None else jax.tree.map(jnp.add, g_stream, g_s)
       g_rest = _add(g_rest, _named(g_r))
     g_streams.append(g_stream)
+  _release()
   return g_streams, g_rest
 
 
@@ -330,6 +352,7 @@ def _layers_backward(fw: Forward, g_streams: list, sums: _Sums) -> list:
       grads = g_p if grads is None else jax.tree.map(jnp.add, grads, g_p)
     sums.add(params[f"layer_{i}"], grads, f"layer_{i}/")
     del grads, g_p
+    _release()
   return g_streams
 
 
@@ -356,6 +379,8 @@ def _matrix_sums(fw: Forward, scales: list, rows: tuple, sums: _Sums) -> None:
     if not cfg.tie_embeddings:
       values["logits"] = {"kernel": chunk(matrix, axis)}
     sums.add(values, grads)
+    del head, inputs, grads, values
+    _release()
 
 
 def gradient_and_update_norms(fw: Forward, opt_cfg, learning_rate: float) -> tuple[dict, dict]:
@@ -404,4 +429,78 @@ def layer_removal(fw: Forward) -> dict:
       total += _nll_sum(*log_partition(cfg, fw.params, stream, jnp.asarray(batch["targets"])),
                         batch)
     increase.append(total / fw.count - fw.loss)
+    _release()
   return {"loss": fw.loss, "increase": increase}
+
+
+# ---- the norms' inputs and outputs
+
+
+def _norm_calls(apply) -> tuple[dict, dict]:
+  """({path: (x, y)}, {path: the norm module, unbound}) of every norm `apply()` calls, in
+  the order called."""
+  found, modules = {}, {}
+
+  def interceptor(next_fun, args, kwargs, context):
+    out = next_fun(*args, **kwargs)
+    module = context.module
+    if context.method_name == "__call__" and isinstance(module, tuple(norms.NORMS.values())):
+      path = "/".join(module.path)
+      found[path] = (args[0], out)
+      modules[path] = module.clone(parent=None, name=None)
+    return out
+
+  with nn.intercept_methods(interceptor):
+    apply()
+  return found, modules
+
+
+def _piece_norms(apply, *args) -> dict:
+  """{path: (module, x, y)} of the norms in `apply(*args)`: their modules found by an
+  abstract trace, their values by a compiled one."""
+  modules = {}
+
+  def calls(*a):
+    found, seen = _norm_calls(lambda: apply(*a))
+    modules.update(seen)
+    return found
+
+  jax.eval_shape(calls, *args)
+  values = _compiled_norms(apply)(*args)
+  return {path: (modules[path], *values[path]) for path in modules}
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled_norms(apply):
+  return jax.jit(lambda *a: _norm_calls(lambda: apply(*a))[0])
+
+
+@functools.lru_cache(maxsize=None)
+def _input_piece(cfg: ModelConfig):
+  """x_0 as a function of (input parameters, tokens): one object per configuration, so
+  that each piece compiles once."""
+  return lambda p, tokens_BxT: _Input(cfg).apply({"params": p}, tokens_BxT)
+
+
+@functools.lru_cache(maxsize=None)
+def _block_piece(cfg: ModelConfig, index: int, window: int):
+  return functools.partial(_apply_block, cfg, index, window)
+
+
+@functools.lru_cache(maxsize=None)
+def _end_piece(cfg: ModelConfig):
+  return lambda p, stream: _End(cfg).apply({"params": p}, stream)
+
+
+def norm_inputs(fw: Forward, *, num_tokens: int = 8) -> dict:
+  """probes.norm_inputs on the first batch, from the kept streams: the input, each block
+  and the final norm apart."""
+  cfg, params, batch, streams = fw.cfg, fw.params, fw.batches[0], fw.streams[0]
+  records = _piece_norms(_input_piece(cfg), {k: params[k] for k in _INPUT if k in params},
+                         jnp.asarray(batch["inputs"]))
+  for i in range(cfg.num_layers):
+    found = _piece_norms(_block_piece(cfg, *_layer_key(cfg, i)), params[f"layer_{i}"],
+                         streams[i])
+    records.update({f"layer_{i}/{path}": r for path, r in found.items()})
+  records.update(_piece_norms(_end_piece(cfg), _output_rest(params, cfg), streams[-1]))
+  return probes.summarize_norms(records, params, batch, num_tokens=num_tokens)

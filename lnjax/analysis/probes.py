@@ -76,8 +76,6 @@ def norm_inputs(setup, params, batch, *, num_tokens: int = 8):
   'tokens': [num_tokens, d] input vectors, 'fn': the norm as a function of one vector}}.
   """
   records = {}
-  weights = np.asarray(batch["weights"])
-  src_mask = np.asarray(batch["inputs"]) > 0  # Translation: source padding is id 0.
 
   def interceptor(next_fun, args, kwargs, context):
     out = next_fun(*args, **kwargs)
@@ -88,7 +86,13 @@ def norm_inputs(setup, params, batch, *, num_tokens: int = 8):
 
   with nn.intercept_methods(interceptor):
     setup.model.apply({"params": params}, *setup.task.model_inputs(batch), deterministic=True)
+  return summarize_norms(records, params, batch, num_tokens=num_tokens)
 
+
+def summarize_norms(records: dict, params, batch, *, num_tokens: int = 8) -> dict:
+  """norm_inputs' result from {module path: (norm module, input x, output y)} on `batch`."""
+  weights = np.asarray(batch["weights"])
+  src_mask = np.asarray(batch["inputs"]) > 0  # Translation: source padding is id 0.
   result = {}
   for path, (module, x, y) in records.items():
     x, y = np.asarray(x, np.float32), np.asarray(y, np.float32)
