@@ -75,12 +75,6 @@ class _Output(nn.Module):
     return output_logits(self.cfg, Embed(self.cfg, name="embed"), x_BxTxD)
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _input(cfg, params_in, tokens_BxT):
-  """x_0."""
-  return _Input(cfg).apply({"params": params_in}, tokens_BxT)
-
-
 class _End(nn.Module):
   """TransformerLM's final norm (placement.end) alone."""
 
@@ -96,6 +90,12 @@ def _release() -> None:
   analyze command's glibc settings (lnjax/core/allocator.py: one arena, no mmap, no
   trimming) the heap's holes would otherwise stay resident, piece after piece."""
   allocator.release_free_memory()
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _input(cfg, params_in, tokens_BxT):
+  """x_0."""
+  return _Input(cfg).apply({"params": params_in}, tokens_BxT)
 
 
 def _apply_block(cfg: ModelConfig, index: int, window: int, params, stream):
@@ -133,10 +133,10 @@ def _matrix_at(cfg: ModelConfig) -> tuple[str, str, int]:
   return ("embed", "embedding", 0) if cfg.tie_embeddings else ("logits", "kernel", 1)
 
 
-def chunks(vocab_size: int, rows: int = CHUNK_ROWS) -> list[tuple[int, int]]:
-  """[(start, size)] covering [0, V) in ⌈V/rows⌉ chunks of near-equal size (at most two
-  distinct sizes: two compilations)."""
-  n = math.ceil(vocab_size / rows)
+def chunks(vocab_size: int, rows: int | None = None) -> list[tuple[int, int]]:
+  """[(start, size)] covering [0, V) in ⌈V/rows⌉ chunks (rows: CHUNK_ROWS) of near-equal
+  size (at most two distinct sizes: two compilations)."""
+  n = math.ceil(vocab_size / (rows or CHUNK_ROWS))
   size = math.ceil(vocab_size / n)
   return [(a, min(size, vocab_size - a)) for a in range(0, vocab_size, size)]
 
