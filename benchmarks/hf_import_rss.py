@@ -10,7 +10,9 @@ runs `python -m lnjax.cli.analyze --hf=FOLDER --token_ids=... --batches=1` under
 benchmarks/rss_trace.py and prints the peak RSS beside the weight bytes. The folder's
 max_position_embeddings is 32, so the analysis scores windows of 32 tokens (the shape of
 every weight is the 1B model's; only the window is short, to keep the CPU time small).
-`--shape small` writes a 4-layer, d_model 512 model instead (a quick check of the script).
+`--shape small` writes a 4-layer, d_model 512 model instead (a quick check of the script),
+`--shape mid` an 8-layer, d_model 1024 one of 0.35 GiB (about a minute; its ratio is
+dominated by the process's own 0.7 GiB).
 `--read_only` measures lnjax.hf.checkpoint.read_folder alone: the peak RSS growth while
 the folder is read (VmHWM reset through /proc/self/clear_refs after JAX has started).
 """

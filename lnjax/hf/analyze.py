@@ -6,7 +6,8 @@ tokens: GPT-2 predicts each next token; BERT sees [CLS] window [SEP] with 15% of
 window's tokens (at least one, the same seeded choice every run) replaced by [MASK] and
 predicts them. On these batches: the analyses of lnjax.analysis.report (per-layer gradient norms,
 ‖x‖²/d around every LayerNorm, the norms' Jacobians, update ratios) and the layer-removal
-profile (lnjax.analysis.removal).
+profile (lnjax.analysis.removal); GPT-2 and the modern decoders measured one layer at a
+time (lnjax.analysis.layerwise: the same numbers, below 2× the weight bytes in memory).
 """
 
 import json
