@@ -158,21 +158,22 @@ def _with_matrix(rest: dict, cfg: ModelConfig, matrix) -> dict:
   return {**rest, module: {**rest.get(module, {}), name: matrix}}
 
 
-def _slice(matrix, axis: int, start, size: int):
-  return jax.lax.dynamic_slice_in_dim(matrix, start, size, axis)
+def _slice(cfg: ModelConfig, matrix, start, size: int):
+  """The output matrix's entries [start, start + size) of the vocabulary."""
+  return jax.lax.dynamic_slice_in_dim(matrix, start, size, _matrix_at(cfg)[2])
 
 
-def _logits(cfg: ModelConfig, size: int, axis: int, matrix, rest, stream, start):
-  """z [B, T, size] of the vocabulary entries [start, start + size)."""
-  chunk_cfg = dataclasses.replace(cfg, vocab_size=size)
-  top = _with_matrix(rest, cfg, _slice(matrix, axis, start, size))
-  return _Output(chunk_cfg).apply({"params": top}, stream)
+def _chunk_logits(cfg: ModelConfig, chunk, rest, stream):
+  """z [B, T, C] of the C vocabulary entries of `chunk` (a slice of the output matrix)."""
+  size = chunk.shape[_matrix_at(cfg)[2]]
+  return _Output(dataclasses.replace(cfg, vocab_size=size)).apply(
+      {"params": _with_matrix(rest, cfg, chunk)}, stream)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
 def _partition(cfg, size, matrix, rest, stream, targets_BxT, start):
   """(log Σ_v exp z_v, z_y where y falls in the chunk else 0) over one chunk, each [B, T]."""
-  z_BxTxC = _logits(cfg, size, _matrix_at(cfg)[2], matrix, rest, stream, start)
+  z_BxTxC = _chunk_logits(cfg, _slice(cfg, matrix, start, size), rest, stream)
   local_BxT = targets_BxT - start
   inside_BxT = (local_BxT >= 0) & (local_BxT < size)
   z_y = jnp.take_along_axis(z_BxTxC, jnp.clip(local_BxT, 0, size - 1)[..., None], -1)[..., 0]
@@ -190,18 +191,16 @@ def _cotangent(z_BxTxC, targets_BxT, scale_BxT, lse_BxT, start):
 @functools.partial(jax.jit, static_argnums=(0, 1))
 def _output_vjp(cfg, size, matrix, rest, stream, targets_BxT, scale_BxT, lse_BxT, start):
   """One chunk's share of (∂L/∂rest, ∂L/∂x_L)."""
-  axis = _matrix_at(cfg)[2]
-  z, vjp = jax.vjp(lambda r, s: _logits(cfg, size, axis, matrix, r, s, start), rest, stream)
+  chunk = _slice(cfg, matrix, start, size)
+  z, vjp = jax.vjp(lambda r, s: _chunk_logits(cfg, chunk, r, s), rest, stream)
   return vjp(_cotangent(z, targets_BxT, scale_BxT, lse_BxT, start))
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
 def _matrix_vjp(cfg, size, matrix, rest, stream, targets_BxT, scale_BxT, lse_BxT, start):
   """The output's part of ∂L/∂(the matrix's chunk), in float32."""
-  axis = _matrix_at(cfg)[2]
-  chunk = _slice(matrix, axis, start, size)
-  z, vjp = jax.vjp(lambda m: _Output(dataclasses.replace(cfg, vocab_size=size)).apply(
-      {"params": _with_matrix(rest, cfg, m)}, stream), chunk)
+  z, vjp = jax.vjp(lambda m: _chunk_logits(cfg, m, rest, stream),
+                   _slice(cfg, matrix, start, size))
   return vjp(_cotangent(z, targets_BxT, scale_BxT, lse_BxT, start))[0].astype(jnp.float32)
 
 
@@ -390,7 +389,7 @@ def gradient_and_update_norms(fw: Forward, opt_cfg, learning_rate: float) -> tup
     raise ValueError("global-norm clipping makes the first update depend on the whole "
                      "gradient: the layer-by-layer statistics need opt.grad_clip_norm=0")
   cfg, params = fw.cfg, fw.params
-  sums = _Sums(probes._first_step(opt_cfg, learning_rate))
+  sums = _Sums(probes.first_step(opt_cfg, learning_rate))
   scales = [jnp.asarray(b["weights"], jnp.float32) / fw.count for b in fw.batches]
   g_streams, g_rest = _output_backward(fw, scales)
   g_streams = _layers_backward(fw, g_streams, sums)

@@ -44,7 +44,7 @@ def gradient_and_update_norms(setup, params, batches, opt_cfg, learning_rate: fl
   """(gradient_norms, update_ratios) as those two functions give them, from one compiled
   function whose outputs are per-weight scalars: the gradient and update trees are never
   returned to the host (XLA may free a weight's gradient once its norms are taken)."""
-  tx = _first_step(opt_cfg, learning_rate)
+  tx = first_step(opt_cfg, learning_rate)
 
   def norms(p):
     g = jax.grad(mean_loss)(p, setup, batches)
@@ -57,7 +57,7 @@ def gradient_and_update_norms(setup, params, batches, opt_cfg, learning_rate: fl
           {strip(k): float(u[k]) / max(float(w[k]), 1e-30) for k in u})
 
 
-def _first_step(opt_cfg, learning_rate: float):
+def first_step(opt_cfg, learning_rate: float):
   """The run's optimizer at a constant `learning_rate`, no warm-up or decay."""
   cfg = dataclasses.replace(opt_cfg, learning_rate=learning_rate, schedule="constant",
                             warmup_steps=0, decay_steps=(), decay_epochs=())
@@ -150,7 +150,7 @@ def ln_jacobians(norm_records: dict, *, iters: int = 30) -> dict:
 def update_ratios(grads, params, opt_cfg, learning_rate: float) -> dict:
   """‖Δw‖/‖w‖ per weight for the run's optimizer with a fresh state at a constant
   `learning_rate`: the size of the first step the optimizer would take from here."""
-  tx = _first_step(opt_cfg, learning_rate)
+  tx = first_step(opt_cfg, learning_rate)
   updates, _ = tx.update(grads, tx.init(params), params)
   u = metrics.per_weight_norms(updates, "u")
   w = metrics.per_weight_norms(params, "u")
