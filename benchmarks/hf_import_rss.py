@@ -10,7 +10,9 @@ runs `python -m lnjax.cli.analyze --hf=FOLDER --token_ids=... --batches=1` under
 benchmarks/rss_trace.py and prints the peak RSS beside the weight bytes. The folder's
 max_position_embeddings is 32, so the analysis scores windows of 32 tokens (the shape of
 every weight is the 1B model's; only the window is short, to keep the CPU time small).
-`--shape small` writes a 4-layer, d_model 512 model instead (a quick check of the script).
+`--shape small` writes a 4-layer, d_model 512 model instead (a quick check of the script),
+`--shape mid` an 8-layer, d_model 1024 one of 0.35 GiB (about a minute; its ratio is
+dominated by the process's own 0.7 GiB).
 `--read_only` measures lnjax.hf.checkpoint.read_folder alone: the peak RSS growth while
 the folder is read (VmHWM reset through /proc/self/clear_refs after JAX has started).
 """
@@ -26,6 +28,8 @@ import numpy as np
 
 SHAPES = {"1b": dict(hidden_size=2048, num_hidden_layers=16, num_attention_heads=32,
                      num_key_value_heads=8, intermediate_size=8192, vocab_size=128256),
+          "mid": dict(hidden_size=1024, num_hidden_layers=8, num_attention_heads=16,
+                      num_key_value_heads=4, intermediate_size=4096, vocab_size=64128),
           "small": dict(hidden_size=512, num_hidden_layers=4, num_attention_heads=8,
                         num_key_value_heads=2, intermediate_size=2048, vocab_size=32000)}
 

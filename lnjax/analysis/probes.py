@@ -44,7 +44,7 @@ def gradient_and_update_norms(setup, params, batches, opt_cfg, learning_rate: fl
   """(gradient_norms, update_ratios) as those two functions give them, from one compiled
   function whose outputs are per-weight scalars: the gradient and update trees are never
   returned to the host (XLA may free a weight's gradient once its norms are taken)."""
-  tx = _first_step(opt_cfg, learning_rate)
+  tx = first_step(opt_cfg, learning_rate)
 
   def norms(p):
     g = jax.grad(mean_loss)(p, setup, batches)
@@ -57,7 +57,7 @@ def gradient_and_update_norms(setup, params, batches, opt_cfg, learning_rate: fl
           {strip(k): float(u[k]) / max(float(w[k]), 1e-30) for k in u})
 
 
-def _first_step(opt_cfg, learning_rate: float):
+def first_step(opt_cfg, learning_rate: float):
   """The run's optimizer at a constant `learning_rate`, no warm-up or decay."""
   cfg = dataclasses.replace(opt_cfg, learning_rate=learning_rate, schedule="constant",
                             warmup_steps=0, decay_steps=(), decay_epochs=())
@@ -76,8 +76,6 @@ def norm_inputs(setup, params, batch, *, num_tokens: int = 8):
   'tokens': [num_tokens, d] input vectors, 'fn': the norm as a function of one vector}}.
   """
   records = {}
-  weights = np.asarray(batch["weights"])
-  src_mask = np.asarray(batch["inputs"]) > 0  # Translation: source padding is id 0.
 
   def interceptor(next_fun, args, kwargs, context):
     out = next_fun(*args, **kwargs)
@@ -88,7 +86,13 @@ def norm_inputs(setup, params, batch, *, num_tokens: int = 8):
 
   with nn.intercept_methods(interceptor):
     setup.model.apply({"params": params}, *setup.task.model_inputs(batch), deterministic=True)
+  return summarize_norms(records, params, batch, num_tokens=num_tokens)
 
+
+def summarize_norms(records: dict, params, batch, *, num_tokens: int = 8) -> dict:
+  """norm_inputs' result from {module path: (norm module, input x, output y)} on `batch`."""
+  weights = np.asarray(batch["weights"])
+  src_mask = np.asarray(batch["inputs"]) > 0  # Translation: source padding is id 0.
   result = {}
   for path, (module, x, y) in records.items():
     x, y = np.asarray(x, np.float32), np.asarray(y, np.float32)
@@ -146,7 +150,7 @@ def ln_jacobians(norm_records: dict, *, iters: int = 30) -> dict:
 def update_ratios(grads, params, opt_cfg, learning_rate: float) -> dict:
   """‖Δw‖/‖w‖ per weight for the run's optimizer with a fresh state at a constant
   `learning_rate`: the size of the first step the optimizer would take from here."""
-  tx = _first_step(opt_cfg, learning_rate)
+  tx = first_step(opt_cfg, learning_rate)
   updates, _ = tx.update(grads, tx.init(params), params)
   u = metrics.per_weight_norms(updates, "u")
   w = metrics.per_weight_norms(params, "u")

@@ -6,7 +6,8 @@ tokens: GPT-2 predicts each next token; BERT sees [CLS] window [SEP] with 15% of
 window's tokens (at least one, the same seeded choice every run) replaced by [MASK] and
 predicts them. On these batches: the analyses of lnjax.analysis.report (per-layer gradient norms,
 ‖x‖²/d around every LayerNorm, the norms' Jacobians, update ratios) and the layer-removal
-profile (lnjax.analysis.removal).
+profile (lnjax.analysis.removal); GPT-2 and the modern decoders measured one layer at a
+time (lnjax.analysis.layerwise: the same numbers, below 2× the weight bytes in memory).
 """
 
 import json
@@ -209,20 +210,29 @@ def measure(imported, batches, lr: float | None = None) -> dict:
 
   from lnjax import tasks
   from lnjax.core import optim, state as state_lib
-  from lnjax.analysis import probes, removal
+  from lnjax.analysis import layerwise, probes, removal
 
   task = tasks.get(imported.task)
   opt = optim.OptConfig()
   setup = state_lib.Setup(task, imported.model, None, None)
-  # The gradients with each layer recomputed in the backward pass: the activations of one
-  # layer held at a time (the same parameters, the same numbers).
-  remat = hf.make_model(imported.task, dataclasses.replace(imported.cfg,
-                                                           remat_policy="nothing_saveable"))
   params, lr = imported.params, lr or opt.learning_rate
-  grad_norms, update_ratios = probes.gradient_and_update_norms(
-      state_lib.Setup(task, remat, None, None), params, batches, opt, lr)
-  records = probes.norm_inputs(setup, params, batches[0])
-  profile = removal.layer_removal(setup, params, batches)
+  if layerwise.applies(imported.task, imported.cfg):
+    # GPT-2 and the modern decoders: one layer's gradient (and its float32 temporaries) at
+    # a time, the output matrix by vocabulary chunks (the same numbers).
+    forward = layerwise.forward(imported.cfg, params, batches)
+    grad_norms, update_ratios = layerwise.gradient_and_update_norms(forward, opt, lr)
+    profile = layerwise.layer_removal(forward)
+    records = layerwise.norm_inputs(forward)
+    del forward
+  else:
+    # BERT: the gradients with each layer recomputed in the backward pass, the activations
+    # of one layer held at a time (the same parameters, the same numbers).
+    remat = hf.make_model(imported.task, dataclasses.replace(imported.cfg,
+                                                             remat_policy="nothing_saveable"))
+    grad_norms, update_ratios = probes.gradient_and_update_norms(
+        state_lib.Setup(task, remat, None, None), params, batches, opt, lr)
+    profile = removal.layer_removal(setup, params, batches)
+    records = probes.norm_inputs(setup, params, batches[0])
   cfg = imported.cfg
   return {
       "step": "pretrained", "architecture": imported.architecture,
