@@ -42,6 +42,9 @@ from lnjax.models.config import ModelConfig
 from lnjax.models.transformer import Block, Embed, output_logits
 
 CHUNK_ROWS = 8192  # Vocabulary entries of the output matrix per compiled chunk.
+# After each piece its freed float32 temporaries go back to the OS: under the analyze
+# command's glibc settings (core/allocator.py) the heap's holes would stay resident.
+_release = allocator.release_free_memory
 _LAYER = re.compile(r"layer_(\d+)")
 _INPUT = ("embed", "embed_norm")  # TransformerLM's parameters before layer 0 (embed_norm: Peri-LN).
 
@@ -54,7 +57,6 @@ def applies(task_name: str, cfg: ModelConfig) -> bool:
 
 class _Input(nn.Module):
   """TransformerLM up to layer 0: the stream x_0 = begin(embed(tokens))."""
-
   cfg: ModelConfig
 
   @nn.compact
@@ -66,7 +68,6 @@ class _Input(nn.Module):
 class _Output(nn.Module):
   """TransformerLM after its last layer: the logits of `cfg.vocab_size` entries (a chunk of
   the output matrix's, given as the parameter) on the stream x_L."""
-
   cfg: ModelConfig
 
   @nn.compact
@@ -77,19 +78,11 @@ class _Output(nn.Module):
 
 class _End(nn.Module):
   """TransformerLM's final norm (placement.end) alone."""
-
   cfg: ModelConfig
 
   @nn.compact
   def __call__(self, stream):
     return placement.end(self.cfg, stream, name="final_norm")
-
-
-def _release() -> None:
-  """The freed float32 temporaries of the last piece given back to the OS: under the
-  analyze command's glibc settings (lnjax/core/allocator.py: one arena, no mmap, no
-  trimming) the heap's holes would otherwise stay resident, piece after piece."""
-  allocator.release_free_memory()
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -487,7 +480,7 @@ def _block_piece(cfg: ModelConfig, index: int, window: int):
 
 
 @functools.lru_cache(maxsize=None)
-def _end_piece(cfg: ModelConfig):
+def _end_piece(cfg: ModelConfig):  # The final norm as a function of (parameters, x_L).
   return lambda p, stream: _End(cfg).apply({"params": p}, stream)
 
 
