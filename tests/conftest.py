@@ -236,17 +236,17 @@ def assert_layer_removal_is_the_block_passing_its_input_on(setup, params, batche
   return profile
 
 
-# One process pays the imports of a command line once, then forks a child per argument list
-# that runs the command as `python -m MODULE ARGS` would (runpy, as __main__, its own flags),
-# its stdout and stderr in files and its exit status collected. The parent imports the
-# command's dependencies, not the command itself (whose flags would then be defined twice).
+# One process pays the imports of command lines once, then forks a child per command line
+# that runs it as `python -m MODULE ARGS` would (runpy, as __main__, its own flags), its
+# stdout and stderr in files and its exit status collected. The parent imports the
+# commands' dependencies, not the commands themselves (whose flags would be defined twice).
 _FORK_DRIVER = r"""
 import importlib, json, os, runpy, sys, traceback
-module, preload, cases, folder = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4]
+preload, cases, folder = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
 for name in preload:
   importlib.import_module(name)
 results = []
-for i, argv in enumerate(cases):
+for i, (module, *argv) in enumerate(cases):
   out, err = os.path.join(folder, f"{i}.out"), os.path.join(folder, f"{i}.err")
   pid = os.fork()
   if pid == 0:
@@ -272,14 +272,14 @@ print(json.dumps(results))
 """
 
 
-def run_command_lines(module: str, argvs: list, preload: list, folder, env=None, cwd=None,
+def run_command_lines(argvs: list, preload: list, folder, env=None, cwd=None,
                       timeout: int = 600) -> list:
-  """[(exit code, stdout, stderr)] of `python -m MODULE ARGV` for each ARGV in `argvs`, run
-  in one process that imports `preload` once and forks a child per command line (each child
-  runs the module afresh: its flags, its exit path, its one line on stderr)."""
+  """[(exit code, stdout, stderr)] of `python -m MODULE ARGS...` for each [MODULE, ARGS...]
+  in `argvs`, run in one process that imports `preload` once and forks a child per command
+  line (each child runs its module afresh: its flags, its exit path, its one line on stderr)."""
   import json
   os.makedirs(folder, exist_ok=True)
-  r = subprocess.run([sys.executable, "-c", _FORK_DRIVER, module, json.dumps(preload),
+  r = subprocess.run([sys.executable, "-c", _FORK_DRIVER, json.dumps(preload),
                       json.dumps([[str(a) for a in argv] for argv in argvs]), str(folder)],
                      capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
   assert r.returncode == 0, r.stderr[-3000:]

@@ -483,8 +483,8 @@ def test_analyze_cli_refuses_bad_input_in_one_line_with_exit_2(tmp_path):
   ]
   # The eleven command lines in one process that imports lnjax once (conftest).
   env = {**os.environ, "LNJAX_PROGRESS_SECONDS": "100000", "HF_HUB_OFFLINE": "1"}
-  runs = run_command_lines("lnjax.cli.analyze", [[*args, f"--output={tmp_path / 'out'}"]
-                                                 for args, _ in cases],
+  runs = run_command_lines([["lnjax.cli.analyze", *args, f"--output={tmp_path / 'out'}"]
+                            for args, _ in cases],
                            ["jax", "lnjax.cli", "lnjax.analysis.report", "lnjax.hf.analyze"],
                            tmp_path / "cli", env=env)
   for (args, message), (code, _, stderr) in zip(cases, runs, strict=True):

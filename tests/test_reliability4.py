@@ -91,8 +91,7 @@ def test_the_stability_search_refuses_its_flags_boundaries(tmp_path):
   """--probe_steps=0 was read as unset (the config's steps), NaN and a negative factor were
   passed on to every run. One line, exit 2, and no workdir."""
   wd = tmp_path / "search"
-  runs = run_command_lines("lnjax.cli.stability",
-                           [["--config=lm:smoke", f"--workdir={wd}", flag]
+  runs = run_command_lines([["lnjax.cli.stability", "--config=lm:smoke", f"--workdir={wd}", flag]
                             for flag, _ in STABILITY_FLAGS],
                            ["jax", "lnjax.cli", "lnjax.sweep.search"], tmp_path / "cli",
                            env=os.environ, cwd=REPO, timeout=300)
