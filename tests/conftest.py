@@ -157,35 +157,35 @@ def pytest_unconfigure(config):
 
 
 # The files with the longest runs, longest first: the suite's seconds per file, summed over
-# its tests (`--durations` of the README's command in a fresh clone with an empty
-# compilation cache). Figures of 2026-12-05 (two partial runs on the 2-core machine shared
-# with other jobs, load about 11: some 2.2 times the idle seconds) where given, else those
-# of 2026-12-03 (idle; the files this round changed little). xdist's loadfile hands a worker
-# its next file when it is nearly done, so a long file started last keeps one worker busy
-# while the other idles; xdist's own order (most tests first) put Ray's ten tests and the GPU
-# check's six after the 120 quick mutant-list checks. Started first, they end early and the
-# quick files fill in around them.
+# its tests (`--durations=0` of the README's command with a new `TMPDIR`, so an empty
+# compilation cache, 2026-12-05 at 67af280, 2-core machine with other jobs beside it: the
+# tests' own times 3663 s, the run 1853 s: 22 s past half of them). xdist's loadfile hands a
+# worker its next file when it is nearly done, so a long file started last keeps one worker
+# busy while the other idles; xdist's own order (most tests first) put Ray's ten tests and
+# the GPU check's six after the 120 quick mutant-list checks. Started first, they end early
+# and the quick files fill in around them.
 LONGEST_FIRST = (
-    "tests/test_hf.py",  # 750 s on 12-05 (131 s on 12-03)
-    "tests/test_placements.py",  # 733 s on 12-05 (129 s on 12-03)
-    "tests/test_ray.py",  # 360 s on 12-05 (230 s on 12-03)
-    "tests/test_compile_plan.py",  # 490 s on 12-05 (new), 180 of them the scanned stack's compiles
-    "tests/test_gpu_check.py",  # 443 s on 12-05, 358 of them one test (117 s on 12-03)
-    "tests/test_workflow.py",  # 436 s on 12-05 (138 s on 12-03)
-    "tests/test_block_options.py",  # 589 s on 12-05 (new), about half since the steps run eagerly
-    "tests/test_train.py",  # 321 s on 12-05 (148 s on 12-03)
-    "tests/test_bert.py",  # 272 s on 12-05 (89 s on 12-03)
-    "tests/test_hf_modern.py",  # 262 s on 12-05 (new)
-    "tests/test_sources.py",  # 111 s on 12-03
-    "tests/test_health.py",  # 103 s on 12-03
-    "tests/test_sweep.py",  # 221 s on 12-05 (58 s on 12-03)
-    "tests/test_config_fuzz.py",  # 191 s on 12-05
-    "tests/test_slurm.py",  # 84 s on 12-03
-    "tests/test_stability.py",  # 177 s on 12-05 (59 s on 12-03)
-    "tests/test_multiprocess.py",  # 65 s on 12-03
-    "tests/test_sharding.py",  # 61 s on 12-03
-    "tests/test_reliability.py",  # 60 s on 12-03
-    "tests/test_api.py",  # 60 s on 12-03
+    "tests/test_ray.py",  # 257 s
+    "tests/test_train.py",  # 231 s
+    "tests/test_compile_plan.py",  # 189 s
+    "tests/test_sources.py",  # 169 s
+    "tests/test_preemption_phases.py",  # 162 s
+    "tests/test_bert.py",  # 160 s
+    "tests/test_gpu_check.py",  # 151 s
+    "tests/test_config_fuzz.py",  # 151 s
+    "tests/test_placements.py",  # 135 s
+    "tests/test_hf.py",  # 135 s
+    "tests/test_hf_modern.py",  # 131 s
+    "tests/test_block_options.py",  # 130 s
+    "tests/test_workflow.py",  # 128 s
+    "tests/test_api.py",  # 127 s
+    "tests/test_sharding.py",  # 123 s
+    "tests/test_health.py",  # 119 s
+    "tests/test_decode.py",  # 100 s
+    "tests/test_reliability.py",  # 93 s
+    "tests/test_multiprocess.py",  # 90 s
+    "tests/test_atlas.py",  # 87 s
+    "tests/test_slurm.py",  # 84 s on 2026-12-03 (its cluster did not start in this run)
 )
 
 
