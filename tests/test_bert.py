@@ -130,7 +130,7 @@ def test_classifier_head_reads_the_first_token():
                              rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("norm_position", fast_tier(NORM_POSITIONS, ("post",)))
+@pytest.mark.parametrize("norm_position", fast_tier(NORM_POSITIONS, ("post", "pre")))
 def test_pretraining_model_under_every_norm_position(norm_position):
   cfg = ModelConfig(vocab_size=40, num_layers=2, d_model=16, num_heads=2, d_ff=32, max_len=16,
                     norm_position=norm_position, tie_embeddings=True)

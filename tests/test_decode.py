@@ -104,7 +104,7 @@ def test_cached_decoding_equals_teacher_forcing(pos_emb):
     np.testing.assert_array_equal(greedy_again[row, :n], np.asarray(ids))
 
 
-@pytest.mark.parametrize("seed", fast_tier([0, 1, 2], (0,)))
+@pytest.mark.parametrize("seed", [0, 1, 2])
 def test_beam_one_is_greedy(seed):
   model, params, src = _model(seed=seed)
   g = decode.greedy(model, params, src, max_len=8, bos_id=BOS, eos_id=EOS)
