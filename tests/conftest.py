@@ -158,30 +158,35 @@ def pytest_unconfigure(config):
 
 
 # The files with the longest runs, longest first: the suite's seconds per file, summed over
-# its tests (`--durations=0` of the README's command in a fresh clone with an empty
-# compilation cache, 2026-12-03, night, 2-core machine: 704 passed, 1 skipped in 1069 s,
-# the tests' own times 2105 s). xdist's loadfile hands a worker its next file when it is
-# nearly done, so a long file started last keeps one worker busy while the other idles;
-# xdist's own order (most tests first) put Ray's ten tests and the GPU check's six after the
-# 120 quick mutant-list checks. Started first, they end early and the quick files fill in
-# around them.
+# its tests (`--durations=0` of the README's command with a new `TMPDIR`, so an empty
+# compilation cache, 2026-12-05 at 67af280, 2-core machine with other jobs beside it: the
+# tests' own times 3663 s, the run 1853 s: 22 s past half of them). xdist's loadfile hands a
+# worker its next file when it is nearly done, so a long file started last keeps one worker
+# busy while the other idles; xdist's own order (most tests first) put Ray's ten tests and
+# the GPU check's six after the 120 quick mutant-list checks. Started first, they end early
+# and the quick files fill in around them.
 LONGEST_FIRST = (
-    "tests/test_ray.py",  # 230 s
-    "tests/test_train.py",  # 148 s
-    "tests/test_workflow.py",  # 138 s
-    "tests/test_hf.py",  # 131 s
-    "tests/test_placements.py",  # 129 s
-    "tests/test_gpu_check.py",  # 117 s, 96 s of it one test
-    "tests/test_sources.py",  # 111 s
-    "tests/test_health.py",  # 103 s
-    "tests/test_bert.py",  # 89 s
-    "tests/test_slurm.py",  # 84 s
-    "tests/test_multiprocess.py",  # 65 s
-    "tests/test_sharding.py",  # 61 s
-    "tests/test_reliability.py",  # 60 s
-    "tests/test_api.py",  # 60 s
-    "tests/test_stability.py",  # 59 s
-    "tests/test_sweep.py",  # 58 s
+    "tests/test_ray.py",  # 257 s
+    "tests/test_train.py",  # 231 s
+    "tests/test_compile_plan.py",  # 189 s
+    "tests/test_sources.py",  # 169 s
+    "tests/test_preemption_phases.py",  # 162 s
+    "tests/test_bert.py",  # 160 s
+    "tests/test_gpu_check.py",  # 151 s
+    "tests/test_config_fuzz.py",  # 151 s
+    "tests/test_placements.py",  # 135 s
+    "tests/test_hf.py",  # 135 s
+    "tests/test_hf_modern.py",  # 131 s
+    "tests/test_block_options.py",  # 130 s
+    "tests/test_workflow.py",  # 128 s
+    "tests/test_api.py",  # 127 s
+    "tests/test_sharding.py",  # 123 s
+    "tests/test_health.py",  # 119 s
+    "tests/test_decode.py",  # 100 s
+    "tests/test_reliability.py",  # 93 s
+    "tests/test_multiprocess.py",  # 90 s
+    "tests/test_atlas.py",  # 87 s
+    "tests/test_slurm.py",  # 84 s on 2026-12-03 (its cluster did not start in this run)
 )
 
 
@@ -235,3 +240,53 @@ def assert_layer_removal_is_the_block_passing_its_input_on(setup, params, batche
       skipped = float(probes.mean_loss(params, setup, batches))
     assert profile["increase"][i] == pytest.approx(skipped - profile["loss"], abs=1e-5)
   return profile
+
+
+# One process pays the imports of command lines once, then forks a child per command line
+# that runs it as `python -m MODULE ARGS` would (runpy, as __main__, its own flags), its
+# stdout and stderr in files and its exit status collected. The parent imports the
+# commands' dependencies, not the commands themselves (whose flags would be defined twice).
+_FORK_DRIVER = r"""
+import importlib, json, os, runpy, sys, traceback
+preload, cases, folder = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
+for name in preload:
+  importlib.import_module(name)
+results = []
+for i, (module, *argv) in enumerate(cases):
+  out, err = os.path.join(folder, f"{i}.out"), os.path.join(folder, f"{i}.err")
+  pid = os.fork()
+  if pid == 0:
+    for fd, path in ((1, out), (2, err)):
+      os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+    sys.argv = [module, *argv]
+    code = 0
+    try:
+      runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit as e:
+      code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+      if not isinstance(e.code, (int, type(None))):
+        print(e.code, file=sys.stderr)
+    except BaseException:
+      traceback.print_exc()
+      code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+  _, status = os.waitpid(pid, 0)
+  results.append([os.waitstatus_to_exitcode(status), open(out).read(), open(err).read()])
+print(json.dumps(results))
+"""
+
+
+def run_command_lines(argvs: list, preload: list, folder, env=None, cwd=None,
+                      timeout: int = 600) -> list:
+  """[(exit code, stdout, stderr)] of `python -m MODULE ARGS...` for each [MODULE, ARGS...]
+  in `argvs`, run in one process that imports `preload` once and forks a child per command
+  line (each child runs its module afresh: its flags, its exit path, its one line on stderr)."""
+  import json
+  os.makedirs(folder, exist_ok=True)
+  r = subprocess.run([sys.executable, "-c", _FORK_DRIVER, json.dumps(preload),
+                      json.dumps([[str(a) for a in argv] for argv in argvs]), str(folder)],
+                     capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+  assert r.returncode == 0, r.stderr[-3000:]
+  return [tuple(x) for x in json.loads(r.stdout.splitlines()[-1])]

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from lnjax.hf import checkpoint as hf, tokenizer as hf_tokenizer
-from conftest import assert_layer_removal_is_the_block_passing_its_input_on
+from conftest import assert_layer_removal_is_the_block_passing_its_input_on, run_command_lines
 
 CORPUS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                       "lnjax", "data", "corpora", "tiny_shakespeare", "input.txt.gz")
@@ -483,9 +483,14 @@ def test_analyze_cli_refuses_bad_input_in_one_line_with_exit_2(tmp_path):
       (["--hf=openai-community/gpt2", f"--text={text}"],
        "could not fetch 'openai-community/gpt2' from the Hugging Face hub"),
   ]
-  for args, message in cases:
-    proc = _analyze_cli(*args, f"--output={tmp_path / 'out'}")
-    assert proc.returncode == 2, (args, proc.stderr)
-    assert proc.stderr.startswith("lnjax: error: ") and message in proc.stderr, (args, proc.stderr)
-    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+  # The eleven command lines in one process that imports lnjax once (conftest).
+  env = {**os.environ, "LNJAX_PROGRESS_SECONDS": "100000", "HF_HUB_OFFLINE": "1"}
+  runs = run_command_lines([["lnjax.cli.analyze", *args, f"--output={tmp_path / 'out'}"]
+                            for args, _ in cases],
+                           ["jax", "lnjax.cli", "lnjax.analysis.report", "lnjax.hf.analyze"],
+                           tmp_path / "cli", env=env)
+  for (args, message), (code, _, stderr) in zip(cases, runs, strict=True):
+    assert code == 2, (args, stderr)
+    assert stderr.startswith("lnjax: error: ") and message in stderr, (args, stderr)
+    assert len(stderr.strip().splitlines()) == 1, stderr
   assert not (tmp_path / "out").exists()

@@ -791,10 +791,11 @@ def test_new_placement_trains_on_the_lm_smoke_preset(tmp_path, pos):
 
 # ---- Every placement trains. --------------------------------------------------------------
 
-def _train(model, inputs, targets, steps=4, lr=2e-2):
+def _train(model, inputs, targets, steps=3, lr=2e-2):
   """Losses of `steps` Adam steps on one batch, from init_params. Run eagerly: every
   placement shares the same small primitives, so this costs far less than compiling ten
-  different train steps."""
+  different train steps. Three steps: two updates lower the loss by 0.29 nats (nGPT, whose
+  cosine logits move least) to 2 nats at lr 2e-2; the test asks for 0.2."""
   params = nn.unbox(init_params(model, jax.random.key(0), *inputs))
   tx = optim.make_optimizer(optim.OptConfig(b2=0.999), optax.constant_schedule(lr),
                             placement.unit_sphere_axis(model.cfg))  # nGPT: its sphere kept
@@ -813,7 +814,7 @@ def _train(model, inputs, targets, steps=4, lr=2e-2):
 @pytest.mark.slow  # Trains: the full tier (the fast one checks each placement's formula).
 @pytest.mark.parametrize("pos", NORM_POSITIONS)
 def test_each_placement_trains(pos):
-  """A few Adam steps on one batch, no warm-up: the loss falls, for the LM and for the
+  """Two Adam steps on one batch, no warm-up: the loss after them is lower, for the LM and the
   encoder-decoder (RMSNorm for Mix-LN and OLMo 2, as in their papers, and ScaleNorm for
   B2T); nGPT, decoder-only, is refused in the encoder-decoder."""
   kind = {"mix": "rmsnorm", "olmo2": "rmsnorm", "b2t": "scalenorm"}.get(pos, "layernorm")

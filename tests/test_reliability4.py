@@ -9,8 +9,6 @@ tests/test_config_fuzz.py.
 """
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -19,6 +17,7 @@ from configs import multi30k_de_en
 from lnjax import tasks
 from lnjax.core import build, errors, run as run_lib, state as state_lib, train
 from lnjax.models import ModelConfig, TransformerLM
+from conftest import run_command_lines
 from test_train import REPO, smoke_config
 
 
@@ -81,20 +80,24 @@ def test_logits_refuses_ids_outside_the_vocabulary():
   assert run.logits([0, 15]).shape == (2, 16)
 
 
-@pytest.mark.slow  # Three command lines.
-@pytest.mark.parametrize("flag, needle", [
+STABILITY_FLAGS = [
     ("--probe_steps=0", "--probe_steps=0: is invalid: must be an integer in [1, "),
     ("--range_steps=0", "--range_steps=0: is invalid: must be an integer in [2, "),
     ("--margin_nats=nan", "--margin_nats=nan: must be a number in (-inf, inf)"),
-    ("--divergence_factor=-1", "--divergence_factor=-1.0: must be a number in [0.0, inf)")])
-def test_the_stability_search_refuses_its_flags_boundaries(tmp_path, flag, needle):
+    ("--divergence_factor=-1", "--divergence_factor=-1.0: must be a number in [0.0, inf)")]
+
+
+@pytest.mark.slow  # Four command lines (in one process that imports lnjax once).
+def test_the_stability_search_refuses_its_flags_boundaries(tmp_path):
   """--probe_steps=0 was read as unset (the config's steps), NaN and a negative factor were
   passed on to every run. One line, exit 2, and no workdir."""
   wd = tmp_path / "search"
-  r = subprocess.run([sys.executable, "-m", "lnjax.cli.stability", "--config=lm:smoke",
-                      f"--workdir={wd}", flag], cwd=REPO, capture_output=True, text=True,
-                     timeout=120, env=os.environ)
-  lines = r.stderr.strip().splitlines()
-  assert r.returncode == 2 and len(lines) == 1, r.stderr[-2000:]
-  assert lines[0].startswith("lnjax.cli.stability: error: ") and needle in lines[0], lines
+  runs = run_command_lines([["lnjax.cli.stability", "--config=lm:smoke", f"--workdir={wd}", flag]
+                            for flag, _ in STABILITY_FLAGS],
+                           ["jax", "lnjax.cli", "lnjax.sweep.search"], tmp_path / "cli",
+                           env=os.environ, cwd=REPO, timeout=300)
+  for (flag, needle), (code, _, stderr) in zip(STABILITY_FLAGS, runs, strict=True):
+    lines = stderr.strip().splitlines()
+    assert code == 2 and len(lines) == 1, (flag, stderr[-2000:])
+    assert lines[0].startswith("lnjax.cli.stability: error: ") and needle in lines[0], lines
   assert not wd.exists()

@@ -9,11 +9,8 @@ commands whose guard lives in their command line (analyze --hf, translate, sweep
 stability) run as command lines, in the slow tier.
 """
 
-import concurrent.futures
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -21,6 +18,7 @@ from lnjax import tasks
 from lnjax.analysis import compare
 from lnjax.core import averaging, checkpoint, errors, fileio, train
 from lnjax.inference import export
+from conftest import run_command_lines
 from test_train import REPO, smoke_config
 
 
@@ -109,20 +107,19 @@ CLI = {  # command line (RUN: the victim, LINK: the link to its checkpoints/) ->
 }
 
 
-@pytest.mark.slow  # Four command lines (at once).
+@pytest.mark.slow  # Four command lines (in one process that imports lnjax once).
 def test_the_commands_refuse_another_runs_folder_in_one_line(tmp_path, victim):
   wd, before, ckpt_link, _ = victim
-
-  def one(argv):
-    argv = [a.replace("RUN", wd).replace("LINK", ckpt_link) for a in argv]
-    r = subprocess.run([sys.executable, "-m", *argv], cwd=tmp_path, capture_output=True,
-                       text=True, timeout=300, env={**os.environ, "PYTHONPATH": REPO})
-    lines = r.stderr.strip().splitlines()
-    ok = (r.returncode == 2 and len(lines) == 1 and "the run in" in lines[0]
+  argvs = [[a.replace("RUN", wd).replace("LINK", ckpt_link) for a in argv]
+           for argv in CLI.values()]
+  runs = run_command_lines(argvs, ["jax", "lnjax.cli", "lnjax.sweep.search"], tmp_path / "cli",
+                           env={**os.environ, "PYTHONPATH": REPO}, cwd=tmp_path, timeout=300)
+  failures = []
+  for argv, (code, _, stderr) in zip(argvs, runs, strict=True):
+    lines = stderr.strip().splitlines()
+    ok = (code == 2 and len(lines) == 1 and "the run in" in lines[0]
           and "a run's own files are never overwritten" in lines[0])
-    return None if ok else f"{argv}: exit {r.returncode}: {r.stderr[-800:]}"
-
-  with concurrent.futures.ThreadPoolExecutor(2) as pool:
-    failures = [f for f in pool.map(one, CLI.values()) if f]
+    if not ok:
+      failures.append(f"{argv}: exit {code}: {stderr[-800:]}")
   assert not failures, "\n".join(failures)
   assert _files(wd) == before
