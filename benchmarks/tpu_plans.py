@@ -47,9 +47,14 @@ MODELS = {
 }
 
 
-def config_of(model: str, slice_: tpu.Slice, mesh: str, remat: str, placement: str):
+def config_of(model: str, slice_: tpu.Slice, mesh: str, remat: str, placement: str,
+              health: str = ""):
+  """`health`: train.health ('' = the config's own, warn: the per-layer statistics every
+  step computes, which keep a float32 copy of the updates; off: as MaxText's step)."""
   name, preset, L, D, H, F, V, seq, per_chip = MODELS[model]
   c = lnjax.get_config(name, preset).unlock()
+  if health:
+    c.train.health = health
   m = c.model
   if L is not None:
     m.num_layers, m.d_model, m.num_heads, m.d_ff, m.vocab_size = L, D, H, F, V
@@ -69,12 +74,12 @@ def config_of(model: str, slice_: tpu.Slice, mesh: str, remat: str, placement: s
   return c.lock()
 
 
-def row_of(model, slice_name, mesh, remat, placement) -> dict:
+def row_of(model, slice_name, mesh, remat, placement, health: str = "") -> dict:
   slice_ = tpu.parse_topology(slice_name)
   row = {"model": model, "slice": slice_name, "mesh": mesh, "remat": remat,
-         "placement": placement}
+         "placement": placement, **({"health": health} if health else {})}
   try:
-    report = plan.plan_run(config_of(model, slice_, mesh, remat, placement), slice_,
+    report = plan.plan_run(config_of(model, slice_, mesh, remat, placement, health), slice_,
                            with_eval=False)
   except errors.ConfigError as e:
     return {**row, "error": str(e)}
@@ -129,6 +134,8 @@ def main() -> None:
   p.add_argument("--meshes", default=",".join(MESHES))
   p.add_argument("--remats", default=",".join(REMATS))
   p.add_argument("--placements", default=",".join(PLACEMENTS))
+  p.add_argument("--health", default="", help="train.health of every row (off: no per-layer "
+                 "statistics, as MaxText's step); default: each config's own (warn)")
   p.add_argument("--out", default="/tmp/tpu_plans")
   a = p.parse_args()
   rows = []
@@ -136,7 +143,7 @@ def main() -> None:
                            a.remats.split(","), a.placements.split(","))
   for combo in grid:
     t0 = time.perf_counter()
-    rows.append(row_of(*combo))
+    rows.append(row_of(*combo, health=a.health))
     print(f"{' '.join(combo)}: {rows[-1].get('verdict', rows[-1].get('error'))} "
           f"({time.perf_counter() - t0:.0f} s)", flush=True)
     with open(a.out + ".json", "w") as f:
