@@ -11,7 +11,10 @@ stopped and read). Models (Llama-style shapes on today's decoder: pre-RMSNorm, n
 biases, bf16 compute over fp32 parameters, scanned layers; an ungated FFN 1.5× as wide
 as Llama's gated one has its parameters and FLOPs; learned positions instead of RoPE):
 lm125m (12×768), lm1b (16×2048), lm7b (32×4096, Llama-2-7B's 6.7 B parameters), the
-paper's 6+6×512 encoder-decoder (iwslt14_de_en), BERT-base (bert:size=base).
+paper's 6+6×512 encoder-decoder (iwslt14_de_en), BERT-base (bert:size=base); and the
+modern block itself (configs/llama.py, family=llama: RoPE, SwiGLU, RMSNorm, its sizes'
+own shapes and vocabularies) as llama125m, llama1b (Llama 3.2 1B) and llama7b (Llama 2 7B),
+at sequence 2048.
 """
 
 import argparse
@@ -37,16 +40,28 @@ MODELS = {
     "lm7b": ("lm", "", 32, 4096, 32, 16512, 32000, 2048, 1),
     "encdec": ("iwslt14_de_en", "", 6, 512, 8, 2048, 10000, 0, 0),
     "bert_base": ("bert", "size=base", 12, 768, 12, 3072, 30522, 128, 32),
+    # configs/llama.py's shapes as they are (None: the preset's).
+    "llama125m": ("llama", "family=llama,size=125m", None, None, None, None, None, 2048, 4),
+    "llama1b": ("llama", "family=llama,size=1b", None, None, None, None, None, 2048, 2),
+    "llama7b": ("llama", "family=llama,size=7b", None, None, None, None, None, 2048, 1),
 }
 
 
-def config_of(model: str, slice_: tpu.Slice, mesh: str, remat: str, placement: str):
+def config_of(model: str, slice_: tpu.Slice, mesh: str, remat: str, placement: str,
+              health: str = ""):
+  """`health`: train.health ('' = the config's own, warn: the per-layer statistics every
+  step computes, which keep a float32 copy of the updates; off: as MaxText's step)."""
   name, preset, L, D, H, F, V, seq, per_chip = MODELS[model]
   c = lnjax.get_config(name, preset).unlock()
+  if health:
+    c.train.health = health
   m = c.model
-  m.num_layers, m.d_model, m.num_heads, m.d_ff, m.vocab_size = L, D, H, F, V
+  if L is not None:
+    m.num_layers, m.d_model, m.num_heads, m.d_ff, m.vocab_size = L, D, H, F, V
   m.dtype, m.scan_layers, m.remat_policy, m.norm_position = "bfloat16", True, remat, placement
   m.dropout_rate = 0.0
+  if name == "llama":
+    m.max_len = c.data.seq_len = seq
   if name == "lm":
     m.norm_kind, m.use_bias, m.max_len = "rmsnorm", False, seq
     c.data.seq_len, c.data.tokenizer = seq, "sentencepiece"
@@ -59,12 +74,12 @@ def config_of(model: str, slice_: tpu.Slice, mesh: str, remat: str, placement: s
   return c.lock()
 
 
-def row_of(model, slice_name, mesh, remat, placement) -> dict:
+def row_of(model, slice_name, mesh, remat, placement, health: str = "") -> dict:
   slice_ = tpu.parse_topology(slice_name)
   row = {"model": model, "slice": slice_name, "mesh": mesh, "remat": remat,
-         "placement": placement}
+         "placement": placement, **({"health": health} if health else {})}
   try:
-    report = plan.plan_run(config_of(model, slice_, mesh, remat, placement), slice_,
+    report = plan.plan_run(config_of(model, slice_, mesh, remat, placement, health), slice_,
                            with_eval=False, tasks=lnjax.tasks.get)
   except errors.ConfigError as e:
     return {**row, "error": str(e)}
@@ -119,6 +134,8 @@ def main() -> None:
   p.add_argument("--meshes", default=",".join(MESHES))
   p.add_argument("--remats", default=",".join(REMATS))
   p.add_argument("--placements", default=",".join(PLACEMENTS))
+  p.add_argument("--health", default="", help="train.health of every row (off: no per-layer "
+                 "statistics, as MaxText's step); default: each config's own (warn)")
   p.add_argument("--out", default="/tmp/tpu_plans")
   a = p.parse_args()
   rows = []
@@ -126,7 +143,7 @@ def main() -> None:
                            a.remats.split(","), a.placements.split(","))
   for combo in grid:
     t0 = time.perf_counter()
-    rows.append(row_of(*combo))
+    rows.append(row_of(*combo, health=a.health))
     print(f"{' '.join(combo)}: {rows[-1].get('verdict', rows[-1].get('error'))} "
           f"({time.perf_counter() - t0:.0f} s)", flush=True)
     with open(a.out + ".json", "w") as f:

@@ -16,7 +16,8 @@ import pytest
 import lnjax
 from lnjax import tasks
 from lnjax.cli import compile as compile_cli
-from lnjax.core import errors, plan, tpu
+from lnjax.core import build, errors, plan, sharding, tpu
+from lnjax.models import layers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 V5E_4 = "v5e:2x2"
@@ -132,6 +133,41 @@ def test_the_train_steps_argument_bytes_are_the_sharded_state_and_batch(mesh):
   assert report["fits"] and report["verdict"] == "fits" and report["flops"] > 0
   gathers = report["collectives"]["all-gather"]["count"]
   assert (gathers == 0) == (mesh == "data")  # FSDP gathers the parameters it shards.
+
+
+def test_activation_constraints_add_nothing_on_one_device(monkeypatch):
+  """The models' activation constraints (lnjax/core/sharding.py's `constrain`) leave the
+  one-device step as it was, operation for operation, and are in the step of four."""
+  config = _config(**{"model.vocab_size": 128})
+  four = sharding.make_mesh(sharding.MeshConfig(data=1, fsdp=4), jax.devices()[:4])
+
+  def program(mesh):
+    parts = plan.prepare(config, mesh=mesh)
+    return parts["train_step"].lower(parts["state"], parts["batch"]).as_text()
+
+  constrained = {"one": program(build.one_device_mesh()), "four": program(four)}
+  monkeypatch.setattr(layers, "constrain", lambda x, axes: x)
+  assert program(build.one_device_mesh()) == constrained["one"]
+  assert program(four) != constrained["four"]
+
+
+@pytest.mark.slow  # Two compiles of the train step for 4 TPU v5e chips.
+def test_fsdp_keeps_the_activations_split_over_the_batch():
+  """Under fsdp=4 the weights' 'embed' axis is on the fsdp axis that also splits the batch;
+  without constraints on the activations XLA replicated them over the batch (temporaries
+  332 MB a chip against 22 MB under data=4 at this shape, measured on 2026-12-05 before
+  the constraints; the 125M LM on v5e-8 needed 50 GiB a chip, BENCHMARKS.md). With them,
+  a chip holds its own rows' activations, no more than under data parallelism."""
+  slice_ = tpu.parse_topology(V5E_4)
+  temp = {}
+  for mesh in ("data", "fsdp"):
+    config = _aligned_lm(**MESHES[mesh], **{"data.seq_len": 512, "model.max_len": 512,
+                                            "data.batch_size": 16})
+    parts = plan.prepare(config, slice_)
+    temp[mesh] = plan.compile_report(
+        lambda: parts["train_step"].lower(parts["state"], parts["batch"]), slice_, 1.0)[
+            "temp_bytes"]
+  assert temp["fsdp"] <= 1.1 * temp["data"], temp
 
 
 def test_a_mesh_other_than_the_chip_count_is_refused():

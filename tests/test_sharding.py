@@ -80,8 +80,9 @@ def _run(setups, mesh, initials, batches):
   batch_sharding = sharding.batch_sharding(mesh)
 
   def steps(states, batch_per_case):
-    out = [steps_lib.train_step(state, batch, setup=setup, label_smoothing=0.1, seed=0)
-           for state, batch, setup in zip(states, batch_per_case, setups)]
+    with sharding.activations_on(mesh):  # (the models' activation constraints, as a run's)
+      out = [steps_lib.train_step(state, batch, setup=setup, label_smoothing=0.1, seed=0)
+             for state, batch, setup in zip(states, batch_per_case, setups)]
     return [state for state, _ in out], [m["train_loss"] for _, m in out]
 
   step = jax.jit(steps, in_shardings=(shardings, batch_sharding),

@@ -111,10 +111,17 @@ def jit_steps(run: run_lib.RunConfig, setup: state_lib.Setup, mesh: Mesh):
   batch_sharding = sharding.batch_sharding(mesh)
   state_sharding = state_lib.state_shardings(setup, mesh)
 
+  def on_mesh(step):  # Traced with the models' activations constrained to `mesh`.
+    @functools.wraps(step)  # (the program keeps the step's name: jit_train_step)
+    def traced(*args, **kwargs):
+      with sharding.activations_on(mesh):
+        return step(*args, **kwargs)
+    return traced
+
   @functools.cache
   def compiled(lr_scale: float, activations: bool):  # (jit takes no keyword arguments
     return jax.jit(functools.partial(  # with in_shardings: one program per variant.)
-        steps.train_step, setup=setup, label_smoothing=run.train.label_smoothing,
+        on_mesh(steps.train_step), setup=setup, label_smoothing=run.train.label_smoothing,
         seed=run.seed, log_grad_norms=run.train.log_grad_norms,
         health=run.train.health != "off", lr_scale=lr_scale, activations=activations),
         in_shardings=(state_sharding, batch_sharding),
@@ -123,7 +130,7 @@ def jit_steps(run: run_lib.RunConfig, setup: state_lib.Setup, mesh: Mesh):
   def train_step(state, batch, *, lr_scale: float = 1.0, activations: bool = False):
     return compiled(float(lr_scale), bool(activations))(state, batch)
   train_step.lower = lambda state, batch: compiled(1.0, False).lower(state, batch)
-  eval_step = jax.jit(functools.partial(steps.eval_step, setup=setup),
+  eval_step = jax.jit(functools.partial(on_mesh(steps.eval_step), setup=setup),
                       in_shardings=(state_sharding.params, batch_sharding),
                       out_shardings=sharding.replicated(mesh))
   return state_sharding, batch_sharding, train_step, eval_step

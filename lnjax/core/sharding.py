@@ -5,14 +5,26 @@ parameters' and optimizer state's 'embed' axis), 'model' (heads, FFN and vocabul
 tensor parallelism). By default every device is on 'data'. Parameters name their axes
 logically (lnjax/models/layers.py); `LOGICAL_RULES` maps those names onto mesh axes.
 
+Activations inside the models name theirs too ('batch', 'length', 'embed', 'heads',
+'kv', 'mlp', 'vocab': `constrain`), as MaxText's layers do: inside `activations_on(mesh)`
+(the jitted steps of lnjax/core/build.py) each is constrained to the mesh axes the same
+rules give it, the batch over (data, fsdp) first, so that an activation's 'embed' axis
+is never on 'fsdp' (the rules give a mesh axis to one dimension only). Without them,
+XLA's propagation from the FSDP-sharded weights replicated the activations over the
+batch: the 125M LM on 8 v5e chips needed 50 GiB a chip under fsdp=8 against 12 GiB
+under data=8 (BENCHMARKS.md, "TPU plans"). Outside that context, and on a mesh of one
+device, `constrain` returns its input: no operation is added.
+
 Across slices (TPU multislice) or hosts joined by a slower network, each axis is
 `dcn_<axis>` granules long times `<axis>` devices within a granule (the Flax lm1b
 example's dcn/ici split): data=-1 with dcn_data=2 is data parallelism over two slices,
 and within each over all its devices.
 """
 
+import contextlib
 import dataclasses
 import math
+import threading
 
 import flax.linen as nn
 import jax
@@ -31,6 +43,8 @@ LOGICAL_RULES = (
     ("mlp", "model"),
     ("vocab", "model"),
     ("norm", None),
+    ("length", None),  # (Activations only: a sequence's positions, and a head's width.)
+    ("kv", None),
 )
 
 
@@ -154,3 +168,30 @@ def global_batch(local_batch: dict, sharding: NamedSharding) -> dict:
   """This process's rows of the batch -> global jax.Arrays (one process or many)."""
   return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
           for k, v in local_batch.items()}
+
+
+_ACTIVATIONS = threading.local()  # .mesh: the mesh `constrain` places activations on.
+
+
+@contextlib.contextmanager
+def activations_on(mesh: Mesh):
+  """Inside (while a step is traced), `constrain` places activations on `mesh`."""
+  before = getattr(_ACTIVATIONS, "mesh", None)
+  _ACTIVATIONS.mesh = mesh
+  try:
+    yield
+  finally:
+    _ACTIVATIONS.mesh = before
+
+
+def constrain(x, axes):
+  """`x` (an array, or a tuple of arrays alike: ResiDual's two streams) constrained to the
+  mesh axes its logical `axes` map to under LOGICAL_RULES (jax.lax.with_sharding_constraint),
+  a dimension the mesh axes do not divide replicated; `x` itself outside `activations_on`
+  or on a mesh of one device."""
+  mesh = getattr(_ACTIVATIONS, "mesh", None)
+  if mesh is None or mesh.size == 1:
+    return x
+  spec = nn.logical_to_mesh_axes(tuple(axes), LOGICAL_RULES)
+  return jax.tree.map(lambda y: jax.lax.with_sharding_constraint(
+      y, _divisible(NamedSharding(mesh, spec), y.shape, mesh)), x)

@@ -4,7 +4,9 @@ Activations stay [B, T, D] at module boundaries; every dense layer runs as one p
 [B·T, D_in] × [D_in, D_out] matmul, and only attention reshapes to heads, head-major
 ([B, H, T, d_h]), so XLA sees large 2-D matmuls rather than batched small ones.
 Logical axis names (mapped to mesh axes in lnjax/core/sharding.py):
-  'vocab' V, 'embed' D, 'heads' H·d_h, 'mlp' F, 'norm' a norm's D.
+  'vocab' V, 'embed' D, 'heads' H·d_h, 'mlp' F, 'norm' a norm's D;
+and activations' (`constrain`): 'batch' B, 'length' T, 'heads' H (or H·d_h), 'kv' d_h,
+'embed' D, 'mlp' F, 'vocab' V. Their constraints are no-ops outside a multi-device step.
 """
 
 import functools
@@ -14,10 +16,16 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from lnjax.core import sharding
 from lnjax.models import kernels
 
 # Large but finite, so that sums of masks stay finite.
 NEG_INF = -1e9
+
+# An activation constrained to its logical axes' mesh axes inside a jitted step on a mesh
+# of several devices (lnjax/core/sharding.py); elsewhere the array itself.
+constrain = sharding.constrain
+BTD = ("batch", "length", "embed")  # The residual stream and every sub-layer's output.
 
 # The paper's models (fairseq) use Xavier-uniform weights and zero biases.
 xavier_uniform = nn.initializers.xavier_uniform()
@@ -130,7 +138,8 @@ class Attention(nn.Module):
                                                   self.weight_grad, name=name)
 
     def heads(y_BxSxHK, length, n):  # -> [B, n, S, d_h]
-      return y_BxSxHK.reshape(b, length, n, k_h).transpose(0, 2, 1, 3)
+      return constrain(y_BxSxHK.reshape(b, length, n, k_h).transpose(0, 2, 1, 3),
+                       ("batch", "heads", "length", "kv"))
 
     q_BxTxHK = dense(h * k_h, "query", ("embed", "heads"), self.qk_init)(x_BxTxD)
     k_BxSxGK = dense(g * k_h, "key", ("embed", "heads"), self.qk_init)(kv_BxSxD)
@@ -184,8 +193,9 @@ class Attention(nn.Module):
     if self.head_scale:
       gamma_H = param(self, "head_scale", nn.initializers.ones, (h,), ("norm",))
       out_BxHxTxK = out_BxHxTxK * gamma_H.astype(self.dtype)[None, :, None, None]
-    out_BxTxHK = out_BxHxTxK.transpose(0, 2, 1, 3).reshape(b, t, h * k_h)
-    return dense(d, "out", ("heads", "embed"), self.vo_init)(out_BxTxHK)
+    out_BxTxHK = constrain(out_BxHxTxK.transpose(0, 2, 1, 3).reshape(b, t, h * k_h),
+                           ("batch", "length", "heads"))
+    return constrain(dense(d, "out", ("heads", "embed"), self.vo_init)(out_BxTxHK), BTD)
 
   def _cache_index(self):
     """The decode step's position: the cache's index once the cache exists, else 0."""
@@ -259,15 +269,17 @@ class Mlp(nn.Module):
     act = ACTIVATIONS[self.activation]
     dense = lambda width, axes, name: Dense(width, axes, self.use_bias, self.kernel_init,
                                             self.dtype, self.weight_grad, name=name)
-    h_BxTxF = dense(self.d_ff, ("embed", "mlp"), "wi_gate" if self.gated else "wi")(x_BxTxD)
+    hidden = lambda y_BxTxF: constrain(y_BxTxF, ("batch", "length", "mlp"))
+    h_BxTxF = hidden(dense(self.d_ff, ("embed", "mlp"),
+                           "wi_gate" if self.gated else "wi")(x_BxTxD))
     if self.pre_act is not None:
       h_BxTxF = self.pre_act(name="hidden_scale")(h_BxTxF)
     h_BxTxF = act(h_BxTxF)
     if self.gated:
-      h_BxTxF = h_BxTxF * dense(self.d_ff, ("embed", "mlp"), "wi_up")(x_BxTxD)
+      h_BxTxF = h_BxTxF * hidden(dense(self.d_ff, ("embed", "mlp"), "wi_up")(x_BxTxD))
     if self.mid_norm is not None:
       h_BxTxF = self.mid_norm(name="mid_norm")(h_BxTxF)
-    return dense(x_BxTxD.shape[-1], ("mlp", "embed"), "wo")(h_BxTxF)
+    return constrain(dense(x_BxTxD.shape[-1], ("mlp", "embed"), "wo")(hidden(h_BxTxF)), BTD)
 
 
 def causal_bias(t: int) -> jax.Array:

@@ -49,10 +49,12 @@ class Block(nn.Module):
     sublayers.append(("ffn", lambda h: layers.Mlp(
         cfg.d_ff, cfg.activation, cfg.use_bias, cfg.dtype, name="ffn",
         weight_grad=cfg.weight_grad, gated=cfg.gated_ffn, **mlp_options)(h)))
+    stream = layers.constrain(stream, layers.BTD)  # (ResiDual's two streams alike)
     if self.is_mutable_collection("intermediates"):  # lnjax.core.health's, when asked for.
       x = stream[0] if isinstance(stream, tuple) else stream  # (ResiDual: the Post-LN one)
       self.sow("intermediates", "residual_rms", _rms(x))
-    return placement.layer(cfg, self.index, stream, sublayers, drop)
+    return layers.constrain(placement.layer(cfg, self.index, stream, sublayers, drop),
+                            layers.BTD)
 
 
 class ScanStep(Block):
@@ -92,7 +94,7 @@ class Embed(nn.Module):
       x_BxTxD = x_BxTxD * self.cfg.d_model**0.5
     if self.cfg.pos_emb in ("learned", "sinusoidal"):
       x_BxTxD = x_BxTxD + jax.lax.dynamic_slice_in_dim(self.positions, offset, t)
-    x_BxTxD = x_BxTxD.astype(self.cfg.dtype)
+    x_BxTxD = layers.constrain(x_BxTxD.astype(self.cfg.dtype), layers.BTD)
     return self.dropout(x_BxTxD, deterministic=deterministic)
 
   def attend(self, x_BxTxD):
@@ -216,6 +218,7 @@ def output_logits(cfg: ModelConfig, embed: Embed, x_BxTxD):
     logits_BxTxV = layers.Dense(cfg.vocab_size, ("embed", "vocab"), use_bias=False,
                                 dtype=cfg.dtype, weight_grad=cfg.weight_grad,
                                 name="logits")(x_BxTxD).astype(jnp.float32)
+  logits_BxTxV = layers.constrain(logits_BxTxV, ("batch", "length", "vocab"))
   return kernels.softcap(placement.scale_logits(cfg, logits_BxTxV), cfg.final_logit_softcap)
 
 
