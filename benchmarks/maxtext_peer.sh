@@ -30,6 +30,9 @@ case "${1:-}" in
     timeout "${MAXTEXT_INSTALL_SECONDS:-1800}" "$venv/bin/pip" install --quiet \
         --disable-pip-version-check "maxtext[tpu]==0.2.5" || true
     "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps tokamax xprof
+    # lnjax itself, for its plans compiled by this venv's jax and libtpu (BENCHMARKS.md,
+    # TPU plans): its data builders import tensorflow_datasets, which MaxText does not pin.
+    "$venv/bin/pip" install --quiet --disable-pip-version-check tensorflow-datasets
     "$venv/bin/python" -c "import maxtext, jax; print('maxtext ok, jax', jax.__version__)";;
   run)
     shift

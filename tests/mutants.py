@@ -72,14 +72,14 @@ MUTANTS = [
     M("normformer_mid_norm_before_activation", "lnjax/models/layers.py",
       """    h_BxTxF = act(h_BxTxF)
     if self.gated:
-      h_BxTxF = h_BxTxF * dense(self.d_ff, ("embed", "mlp"), "wi_up")(x_BxTxD)
+      h_BxTxF = h_BxTxF * hidden(dense(self.d_ff, ("embed", "mlp"), "wi_up")(x_BxTxD))
     if self.mid_norm is not None:
       h_BxTxF = self.mid_norm(name="mid_norm")(h_BxTxF)
 """, """    if self.mid_norm is not None:
       h_BxTxF = self.mid_norm(name="mid_norm")(h_BxTxF)
     h_BxTxF = act(h_BxTxF)
     if self.gated:
-      h_BxTxF = h_BxTxF * dense(self.d_ff, ("embed", "mlp"), "wi_up")(x_BxTxD)
+      h_BxTxF = h_BxTxF * hidden(dense(self.d_ff, ("embed", "mlp"), "wi_up")(x_BxTxD))
 """,
       ("tests/test_placements.py::test_normformer_head_scales_and_extra_norms",),
       "NormFormer's FFN norm N_f before the activation instead of after it"),

@@ -142,7 +142,7 @@ def test_activation_constraints_add_nothing_on_one_device(monkeypatch):
   four = sharding.make_mesh(sharding.MeshConfig(data=1, fsdp=4), jax.devices()[:4])
 
   def program(mesh):
-    parts = plan.prepare(config, mesh=mesh)
+    parts = plan.prepare(config, mesh=mesh, tasks=tasks.get)
     return parts["train_step"].lower(parts["state"], parts["batch"]).as_text()
 
   constrained = {"one": program(build.one_device_mesh()), "four": program(four)}
@@ -163,7 +163,7 @@ def test_fsdp_keeps_the_activations_split_over_the_batch():
   for mesh in ("data", "fsdp"):
     config = _aligned_lm(**MESHES[mesh], **{"data.seq_len": 512, "model.max_len": 512,
                                             "data.batch_size": 16})
-    parts = plan.prepare(config, slice_)
+    parts = plan.prepare(config, slice_, tasks=tasks.get)
     temp[mesh] = plan.compile_report(
         lambda: parts["train_step"].lower(parts["state"], parts["batch"]), slice_, 1.0)[
             "temp_bytes"]

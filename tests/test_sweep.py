@@ -126,7 +126,7 @@ def test_fig2_at_the_papers_size():
       import json, sys
       sys.path.insert(0, {os.path.join(REPO, "experiments")!r})
       import multi30k_figs
-      from lnjax import sweep
+      from lnjax import sweep, tasks
       from lnjax.core import run as run_lib
       keys = ("model.norm_position", "opt.learning_rate", "opt.warmup_steps",
               "model.num_layers", "model.d_model", "model.d_ff", "model.num_heads",
@@ -138,7 +138,7 @@ def test_fig2_at_the_papers_size():
         runs = sweep.expand({REPO + "/configs/multi30k_de_en.py:norm=post"!r}, "fig2_paper",
                             multi30k_figs.fixed_overrides("2", steps, "paper", full))
         for r in runs:
-          run_lib.resolve_config(r.config)
+          run_lib.resolve_config(r.config, tasks=tasks.get)
         out[str(full)] = {{"steps": steps, "cpu_max_tokens": multi30k_figs.PAPER_CPU["data.max_tokens"],
                           "runs": [[r.setting(k) for k in keys] for r in runs]}}
       print(json.dumps(out))
