@@ -20,8 +20,9 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 import lnjax  # noqa: E402
+from lnjax import tasks  # noqa: E402
 import suite  # noqa: E402
-from lnjax.core import plan, sharding, state as state_lib  # noqa: E402
+from lnjax.core import plan, run, sharding, state as state_lib  # noqa: E402
 
 STEPS = 3
 IWSLT = dict(num_layers=6, d_model=512, num_heads=4, d_ff=1024, vocab_size=8000)
@@ -39,8 +40,8 @@ def config_of(dry: bool):
 def check(dry: bool) -> dict:
   """{"predicted": plan's memory report, "measured_peak_bytes": int or None, ...}."""
   config = config_of(dry)
-  mesh = sharding.make_mesh(lnjax.core.run.resolve_config(config, tasks=lnjax.tasks.get).mesh)
-  parts = plan.prepare(config, mesh=mesh, tasks=lnjax.tasks.get)
+  mesh = sharding.make_mesh(run.resolve_config(config, tasks=tasks.get).mesh)
+  parts = plan.prepare(config, mesh=mesh, tasks=tasks.get)
   device = jax.devices()[0]
   limit = (device.memory_stats() or {}).get("bytes_limit", float("inf"))
   compiled = parts["train_step"].lower(parts["state"], parts["batch"]).compile()

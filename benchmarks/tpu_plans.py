@@ -26,6 +26,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import lnjax  # noqa: E402
+from lnjax import tasks  # noqa: E402
 from lnjax.core import errors, plan, tpu  # noqa: E402
 
 SLICES = ("v5e-8", "v5e-16", "v5p-8", "v6e-8")
@@ -80,7 +81,7 @@ def row_of(model, slice_name, mesh, remat, placement, health: str = "") -> dict:
          "placement": placement, **({"health": health} if health else {})}
   try:
     report = plan.plan_run(config_of(model, slice_, mesh, remat, placement, health), slice_,
-                           with_eval=False, tasks=lnjax.tasks.get)
+                           with_eval=False, tasks=tasks.get)
   except errors.ConfigError as e:
     return {**row, "error": str(e)}
   t = report["train"]
