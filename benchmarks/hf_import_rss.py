@@ -76,7 +76,9 @@ def write_folder(folder: str, shape: str) -> int:
   return nbytes
 
 
-_READ = r"""
+# The child that measures a read: argv folder [dtype]; prints the peak RSS growth, the
+# process peak (bytes) and the parameters' dtype (tests/test_hf_modern.py runs it too).
+READ_CHILD = r"""
 import sys, jax, numpy as np
 jax.device_put(np.ones(4)).block_until_ready()  # JAX and its CPU client started
 from lnjax.hf import checkpoint as hf
@@ -87,7 +89,7 @@ def status(key):
 before = status("VmRSS:")
 with open("/proc/self/clear_refs", "w") as f:
   f.write("5")  # VmHWM := VmRSS (Linux)
-imported = hf.read_folder(sys.argv[1])
+imported = hf.read_folder(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None)
 jax.tree.map(lambda x: x.block_until_ready(), imported.params)
 print(status("VmHWM:") - before, status("VmHWM:"), imported.cfg.dtype)
 """
@@ -101,7 +103,7 @@ def main():
   args = p.parse_args()
   nbytes = write_folder(args.folder, args.shape)
   if args.read_only:
-    out = subprocess.run([sys.executable, "-c", _READ, args.folder], capture_output=True,
+    out = subprocess.run([sys.executable, "-c", READ_CHILD, args.folder], capture_output=True,
                          text=True, check=True)
     growth, peak, dtype = out.stdout.split()
     print(f"weights {nbytes / 2**30:.2f} GiB (bfloat16); read_folder: peak RSS growth "

@@ -24,6 +24,7 @@ command-line runs the tests start (lnjax.main, lnjax.sweep, lnjax.tasks.finetune
 """
 
 import getpass
+import json
 import os
 import shutil
 import subprocess
@@ -114,6 +115,16 @@ def assert_same_final_state(workdir_a: str, workdir_b: str) -> None:
   for x, y in zip(jax.tree.leaves(ra.state), jax.tree.leaves(rb.state), strict=True):
     np.testing.assert_array_equal(x, y)
   assert ra.data_state == rb.data_state
+
+
+def edit_hf_config(folder, **changes) -> None:
+  """A Hugging Face folder's config.json with `changes` applied."""
+  path = os.path.join(folder, "config.json")
+  with open(path) as f:
+    config = json.load(f)
+  config.update(changes)
+  with open(path, "w") as f:
+    json.dump(config, f)
 
 
 def import_benchmark(name: str):

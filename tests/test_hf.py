@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from lnjax.hf import checkpoint as hf, tokenizer as hf_tokenizer
-from conftest import assert_layer_removal_is_the_block_passing_its_input_on, run_command_lines
+from conftest import (assert_layer_removal_is_the_block_passing_its_input_on, edit_hf_config,
+                      run_command_lines)
 
 CORPUS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                       "lnjax", "data", "corpora", "tiny_shakespeare", "input.txt.gz")
@@ -265,15 +266,6 @@ def lnjax_folder(folder, task: str = "lm", **model) -> str:
   return str(folder), model, params
 
 
-def _edit_config(folder, **changes):
-  path = os.path.join(folder, "config.json")
-  with open(path) as f:
-    config = json.load(f)
-  config.update(changes)
-  with open(path, "w") as f:
-    json.dump(config, f)
-
-
 def _edit_tensors(folder, edit):
   from safetensors.numpy import load_file, save_file
 
@@ -286,15 +278,15 @@ def _edit_tensors(folder, edit):
 BAD_FOLDERS = {
     "not_a_model": (lambda d: os.remove(os.path.join(d, "config.json")),
                     "is not a Hugging Face model folder: it has no config.json"),
-    "architecture": (lambda d: _edit_config(d, architectures=["MistralForCausalLM"]),
+    "architecture": (lambda d: edit_hf_config(d, architectures=["MistralForCausalLM"]),
                      "architectures=['MistralForCausalLM'] is not supported"),
-    "activation": (lambda d: _edit_config(d, activation_function="swish"),
+    "activation": (lambda d: edit_hf_config(d, activation_function="swish"),
                    "activation_function='swish' is not supported"),
-    "layer_scaled_attention": (lambda d: _edit_config(d, scale_attn_by_inverse_layer_idx=True),
+    "layer_scaled_attention": (lambda d: edit_hf_config(d, scale_attn_by_inverse_layer_idx=True),
                                "scale_attn_by_inverse_layer_idx=True is not supported"),
     "missing_tensor": (lambda d: _edit_tensors(d, lambda t: t.pop("transformer.h.2.ln_2.weight")),
                        "has no tensor 'transformer.h.2.ln_2.weight'"),
-    "mismatched_shape": (lambda d: _edit_config(d, n_inner=48),
+    "mismatched_shape": (lambda d: edit_hf_config(d, n_inner=48),
                          "tensor 'transformer.h.0.mlp.c_fc.weight' has shape (16, 32), "
                          "config.json implies (16, 48)"),
     "unknown_tensor": (lambda d: _edit_tensors(d, lambda t: t.update(
@@ -325,10 +317,10 @@ def test_bert_fields_lnjax_cannot_carry_are_refused(tmp_path):
   assert hf.read_folder(folder).cfg.embed_norm
   for key, value in [("position_embedding_type", "relative_key"), ("is_decoder", True),
                      ("type_vocab_size", 3)]:
-    _edit_config(folder, **{key: value})
+    edit_hf_config(folder, **{key: value})
     with pytest.raises(hf.HFError, match=f"config.json: {key}={value!r} is not supported"):
       hf.read_folder(folder)
-    _edit_config(folder, **{key: {"position_embedding_type": "absolute", "is_decoder": False,
+    edit_hf_config(folder, **{key: {"position_embedding_type": "absolute", "is_decoder": False,
                                   "type_vocab_size": 2}[key]})
 
 
@@ -466,7 +458,7 @@ def test_analyze_cli_refuses_bad_input_in_one_line_with_exit_2(tmp_path):
                         "architectures_nested": dict(architectures=[["GPT2LMHeadModel"]]),
                         "n_layer_float": dict(n_layer=2.5), "n_positions_1": dict(n_positions=1)}.items():
     os.system(f"cp -r {folder} {tmp_path / name}")
-    _edit_config(tmp_path / name, **changes)
+    edit_hf_config(tmp_path / name, **changes)
     edited[name] = [f"--hf={tmp_path / name}", f"--text={text}"]
   cases = [
       (edited["architectures_int"], "architectures=5 must be a list holding one architecture"),

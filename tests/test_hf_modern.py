@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from lnjax.hf import checkpoint as hf
-from conftest import assert_layer_removal_is_the_block_passing_its_input_on
+from conftest import (assert_layer_removal_is_the_block_passing_its_input_on, edit_hf_config,
+                      import_benchmark)
 
 MAX_LEN = 12
 VOCAB = 97
@@ -272,15 +273,6 @@ def llama_folder(folder, **options) -> str:
   return str(folder)
 
 
-def _edit(folder, **changes):
-  path = os.path.join(folder, "config.json")
-  with open(path) as f:
-    config = json.load(f)
-  config.update(changes)
-  with open(path, "w") as f:
-    json.dump(config, f)
-
-
 BAD_CONFIGS = {
     "rope_llama3": (dict(rope_parameters={"rope_type": "llama3", "factor": 8.0,
                                           "rope_theta": 5e5}),
@@ -320,7 +312,7 @@ def test_a_config_lnjax_cannot_carry_is_refused_in_one_line(tmp_path, case):
   folder = llama_folder(tmp_path / "llama")
   hf.read_folder(folder)  # (valid before the edit)
   changes, message = BAD_CONFIGS[case]
-  _edit(folder, **changes)
+  edit_hf_config(folder, **changes)
   with pytest.raises(hf.HFError) as e:
     hf.read_folder(folder)
   assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
@@ -463,24 +455,6 @@ def test_layer_removal_keeps_each_layers_local_or_global_attention():
   assert_layer_removal_is_the_block_passing_its_input_on(setup, params, batches, 3)
 
 
-_RSS_CHILD = r"""
-import os, sys
-import jax, numpy as np
-jax.device_put(np.ones(4)).block_until_ready()  # JAX and its CPU client started
-from lnjax.hf import checkpoint as hf
-def status(key):
-  for line in open("/proc/self/status"):
-    if line.startswith(key):
-      return int(line.split()[1]) * 1024
-before = status("VmRSS:")
-with open("/proc/self/clear_refs", "w") as f:
-  f.write("5")  # VmHWM := VmRSS (Linux): the peak from here on
-imported = hf.read_folder(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None)
-jax.tree.map(lambda x: x.block_until_ready(), imported.params)
-print(status("VmHWM:") - before, imported.cfg.dtype)
-"""
-
-
 @pytest.mark.slow
 def test_a_bfloat16_folder_is_read_in_less_than_twice_its_weight_bytes(tmp_path):
   """A 64 MB bfloat16 Llama read into lnjax: the peak RSS growth stays below twice the
@@ -511,17 +485,18 @@ def test_a_bfloat16_folder_is_read_in_less_than_twice_its_weight_bytes(tmp_path)
   from lnjax.hf import decoders
   (tmp_path / "config.json").write_text(json.dumps(
       decoders.hf_config(cfg, "LlamaForCausalLM", decoders.FAMILIES["LlamaForCausalLM"], False)))
-  out = subprocess.run([sys.executable, "-c", _RSS_CHILD, str(tmp_path)], capture_output=True,
+  child = import_benchmark("hf_import_rss").READ_CHILD
+  out = subprocess.run([sys.executable, "-c", child, str(tmp_path)], capture_output=True,
                        text=True, timeout=300)
   assert out.returncode == 0, out.stderr
-  growth, dtype = out.stdout.split()
+  growth, _, dtype = out.stdout.split()
   assert dtype == "bfloat16"
   assert int(growth) < 2 * nbytes, (int(growth) / nbytes)
   print(f"peak RSS growth {int(growth) / nbytes:.2f}x the weight bytes")
   # The measurement can fail: converted to float32 (twice the bytes), the read exceeds it.
-  out = subprocess.run([sys.executable, "-c", _RSS_CHILD, str(tmp_path), "float32"],
+  out = subprocess.run([sys.executable, "-c", child, str(tmp_path), "float32"],
                        capture_output=True, text=True, timeout=300)
-  growth, dtype = out.stdout.split()
+  growth, _, dtype = out.stdout.split()
   assert dtype == "float32" and int(growth) >= 2 * nbytes, (int(growth) / nbytes)
 
 

@@ -74,6 +74,16 @@ class ScaleNorm(nn.Module):
     return (x * (g / jnp.maximum(norm, self.eps))).astype(self.dtype)
 
 
+def pointwise(module: nn.Module, x_BxTxD, f):
+  """γ ⊙ f(α·x) + β, the statistics-free norms' shape (DyT, Derf): α one learned scalar
+  (parameter 'alpha', init `module.alpha_init`), γ (`gain`) and β per dimension."""
+  d = x_BxTxD.shape[-1]
+  alpha = layers.param(module, "alpha", nn.initializers.constant(module.alpha_init), (), ())
+  gamma_D = gain(module, d, module.unit_offset)
+  beta_D = layers.param(module, "bias", nn.initializers.zeros, (d,), ("norm",))
+  return (f(alpha * x_BxTxD.astype(jnp.float32)) * gamma_D + beta_D).astype(module.dtype)
+
+
 class DyT(nn.Module):
   """DyT(x) = γ ⊙ tanh(α·x) + β  (Dynamic Tanh, Zhu et al. 2025, arXiv 2503.10622, eq. 1):
   no statistics; α one learned scalar, init `alpha_init` (the paper's α₀: 0.5 by default;
@@ -86,12 +96,7 @@ class DyT(nn.Module):
 
   @nn.compact
   def __call__(self, x_BxTxD):
-    d = x_BxTxD.shape[-1]
-    alpha = layers.param(self, "alpha", nn.initializers.constant(self.alpha_init), (), ())
-    gamma_D = gain(self, d, self.unit_offset)
-    beta_D = layers.param(self, "bias", nn.initializers.zeros, (d,), ("norm",))
-    y = jnp.tanh(alpha * x_BxTxD.astype(jnp.float32)) * gamma_D + beta_D
-    return y.astype(self.dtype)
+    return pointwise(self, x_BxTxD, jnp.tanh)
 
 
 class Derf(nn.Module):
@@ -106,13 +111,8 @@ class Derf(nn.Module):
 
   @nn.compact
   def __call__(self, x_BxTxD):
-    d = x_BxTxD.shape[-1]
-    alpha = layers.param(self, "alpha", nn.initializers.constant(self.alpha_init), (), ())
     shift = layers.param(self, "shift", nn.initializers.zeros, (), ())
-    gamma_D = gain(self, d, self.unit_offset)
-    beta_D = layers.param(self, "bias", nn.initializers.zeros, (d,), ("norm",))
-    y = jax.scipy.special.erf(alpha * x_BxTxD.astype(jnp.float32) + shift) * gamma_D + beta_D
-    return y.astype(self.dtype)
+    return pointwise(self, x_BxTxD, lambda ax: jax.scipy.special.erf(ax + shift))
 
 
 def unit(x, axis: int = -1):
