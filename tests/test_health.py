@@ -236,7 +236,7 @@ def test_skip_spikes_zeroes_the_update_and_keeps_the_state():
   ref = optax.adam(0.1)
   params = {"w": jnp.ones(3)}
   state, ref_state = tx.init(params), ref.init(params)
-  update = jax.jit(tx.update)
+  update, ref_update = jax.jit(tx.update), jax.jit(ref.update)
   rng = np.random.default_rng(0)
   for i in range(12):
     g = {"w": jnp.asarray(rng.standard_normal(3), jnp.float32)}
@@ -246,8 +246,9 @@ def test_skip_spikes_zeroes_the_update_and_keeps_the_state():
       assert float(jnp.abs(u["w"]).max()) == 0.0
       assert int(state.skipped) == 1
       continue
-    u_ref, ref_state = ref.update(g, ref_state, params)
-    np.testing.assert_allclose(u["w"], u_ref["w"], rtol=1e-6)
+    u_ref, ref_state = ref_update(g, ref_state, params)
+    # (atol: two programs, whose fusions round differently, where Adam's update is ~1e-5.)
+    np.testing.assert_allclose(u["w"], u_ref["w"], rtol=1e-6, atol=1e-8)
   assert int(health.skipped_steps(state)) == 1
   # A non-finite loss is skipped however short the history.
   state = tx.init(params)
