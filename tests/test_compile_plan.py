@@ -135,6 +135,7 @@ def test_the_train_steps_argument_bytes_are_the_sharded_state_and_batch(mesh):
   assert (gathers == 0) == (mesh == "data")  # FSDP gathers the parameters it shards.
 
 
+@pytest.mark.slow  # Three train steps lowered (3.5 s).
 def test_activation_constraints_add_nothing_on_one_device(monkeypatch):
   """The models' activation constraints (lnjax/core/sharding.py's `constrain`) leave the
   one-device step as it was, operation for operation, and are in the step of four."""

@@ -54,6 +54,7 @@ def assert_close(ours: dict, theirs: dict, what: str) -> None:
     assert ours[key] == pytest.approx(value, rel=RTOL), f"{what}: {key}"
 
 
+@pytest.mark.slow  # 7-11 s each: two Hugging Face models built, analysed both ways.
 @pytest.mark.parametrize("name", list(MODELS))
 def test_layer_by_layer_statistics_equal_the_whole_models(tmp_path, monkeypatch, name):
   from lnjax import tasks
