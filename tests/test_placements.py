@@ -514,6 +514,22 @@ def _randomize(params, names, seed=0, low=0.3, high=1.5):
   return jax.tree_util.tree_map_with_path(draw, params)
 
 
+def _check_pre_ln_layout(acts, params, num_layers, norm):
+  """Pre-LN's layout, x + F(N(x)) with a final N, against numpy, for a point-wise N
+  (`norm(x, its parameters)`: DyT, Derf); the attention reads N(x)."""
+  x = acts["embed"]
+  for i in range(num_layers):
+    p, a = params[f"layer_{i}"], lambda name: acts[f"layer_{i}/{name}"]
+    np.testing.assert_allclose(a("self_attn_norm"), norm(x, p["self_attn_norm"]), atol=1e-5)
+    np.testing.assert_allclose(a("self_attn/query"),
+                               _dense(a("self_attn_norm"), p["self_attn"]["query"]), atol=1e-4)
+    x = x + a("self_attn")
+    np.testing.assert_allclose(a("ffn"), _ffn(norm(x, p["ffn_norm"]), p["ffn"]), atol=1e-4)
+    x = x + a("ffn")
+    np.testing.assert_allclose(acts[f"layer_{i}"], x, atol=1e-5)
+  np.testing.assert_allclose(acts["final_norm"], norm(x, params["final_norm"]), atol=1e-5)
+
+
 @EACH_BLOCK
 def test_dyt_replaces_every_norm_by_a_scaled_tanh(block):
   """Pre-LN's layout with every N a DyT, γ ⊙ tanh(α·x) + β: α₀ 0.5 (the attention blocks'
@@ -528,18 +544,7 @@ def test_dyt_replaces_every_norm_by_a_scaled_tanh(block):
   np.testing.assert_array_equal(params["final_norm"]["scale"], np.ones(CFG.d_model))
   np.testing.assert_array_equal(params["final_norm"]["bias"], np.zeros(CFG.d_model))
   params = _randomize(random_norms(params), ["alpha"])
-  acts = _acts(model, params, TOKENS)
-  x = acts["embed"]
-  for i in range(CFG.num_layers):
-    p, a = params[f"layer_{i}"], lambda name: acts[f"layer_{i}/{name}"]
-    np.testing.assert_allclose(a("self_attn_norm"), dyt(x, p["self_attn_norm"]), atol=1e-5)
-    np.testing.assert_allclose(a("self_attn/query"),  # The attention reads DyT(x).
-                               _dense(a("self_attn_norm"), p["self_attn"]["query"]), atol=1e-4)
-    x = x + a("self_attn")
-    np.testing.assert_allclose(a("ffn"), _ffn(dyt(x, p["ffn_norm"]), p["ffn"]), atol=1e-4)
-    x = x + a("ffn")
-    np.testing.assert_allclose(acts[f"layer_{i}"], x, atol=1e-5)
-  np.testing.assert_allclose(acts["final_norm"], dyt(x, params["final_norm"]), atol=1e-5)
+  _check_pre_ln_layout(_acts(model, params, TOKENS), params, CFG.num_layers, dyt)
 
 
 @EACH_BLOCK
@@ -647,18 +652,7 @@ def test_derf_replaces_every_norm_by_a_scaled_erf(block):
   np.testing.assert_array_equal(params["final_norm"]["scale"], np.ones(CFG.d_model))
   params = _randomize(random_norms(params), ["alpha"])
   params = _randomize(params, ["shift"], seed=1, low=-0.5, high=0.5)
-  acts = _acts(model, params, TOKENS)
-  x = acts["embed"]
-  for i in range(cfg.num_layers):
-    p, a = params[f"layer_{i}"], lambda name: acts[f"layer_{i}/{name}"]
-    np.testing.assert_allclose(a("self_attn_norm"), _derf(x, p["self_attn_norm"]), atol=1e-5)
-    np.testing.assert_allclose(a("self_attn/query"),  # The attention reads Derf(x).
-                               _dense(a("self_attn_norm"), p["self_attn"]["query"]), atol=1e-4)
-    x = x + a("self_attn")
-    np.testing.assert_allclose(a("ffn"), _ffn(_derf(x, p["ffn_norm"]), p["ffn"]), atol=1e-4)
-    x = x + a("ffn")
-    np.testing.assert_allclose(acts[f"layer_{i}"], x, atol=1e-5)
-  np.testing.assert_allclose(acts["final_norm"], _derf(x, params["final_norm"]), atol=1e-5)
+  _check_pre_ln_layout(_acts(model, params, TOKENS), params, cfg.num_layers, _derf)
 
 
 NGPT_SCALES = ["self_attn_alpha", "ffn_alpha", "qk_scale", "hidden_scale", "logit_scale"]
