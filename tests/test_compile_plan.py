@@ -65,6 +65,15 @@ def test_the_mesh_flag_names_every_axis():
     compile_cli.mesh_override("tensor=2")
 
 
+def test_a_mesh_axis_across_physical_axes_is_laid_out():
+  """fsdp=8, model=2 on v5e-16's 4×4 chips: 8 is no product of whole physical axes, so
+  mesh_utils refused it ("Failed to find assignment ...", 2026-12-05); split, it is laid."""
+  devices = tpu.topology_devices(tpu.parse_topology("v5e-16"))
+  mesh = sharding.make_mesh(sharding.MeshConfig(data=1, fsdp=8, model=2), devices)
+  assert dict(mesh.shape) == {"data": 1, "fsdp": 8, "model": 2}
+  assert sorted(d.id for d in mesh.devices.flat) == sorted(d.id for d in devices)
+
+
 def test_collectives_are_read_from_hlo_text():
   hlo = """
   %all-gather-start = (bf16[4,128]{1,0}, bf16[16,128]{1,0}) all-gather-start(bf16[4,128]{1,0} %p)

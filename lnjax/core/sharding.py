@@ -116,10 +116,7 @@ def make_mesh(cfg: MeshConfig, devices=None) -> Mesh:
               f"{'×'.join(map(str, shape))}); the other {len(devices) - n} stay idle "
               "(mesh.data=-1 uses them all).", flush=True)
     else:
-      try:
-        grid = mesh_utils.create_device_mesh(shape, devices)
-      except (ValueError, NotImplementedError) as e:
-        raise errors.ConfigError(f"mesh: {e}") from None
+      grid = _topology_mesh(mesh_utils.create_device_mesh, shape, devices)
   else:
     if len(devices) % granules:
       raise errors.ConfigError(f"mesh: {len(devices)} devices do not split into "
@@ -128,12 +125,23 @@ def make_mesh(cfg: MeshConfig, devices=None) -> Mesh:
     # TPU slices know their slice_index; elsewhere (GPU hosts, CPU processes) a
     # process is the unit of the slower network.
     by_process = len({getattr(d, "slice_index", 0) for d in devices}) != granules
-    try:
-      grid = mesh_utils.create_hybrid_device_mesh(shape, cfg.dcn_shape, devices,
-                                                  process_is_granule=by_process)
-    except ValueError as e:
-      raise errors.ConfigError(f"mesh: {e}") from None
+    grid = _topology_mesh(mesh_utils.create_hybrid_device_mesh, shape, cfg.dcn_shape,
+                          devices, process_is_granule=by_process)
   return Mesh(grid, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES))
+
+
+def _topology_mesh(create, *args, **kwargs) -> np.ndarray:
+  """mesh_utils' topology-aware grid; where an axis is not a product of whole physical axes
+  (fsdp=8, model=2 on v5e-16's 4×4 chips), one with physical axes split between mesh
+  axes, as MaxText's `allow_split_physical_axes` gives."""
+  try:
+    return create(*args, **kwargs)
+  except (ValueError, NotImplementedError):
+    pass
+  try:
+    return create(*args, **kwargs, allow_split_physical_axes=True)
+  except (ValueError, NotImplementedError) as e:
+    raise errors.ConfigError(f"mesh: {e}") from None
 
 
 def logical_shardings(logical_specs, shapes, mesh: Mesh):
