@@ -231,7 +231,7 @@ def test_sigma_rule_flags_six_sigma_and_non_finite_values():
 
 def test_skip_spikes_zeroes_the_update_and_keeps_the_state():
   """A step whose loss is 6σ above the window: no update, Adam's state as it was, counted;
-  every other step is exactly Adam's."""
+  every other step is Adam's, to float32 rounding."""
   tx = health.skip_spikes(optax.adam(0.1), window=8, num_sigma=6.0)
   ref = optax.adam(0.1)
   params = {"w": jnp.ones(3)}
