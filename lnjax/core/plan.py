@@ -135,10 +135,11 @@ def compile_report(lower, slice_: tpu.Slice, model_flops: float) -> dict:
             "compile_seconds": time.perf_counter() - t1,
             "verdict": f"misses by {missing['hbm_missing_bytes'] / GiB:.2f} GiB"}
   seconds = time.perf_counter() - t1
+  hlo = compiled.as_text()  # (Tens of MB at 7B: read once.)
   return {**memory_report(compiled, slice_.chip.hbm_bytes),
           **cost_report(compiled, slice_.chip, model_flops / slice_.num_chips, lowered,
-                        slice_.num_chips),
-          "collectives": collectives(compiled.as_text()),
+                        slice_.num_chips, hlo),
+          "collectives": collectives(hlo),
           "lower_seconds": t1 - t0, "compile_seconds": seconds}
 
 
@@ -169,29 +170,32 @@ def memory_report(compiled, capacity: float) -> dict:
 
 
 def cost_report(compiled, chip: tpu.Chip, model_flops_per_chip: float, lowered=None,
-                num_chips: int = 1) -> dict:
+                num_chips: int = 1, hlo: str | None = None) -> dict:
   """FLOPs and HBM bytes of one step on one chip and their roofline (`cost_source`:
   "compiled", XLA's cost analysis of the partitioned program, or "lowered", see
   step_cost)."""
-  cost, source = step_cost(compiled, lowered, num_chips)
+  cost, source = step_cost(compiled, lowered, num_chips, hlo)
   return {"cost_source": source,
           "compiler_optimal_seconds": float(cost.get("optimal_seconds", float("nan"))),
           **roofline(float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0)),
                      chip, model_flops_per_chip)}
 
 
-def step_cost(compiled, lowered=None, num_chips: int = 1) -> tuple[dict, str]:
+def step_cost(compiled, lowered=None, num_chips: int = 1,
+              hlo: str | None = None) -> tuple[dict, str]:
   """(XLA's cost analysis of one chip's program, "compiled"). XLA:GPU keeps none for a
   compiled program and jax none for a lowered one on a plugin's platform: there, XLA's
   HLO cost analysis of the whole step before partitioning and the GPU passes (run by the
-  CPU client, as jax's Lowered.cost_analysis does on the CPU), over the chips, "lowered"."""
+  CPU client, as jax's Lowered.cost_analysis does on the CPU), over the chips, "lowered".
+  `hlo`: the compiled program's text where the caller has read it already."""
   cost = compiled.cost_analysis()
   cost = cost[0] if isinstance(cost, (list, tuple)) and cost else cost
   # XLA counts a loop's body once, and under FSDP the partitioner turns all-gathered
   # matmuls into loops (14 in the 125M Llama's fsdp=8 step at depth 1 on v5e-8, none under
   # data=8; its FLOPs read 1.39e12 against data's 1.68e12, 2026-12-05): there the FLOPs
   # are the whole step's before partitioning, over the chips; the bytes stay the chip's.
-  looped = bool(cost) and lowered is not None and " while(" in compiled.as_text()
+  looped = bool(cost) and lowered is not None and " while(" in (
+      compiled.as_text() if hlo is None else hlo)
   if (cost or lowered is None) and not looped:
     return cost or {}, "compiled"
   from jax._src import xla_bridge  # (jax's own path to XLA's HLO cost analysis.)
@@ -248,9 +252,10 @@ def _unrolled(config, depth: int) -> ml_collections.ConfigDict:
 def _counts(lowered, num_chips: int) -> dict:
   with _no_persistent_cache():
     compiled = lowered.compile()
-  cost, _ = step_cost(compiled, lowered, num_chips)
+  hlo = compiled.as_text()
+  cost, _ = step_cost(compiled, lowered, num_chips, hlo)
   out = {"flops": float(cost.get("flops", 0.0)), "bytes": float(cost.get("bytes accessed", 0.0))}
-  for kind, c in collectives(compiled.as_text()).items():
+  for kind, c in collectives(hlo).items():
     out[f"{kind} count"], out[f"{kind} bytes"] = c["count"], c["bytes"]
   return out
 
