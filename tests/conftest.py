@@ -13,7 +13,8 @@ command-line runs the tests start (lnjax.main, lnjax.sweep, lnjax.tasks.finetune
   equalities compare two runs compiled alike). XLA:CPU's older loop emitters instead of
   its fusion emitters (--xla_cpu_use_fusion_emitters=false) halve the compile again: the
   smoke LM's train step 3.6 s -> 1.6 s, a cold smoke run's compiles 9.9 s -> 5.0 s
-  (2026-12-05, 2-core machine). LNJAX_TEST_XLA_OPT=1 restores both defaults.
+  (`python -m lnjax.main --config=configs/lm.py:smoke` with jax's backend compile timed,
+  2026-12-05, 2-core machine). LNJAX_TEST_XLA_OPT=1 restores both defaults.
 - Threads, in the fast tier (`-m "not slow"`) only: each XLA computation on one thread
   (--xla_cpu_multi_thread_eigen=false). Two xdist workers on two cores, each spreading
   its small matmuls over both cores, fought for them: the fast tier took 111 s, 97 s on
