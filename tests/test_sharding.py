@@ -161,6 +161,32 @@ def test_checkpoint_restores_onto_another_mesh(tmp_path):
   ckpt.close()
 
 
+def test_a_single_process_save_compiles_no_program(tmp_path):
+  """Orbax's replica-parallel saving sliced every replicated array on device, one small
+  program per shape (56 of the LM smoke run's 60); in one process lnjax saves each array
+  from one replica, and a save lowers nothing."""
+  setup = _setup("lm", "pre", dropout=0.0)
+  data = sharding.make_mesh(sharding.MeshConfig(*MODES["data"]))
+  state = state_lib.init_state(setup, data, seed=0)
+  lowered = []
+
+  def count(event, secs, **_):
+    if event.endswith("jaxpr_to_mlir_module_duration"):
+      lowered.append(event)
+  jax.monitoring.register_event_duration_secs_listener(count)
+  try:
+    ckpt = checkpoint.Checkpoints(str(tmp_path), 1, 1)
+    ckpt.save(1, state, {}, force=True)
+    ckpt.wait()
+  finally:
+    jax.monitoring.unregister_event_duration_listener(count)
+  assert lowered == []
+  restored, _, _ = ckpt.restore_latest(state_lib.abstract_state(setup, data))
+  for a, b in zip(jax.tree.leaves(restored), jax.tree.leaves(state)):
+    np.testing.assert_array_equal(a, b)
+  ckpt.close()
+
+
 def test_mesh_shapes_and_refusals():
   assert sharding.MeshConfig().shape(8) == (8, 1, 1)
   assert sharding.MeshConfig(data=2, model=-1).shape(8) == (2, 1, 4)

@@ -36,10 +36,25 @@ CONFIG_FILE = "config.json"
 MANIFEST_FILE = "lnjax_manifest.json"
 
 
+def _save_arrays_from_one_replica() -> None:
+  """In a single-process run, orbax saves each array from one replica, as it does on GPUs.
+
+  Orbax's replica-parallel saving (its default off GPUs) splits a replicated array's writes
+  across replicas by slicing it on device: one small XLA program per shape. It spreads the
+  writes over hosts; within one process the same host writes every slice, and the slicing
+  cost the LM smoke run 56 of its 60 compiled programs (2 for its steps; `lnjax.main
+  --config=configs/lm.py:smoke` with jax's compiles counted, 2026-12-05). Several processes
+  keep orbax's default."""
+  if jax.process_count() == 1:
+    ocp.type_handlers.register_type_handler(
+        jax.Array, ocp.type_handlers.ArrayHandler(use_replica_parallel=False), override=True)
+
+
 class Checkpoints:
   """Saves every `every_steps` (and when forced), keeps the last `keep`."""
 
   def __init__(self, workdir: str, every_steps: int, keep: int, folder: str = "checkpoints"):
+    _save_arrays_from_one_replica()
     self.workdir = workdir
     self.every_steps = every_steps
     self._unsealed = None  # The step saved last, until its manifest is written.
