@@ -702,6 +702,16 @@ MUTANTS = [
       "  pass\n",
       ("tests/test_allocator.py::test_a_freed_block_below_a_live_one_stays_resident_until_released",),
       "the heap's freed holes stay resident (no malloc_trim)"),
+    # ---- TPU plans (issue 60)
+    M("activations_left_unconstrained", "lnjax/core/sharding.py",
+      "  if mesh is None or mesh.size == 1:\n    return x\n  spec = nn.logical_to_mesh_axes",
+      "  if True:\n    return x\n  spec = nn.logical_to_mesh_axes",
+      ("tests/test_compile_plan.py::test_fsdp_keeps_the_activations_split_over_the_batch",),
+      "the models' activations carry no sharding constraints (XLA replicates them under fsdp)"),
+    M("single_process_saves_slice_every_array", "lnjax/core/checkpoint.py",
+      "  if jax.process_count() == 1:\n    ocp.type_handlers", "  if False:\n    ocp.type_handlers",
+      ("tests/test_sharding.py::test_a_single_process_save_compiles_no_program",),
+      "a single-process save slices each replicated array on device (one program per shape)"),
     # ---- Survivors of an independent mutation run (issue 62), each pinned by an oracle.
     M("average_of_the_first_n_checkpoints", "lnjax/core/averaging.py",
       "steps = steps[-number:]", "steps = steps[:number]",
