@@ -20,6 +20,9 @@ command-line runs the tests start (lnjax.main, lnjax.sweep, lnjax.tasks.finetune
   its small matmuls over both cores, fought for them: the fast tier took 111 s, 97 s on
   one thread each (2026-12-02, 2-core machine, cache warm). The full suite, whose larger
   runs and command lines gain from both cores, ran 2148 s with it against 1955 s before.
+- Command lines: the tests' `python -m lnjax...` runs are forked from a process per test
+  process that imported jax, flax, optax, orbax and tensorflow_datasets once
+  (tests/forkserver.py; LNJAX_TEST_FORK=0 starts each afresh).
 - Bytecode: Python images often set PYTHONDONTWRITEBYTECODE=1, and then every test process
   (the two xdist workers, each command line a test starts) parses lnjax's sources again
   and pytest rewrites every test module's asserts again: collecting the fast tier took
@@ -78,6 +81,8 @@ import pytest  # noqa: E402  (after the environment above)
 # background threads (orbax's saves) have parsed code concurrently (seen with
 # -k refused_save, 1 run in 5).
 import hypothesis  # noqa: E402,F401
+
+import forkserver  # noqa: E402,F401  (keeps a copy of the environment set above)
 
 CORPORA = os.path.join(REPO, "tests", "fixtures", "corpora")
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from lnjax.analysis import spectral_norm
+import forkserver
 
 
 def test_power_iteration_equals_the_dense_svd():
@@ -81,9 +82,8 @@ def test_analyze_writes_per_layer_measurements(smoke_workdir, step):
 
 @pytest.mark.slow
 def test_analyze_cli_refuses_a_non_workdir(tmp_path):
-  import subprocess
   import sys
-  r = subprocess.run([sys.executable, "-m", "lnjax.cli.analyze", f"--workdir={tmp_path}",
+  r = forkserver.run([sys.executable, "-m", "lnjax.cli.analyze", f"--workdir={tmp_path}",
                       "--step=init"], capture_output=True, text=True, timeout=120)
   assert r.returncode == 2 and "not an lnjax workdir" in r.stderr
   assert len(r.stderr.strip().splitlines()) == 1

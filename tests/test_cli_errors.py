@@ -7,10 +7,10 @@ import concurrent.futures
 import os
 import pathlib
 import re
-import subprocess
 import sys
 
 import pytest
+import forkserver
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -52,7 +52,7 @@ def _run_all(cases: list[tuple[list[str], str]], tmp_path) -> list[str]:
   def one(case):
     argv, expected = case
     argv = [a.replace("W", str(tmp_path / "wd")) if a == "--workdir=W" else a for a in argv]
-    r = subprocess.run([sys.executable, "-m", *argv], cwd=REPO, capture_output=True,
+    r = forkserver.run([sys.executable, "-m", *argv], cwd=REPO, capture_output=True,
                        text=True, timeout=300, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     lines = r.stderr.splitlines()
     if (r.returncode != 2 or len(lines) != 1 or "Traceback" in r.stderr

@@ -35,6 +35,7 @@ from lnjax import configs, tasks
 from lnjax.core import errors, run as run_lib
 
 from conftest import fast_tier
+import forkserver
 
 hypothesis.settings.register_profile("fast", max_examples=3, derandomize=True, deadline=None,
                                      database=None, print_blob=True,
@@ -478,12 +479,11 @@ print(json.dumps(out))
 @pytest.mark.slow  # A command line importing every entry point.
 def test_every_commands_numeric_flags_refuse_their_boundaries_in_one_line():
   import json
-  import subprocess
   import sys
 
   from test_cli_errors import REPO, _entry_points
 
-  r = subprocess.run([sys.executable, "-c", FLAG_DRIVER, json.dumps(FLAG_VALUES),
+  r = forkserver.run([sys.executable, "-c", FLAG_DRIVER, json.dumps(FLAG_VALUES),
                       *sorted(_entry_points())], cwd=REPO, capture_output=True, text=True,
                      timeout=300)
   assert r.returncode == 0, r.stderr[-3000:]

@@ -16,6 +16,7 @@ import time
 import pytest
 
 from test_train import REPO, _one_line_error
+import forkserver
 
 pytestmark = pytest.mark.slow
 
@@ -56,9 +57,9 @@ def cli(module, *args, env, timeout=300, wait=True):
   cmd = [sys.executable, "-m", module, *args]
   full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
   if not wait:
-    return subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=subprocess.PIPE,
+    return forkserver.Popen(cmd, cwd=REPO, env=full_env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-  return subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True,
+  return forkserver.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True,
                         timeout=timeout)
 
 

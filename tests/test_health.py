@@ -2,7 +2,6 @@
 equal to unrolled, the model unchanged when nobody asks for them; the early-warning rule,
 the host-side 6σ rule and the skip-step optax transform."""
 
-import subprocess
 import sys
 
 import flax.linen as nn
@@ -16,6 +15,7 @@ import pytest
 
 from lnjax.core import health
 from lnjax.models import EncoderDecoder, ModelConfig, TransformerLM, transformer
+import forkserver
 
 CFG = ModelConfig(vocab_size=40, num_layers=2, d_model=16, num_heads=2, d_ff=32, max_len=8,
                   dropout_rate=0.0, norm_position="pre")
@@ -406,7 +406,7 @@ def test_rollback_defaults_follow_the_runs_length():
 @pytest.mark.slow
 def test_rollback_alone_on_the_smoke_preset_runs(tmp_path):
   """`lnjax train --config=lm:smoke --config.train.on_instability=rollback`, no other key."""
-  r = subprocess.run([sys.executable, "-m", "lnjax.cli.console", "train", "--config=lm:smoke",
+  r = forkserver.run([sys.executable, "-m", "lnjax.cli.console", "train", "--config=lm:smoke",
                       "--config.mesh.data=1", "--config.train.on_instability=rollback",
                       f"--workdir={tmp_path / 'run'}"], capture_output=True, text=True,
                      timeout=600, cwd=tmp_path)

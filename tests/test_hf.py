@@ -10,7 +10,6 @@ transformers on the same padded batch.
 import gzip
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -19,6 +18,7 @@ import pytest
 from lnjax.hf import checkpoint as hf, tokenizer as hf_tokenizer
 from conftest import (assert_layer_removal_is_the_block_passing_its_input_on, edit_hf_config,
                       run_command_lines)
+import forkserver
 
 CORPUS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                       "lnjax", "data", "corpora", "tiny_shakespeare", "input.txt.gz")
@@ -396,7 +396,7 @@ def test_text_that_cannot_be_scored_is_refused_in_one_line(tmp_path):
 
 def _analyze_cli(*args):
   env = {**os.environ, "LNJAX_PROGRESS_SECONDS": "100000", "HF_HUB_OFFLINE": "1"}
-  return subprocess.run([sys.executable, "-m", "lnjax.cli.analyze", *args], capture_output=True,
+  return forkserver.run([sys.executable, "-m", "lnjax.cli.analyze", *args], capture_output=True,
                         text=True, env=env, timeout=600)
 
 

@@ -5,7 +5,6 @@ config the fit cannot speak for is refused, and the command runs end to end."""
 import json
 import math
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -14,6 +13,7 @@ import pytest
 import lnjax
 from lnjax.core import errors
 from lnjax.sweep import predict
+import forkserver
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -193,7 +193,7 @@ def test_another_task_placement_or_warmup_is_refused_and_another_size_noted():
 
 
 def _stability(tmp_path, *flags):
-  return subprocess.run(
+  return forkserver.run(
       [sys.executable, "-m", "lnjax.cli.stability", f"--workdir={tmp_path / 'p'}", "--predict",
        *flags], cwd=REPO, capture_output=True, text=True, timeout=600)
 

@@ -16,6 +16,7 @@ import threading
 import time
 
 import pytest
+import forkserver
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STOP_SECONDS = 10  # The most a stop may take, from the signal to the process's exit.
@@ -26,7 +27,7 @@ def stop_when(args, text: str, sig=signal.SIGTERM, after: str = "", env=None):
   """Runs `python -m lnjax.main args`; once its output (stdout and stderr in one stream)
   shows `text` after `after`, sends `sig`. Returns (exit code, output, seconds from the
   signal to the exit)."""
-  proc = subprocess.Popen(
+  proc = forkserver.Popen(
       [sys.executable, "-m", "lnjax.main", *args], cwd=REPO, text=True,
       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
       env={**os.environ, "PYTHONUNBUFFERED": "1", "LNJAX_PROGRESS_SECONDS": "0.2", **(env or {})})
@@ -61,7 +62,7 @@ def records(workdir: str) -> list[dict]:
 
 
 def run(args):
-  r = subprocess.run([sys.executable, "-m", "lnjax.main", *args], cwd=REPO, text=True,
+  r = forkserver.run([sys.executable, "-m", "lnjax.main", *args], cwd=REPO, text=True,
                      capture_output=True, timeout=900)
   assert r.returncode == 0, r.stderr[-3000:]
   return r
@@ -134,7 +135,7 @@ def test_stops_during_bleu_decoding_and_the_final_decode_resume_to_the_same_reco
         # The uninterrupted run, alongside the next two launches; started once the first
         # has prepared the data set (two first preparations at once are not the point).
         with open(tmp_path / "whole.log", "w") as log:
-          reference = subprocess.Popen(
+          reference = forkserver.Popen(
               [sys.executable, "-m", "lnjax.main", *mt, f"--workdir={whole}"], cwd=REPO,
               stdout=log, stderr=subprocess.STDOUT)
     run(args)
@@ -201,7 +202,7 @@ def test_a_stop_while_xla_compiles_the_first_step_exits_143_within_10_s(tmp_path
 def _launched(args, log_glob, env):
   """Starts command `args` (a launcher); SIGTERM to it once a run's log (`log_glob` under
   tmp) shows the train step compiling. Returns (exit code, output, seconds to exit)."""
-  proc = subprocess.Popen([sys.executable, "-m", *args], cwd=REPO, text=True,
+  proc = forkserver.Popen([sys.executable, "-m", *args], cwd=REPO, text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           env={**os.environ, "LNJAX_PROGRESS_SECONDS": "0.2", **env})
   try:
@@ -253,7 +254,7 @@ def test_a_stop_while_xla_compiles_a_later_step_keeps_the_last_checkpoint(tmp_pa
           "--config.train.checkpoint_every_steps=1", "--config.train.log_every_steps=4",
           f"--workdir={tmp_path / 'deep'}"]  # (The step with statistics: 15-60 s to compile.)
   wd = tmp_path / "deep"
-  proc = subprocess.Popen([sys.executable, "-m", "lnjax.main", *deep], cwd=REPO, text=True,
+  proc = forkserver.Popen([sys.executable, "-m", "lnjax.main", *deep], cwd=REPO, text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           env={**os.environ, "JAX_ENABLE_COMPILATION_CACHE": "false"})
   try:

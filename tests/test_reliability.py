@@ -23,6 +23,7 @@ from lnjax import tasks
 from lnjax.core import checkpoint, errors, lock, metrics, run as run_lib, train
 from lnjax.inference import predict
 from test_train import REPO, _one_line_error, run_cli, smoke_config, snapshot
+import forkserver
 
 pytestmark = pytest.mark.slow  # Most of them train or launch runs.
 
@@ -37,7 +38,7 @@ def cli_args(workdir, *extra):
 
 def popen_cli(*args):
   env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-  return subprocess.Popen([sys.executable, "-m", "lnjax.main", *args], cwd=REPO, env=env,
+  return forkserver.Popen([sys.executable, "-m", "lnjax.main", *args], cwd=REPO, env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -125,7 +126,7 @@ def test_1_bucket_lock_of_a_live_process_of_this_host_is_refused_however_old(tmp
   holders, whose processes cannot be seen. Once that process has ended it is taken over.
   (The lock's logic on a local folder: fileio serves local paths and buckets alike.)"""
   name = f"host {socket.gethostname()} PID "
-  holder = subprocess.Popen(["sleep", "600"])
+  holder = forkserver.Popen(["sleep", "600"])
   try:
     with open(tmp_path / lock.LOCK_FILE, "w") as f:
       json.dump({"host": socket.gethostname(), "pid": holder.pid,

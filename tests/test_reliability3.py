@@ -9,7 +9,6 @@ Each test pins one defect; the in-process ones need no trained run (a workdir is
 import json
 import os
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,6 +22,7 @@ from lnjax.inference import export
 from lnjax.data import builders, mt_builders, paths, sources
 from lnjax.sweep import launcher
 from test_train import REPO, _one_line_error, smoke_config
+import forkserver
 
 
 def _run_workdir(path) -> str:
@@ -39,7 +39,7 @@ def _files(wd) -> dict:
 
 
 def _cli(module, *args, env=None, timeout=300):
-  return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True,
+  return forkserver.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True,
                         text=True, timeout=timeout, env={**os.environ, **(env or {})})
 
 

@@ -12,7 +12,6 @@ import io
 import os
 import pathlib
 import shutil
-import subprocess
 import sys
 import tarfile
 import threading
@@ -26,13 +25,14 @@ from lnjax import tasks
 from lnjax.core import build, metrics, train
 from lnjax.data import download, paths, prepare, sources
 from lnjax.data.paths import DataError
+import forkserver
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CORPORA = REPO / "tests" / "fixtures" / "corpora"  # The first lines of the real corpora.
 
 
 def _git_files() -> list[str]:
-  out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+  out = forkserver.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
                        cwd=REPO, capture_output=True, check=True)
   return [f for f in out.stdout.decode().split("\0")
           if f and ((REPO / f).is_file() or (REPO / f).is_symlink())]
@@ -73,7 +73,7 @@ def test_fresh_clone_runs_the_default_smoke_with_no_data_setting(tmp_path):
   assert not (tmp_path / "shared").exists()
   env = _clean_env(LNJAX_DATA_OFFLINE="1", LNJAX_CACHE_DIR=str(tmp_path / "cache"),
                    HOME=str(tmp_path / "home"))
-  r = subprocess.run([sys.executable, "-m", "lnjax.main", "--config=configs/default.py:smoke",
+  r = forkserver.run([sys.executable, "-m", "lnjax.main", "--config=configs/default.py:smoke",
                       f"--workdir={tmp_path / 'run'}"], cwd=clone, env=env,
                      capture_output=True, text=True, timeout=600)
   assert r.returncode == 0, r.stderr[-3000:]
@@ -332,7 +332,7 @@ def test_unprepared_tfds_name_offline_is_one_line_and_leaves_no_workdir(tmp_path
   wd = tmp_path / "run"
   env = _clean_env(LNJAX_DATA_OFFLINE="1", LNJAX_CACHE_DIR=str(tmp_path / "cache"),
                    TFDS_DATA_DIR=str(tmp_path / "tfds"))
-  r = subprocess.run([sys.executable, "-m", "lnjax.main", "--config=configs/default.py:smoke",
+  r = forkserver.run([sys.executable, "-m", "lnjax.main", "--config=configs/default.py:smoke",
                       "--config.data.name=tfds:lm1b", f"--workdir={wd}"], cwd=REPO, env=env,
                      capture_output=True, text=True, timeout=300)
   assert r.returncode == 2, (r.stdout[-2000:], r.stderr[-2000:])
@@ -389,7 +389,7 @@ def test_packaged_tfds_builder_prepares_and_reads_as_array_record(tmp_path, monk
 @pytest.mark.slow
 @pytest.mark.skipif(not NO_TENSORFLOW, reason="checks the message given without TensorFlow")
 def test_wmt14_from_tfds_without_tensorflow_names_the_extra(tmp_path):
-  r = subprocess.run([sys.executable, "-m", "lnjax.cli.prepare", "wmt14_en_de",
+  r = forkserver.run([sys.executable, "-m", "lnjax.cli.prepare", "wmt14_en_de",
                       f"--tfds_data_dir={tmp_path / 'tfds'}"], cwd=REPO,
                      env=_clean_env(LNJAX_DATA_OFFLINE="1"), capture_output=True, text=True,
                      timeout=300)
@@ -446,7 +446,7 @@ def test_wmt14_prepare_from_manual_dir_writes_the_train_split_wmt14_de_en_reads(
 
   want = _wmt14_archives(tmp_path / "wmt")
   out = tmp_path / "data"
-  r = subprocess.run([sys.executable, "-m", "lnjax.cli.prepare", "wmt14_en_de",
+  r = forkserver.run([sys.executable, "-m", "lnjax.cli.prepare", "wmt14_en_de",
                       f"--manual_dir={tmp_path / 'wmt'}", f"--data_dir={out}"], cwd=REPO,
                      env=_clean_env(LNJAX_DATA_OFFLINE="1"), capture_output=True, text=True,
                      timeout=300)
@@ -596,7 +596,7 @@ def test_iwslt14_prepare_matches_fairseq_test_split_and_trains_the_smoke(tmp_pat
   archive = tmp_path / "de-en.tgz"
   _iwslt_archive(archive)
   out = tmp_path / "data"
-  r = subprocess.run([sys.executable, "-m", "lnjax.cli.prepare", "iwslt14_de_en",
+  r = forkserver.run([sys.executable, "-m", "lnjax.cli.prepare", "iwslt14_de_en",
                       f"--archive={archive}", f"--data_dir={out}"], cwd=REPO,
                      env=_clean_env(), capture_output=True, text=True, timeout=600)
   assert r.returncode == 0, r.stderr[-3000:]

@@ -17,6 +17,7 @@ import hypothesis
 from hypothesis import strategies as st
 
 from lnjax.sweep import search
+import forkserver
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -244,7 +245,7 @@ def check_the_last_probe(state, workdir) -> dict:
 
 
 def _stability(workdir, *flags, **kw):
-  return subprocess.run(
+  return forkserver.run(
       [sys.executable, "-m", "lnjax.cli.stability", "--config=configs/lm.py:smoke",
        f"--workdir={workdir}", *flags], cwd=REPO, capture_output=True, text=True, **kw)
 
@@ -547,7 +548,7 @@ def test_smoke_search_writes_its_results_and_a_killed_search_resumes(tmp_path, m
   workdir = tmp_path / "search"
   flags = ["--placements=pre", "--seeds=1", "--probe_steps=20", "--tolerance=1000",
            "--margin_nats=-1"]
-  proc = subprocess.Popen(
+  proc = forkserver.Popen(
       [sys.executable, "-m", "lnjax.cli.stability", "--config=configs/lm.py:smoke",
        f"--workdir={workdir}", *flags], cwd=REPO, stdout=subprocess.PIPE,
       stderr=subprocess.STDOUT, text=True)

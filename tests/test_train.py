@@ -17,6 +17,7 @@ from conftest import assert_same_final_state
 from lnjax import tasks
 from lnjax.configs import common as config_lib
 from lnjax.core import checkpoint, errors, metrics, sharding, steps, train
+import forkserver
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -212,7 +213,7 @@ def _corrupt(step_dir):
 
 def run_cli(*args, timeout=240, **popen):
   env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-  return subprocess.run([sys.executable, "-m", "lnjax.main", *args], cwd=REPO, env=env,
+  return forkserver.run([sys.executable, "-m", "lnjax.main", *args], cwd=REPO, env=env,
                         capture_output=True, text=True, timeout=timeout, **popen)
 
 
@@ -343,7 +344,7 @@ def test_cli_all_checkpoints_corrupt(finished_workdir, tmp_path):
 def sigterm_when(module, args, ready, poll=0.2):
   """Runs `python -m module args`, sends SIGTERM once ready() (or after 180 s), and checks
   that it saved and exited 143; returns (stdout, stderr)."""
-  proc = subprocess.Popen([sys.executable, "-m", module, *args], cwd=REPO,
+  proc = forkserver.Popen([sys.executable, "-m", module, *args], cwd=REPO,
                           env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
   try:

@@ -2,7 +2,6 @@
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
@@ -14,6 +13,7 @@ from lnjax import tasks
 from lnjax.core import metrics, train
 from lnjax.inference import evaluate
 from lnjax.data import mt_builders
+import forkserver
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -97,7 +97,7 @@ def _predict(wd, *args):
   env = {**os.environ, "XLA_FLAGS": " ".join(
       f for f in os.environ.get("XLA_FLAGS", "").split()
       if not f.startswith("--xla_force_host_platform_device_count"))}
-  r = subprocess.run([sys.executable, "-m", "lnjax.main", "--mode=predict", f"--workdir={wd}",
+  r = forkserver.run([sys.executable, "-m", "lnjax.main", "--mode=predict", f"--workdir={wd}",
                       "--split=test_2017_mscoco", *args],
                      cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
   assert r.returncode == 0, r.stderr[-2000:]

@@ -10,7 +10,6 @@ import glob
 import json
 import os
 import struct
-import subprocess
 import sys
 
 import jax
@@ -27,6 +26,7 @@ from lnjax.analysis import compare
 from lnjax.configs import doc as config_doc
 from lnjax.core import averaging, checkpoint, metrics, progress, train
 from lnjax.inference import export
+import forkserver
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPLIT = "test_2017_mscoco"  # 100 sentences in the fixture corpora (461 in Multi30k).
@@ -39,7 +39,7 @@ def _one_device_env(**extra):
 
 
 def cli(module, *args, stdin=None, code=0, env=None):
-  r = subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, input=stdin,
+  r = forkserver.run([sys.executable, "-m", module, *args], cwd=REPO, input=stdin,
                      env=env or _one_device_env(), capture_output=True, text=True, timeout=600)
   assert r.returncode == code, (r.returncode, r.stdout[-1500:], r.stderr[-3000:])
   return r
