@@ -6,7 +6,6 @@ cores, so those tests are in the slow tier."""
 import json
 import math
 import os
-import subprocess
 import sys
 
 import jax
@@ -18,6 +17,7 @@ from lnjax import tasks
 from lnjax.cli import compile as compile_cli
 from lnjax.core import build, errors, plan, sharding, tpu
 from lnjax.models import layers
+import forkserver
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 V5E_4 = "v5e:2x2"
@@ -253,11 +253,11 @@ def test_the_command_refuses_in_one_line_or_reports_a_model_too_large(tmp_path):
           "--noeval", "--config.model.vocab_size=512", "--config.model.num_layers=1",
           "--config.model.d_model=16384", "--config.model.d_ff=16384",
           "--config.model.num_heads=128"]
-  bad = subprocess.run(base + ["--topology=v9x:2x2"], capture_output=True, text=True,
+  bad = forkserver.run(base + ["--topology=v9x:2x2"], capture_output=True, text=True,
                        cwd=REPO, timeout=300)
   assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1, bad.stderr
   assert "v5e-8" in bad.stderr and not out.exists()
-  big = subprocess.run(base + ["--topology=v5e-4", "--mesh=data=4"], capture_output=True,
+  big = forkserver.run(base + ["--topology=v5e-4", "--mesh=data=4"], capture_output=True,
                        text=True, cwd=REPO, timeout=600)
   assert big.returncode == 1, big.stderr[-2000:]
   train = json.loads(out.read_text())["train"]
@@ -282,11 +282,11 @@ def test_a_sweep_whose_largest_run_cannot_fit_is_refused_before_anything_is_queu
           f"--workdir={tmp_path / 'sweep'}", "--grid=model.d_model=64,16384", "--dry_run",
           "--topology=v5e-4", "--config.model.vocab_size=512", "--config.model.num_layers=1",
           "--config.model.d_ff=16384", "--config.model.num_heads=128", "--config.mesh.data=4"]
-  refused = subprocess.run(base, capture_output=True, text=True, cwd=REPO, timeout=600)
+  refused = forkserver.run(base, capture_output=True, text=True, cwd=REPO, timeout=600)
   assert refused.returncode == 2, refused.stderr[-2000:]
   assert len(refused.stderr.splitlines()) == 1 and "misses by" in refused.stderr
   assert "d_model=16384" in refused.stderr and "lnjax.main" not in refused.stdout
-  skipped = subprocess.run(base + ["--skip_preflight"], capture_output=True, text=True,
+  skipped = forkserver.run(base + ["--skip_preflight"], capture_output=True, text=True,
                            cwd=REPO, timeout=300)
   assert skipped.returncode == 0 and "lnjax.main" in skipped.stdout, skipped.stderr[-2000:]
 
