@@ -98,10 +98,6 @@ def serve(path: str) -> None:
         conn.close()
 
 
-if __name__ == "__main__":
-  sys.path[0] = REPO  # (As `python -m` run from the repository would have it.)
-  serve(sys.argv[1])
-
 
 # ---- The client (in the test process). ----------------------------------------------
 
@@ -278,3 +274,8 @@ def run(args, *, input=None, capture_output=False, timeout=None, check=False, **
   if check and proc.returncode:
     raise subprocess.CalledProcessError(proc.returncode, args, out, err)
   return subprocess.CompletedProcess(args, proc.returncode, out, err)
+
+
+if __name__ == "__main__":
+  sys.path[0] = REPO  # (As `python -m` run from the repository would have it.)
+  serve(sys.argv[1])
