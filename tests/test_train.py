@@ -16,7 +16,7 @@ import pytest
 from conftest import assert_same_final_state
 from lnjax import tasks
 from lnjax.configs import common as config_lib
-from lnjax.core import checkpoint, errors, metrics, sharding, steps, train
+from lnjax.core import checkpoint, errors, metrics, run as run_lib, sharding, steps, train
 import forkserver
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -129,6 +129,44 @@ def test_dropout_draws_new_masks_at_every_step():
     losses[rate] = [float(step(state.replace(step=t), batch)) for t in (0, 0, 1)]
   assert losses[0.1][0] == losses[0.1][1] != losses[0.1][2], losses
   assert losses[0.0][0] == losses[0.0][2], losses
+
+
+@pytest.mark.parametrize("rng, op", [("threefry2x32", "threefry2x32"), ("rbg", "rng_bit_generator"),
+                                     ("unsafe_rbg", "rng_bit_generator")])
+def test_dropout_masks_come_from_the_configured_generator(rng, op):
+  """train.dropout_rng: threefry's masks are hashes in the program; rbg's and unsafe_rbg's
+  come from XLA's RngBitGenerator (what makes libtpu's compile shorter). Either way the masks
+  are a function of (seed, step): the same step's loss repeats, the next step's differs,
+  and they differ from threefry's."""
+  from lnjax import tasks
+  from lnjax.core import optim, state as state_lib
+  from lnjax.models import ModelConfig
+
+  batch = {"inputs": np.arange(32, dtype=np.int32).reshape(2, 16) % 13 + 1,
+           "weights": np.ones((2, 16), np.float32)}
+  batch["targets"] = (batch["inputs"] + 1) % 13 + 1
+  mesh = sharding.make_mesh(sharding.MeshConfig(data=1), jax.devices()[:1])
+  cfg = ModelConfig(vocab_size=16, num_layers=1, d_model=32, num_heads=2, d_ff=64,
+                    max_len=16, dropout_rate=0.1)
+  setup = state_lib.make_setup(cfg, optim.OptConfig(), 10, task=tasks.get("lm"))
+  state = state_lib.init_state(setup, mesh, 0)
+
+  def loss(generator):
+    return jax.jit(lambda s, b: steps.train_step(s, b, setup=setup, label_smoothing=0.0,
+                                                 seed=0, dropout_rng=generator)[1]["train_loss"])
+  step = loss(rng)
+  text = step.lower(state, batch).as_text()
+  assert op in text  # (rbg folds keys with threefry, then draws the bits with the op.)
+  assert ("rng_bit_generator" in text) == (rng != "threefry2x32")
+  losses = [float(step(state.replace(step=t), batch)) for t in (0, 0, 1)]
+  assert losses[0] == losses[1] != losses[2], losses
+  if rng != "threefry2x32":
+    assert losses[0] != float(loss("threefry2x32")(state, batch))
+
+
+def test_an_unknown_dropout_generator_is_refused():
+  with pytest.raises(errors.ConfigError, match="train.dropout_rng.*threefry2x32"):
+    run_lib.TrainConfig(dropout_rng="mt19937")
 
 
 @pytest.mark.slow

@@ -123,7 +123,8 @@ def jit_steps(run: run_lib.RunConfig, setup: state_lib.Setup, mesh: Mesh):
     return jax.jit(functools.partial(  # with in_shardings: one program per variant.)
         on_mesh(steps.train_step), setup=setup, label_smoothing=run.train.label_smoothing,
         seed=run.seed, log_grad_norms=run.train.log_grad_norms,
-        health=run.train.health != "off", lr_scale=lr_scale, activations=activations),
+        health=run.train.health != "off", lr_scale=lr_scale, activations=activations,
+        dropout_rng=run.train.dropout_rng),
         in_shardings=(state_sharding, batch_sharding),
         out_shardings=(state_sharding, sharding.replicated(mesh)), donate_argnums=0)
 

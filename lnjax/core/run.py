@@ -18,10 +18,16 @@ from lnjax.core.sharding import MeshConfig
 from lnjax.core.task import Task
 
 
+DROPOUT_RNGS = ("threefry2x32", "rbg", "unsafe_rbg")  # jax.random.key's implementations.
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
   num_steps: int = 2000  # Optimizer steps in the whole run.
   label_smoothing: float = 0.0  # ε of label smoothing (the reported loss is the plain NLL).
+  dropout_rng: str = "threefry2x32"  # Dropout masks' generator: threefry2x32 (jax's
+  # default) | rbg | unsafe_rbg: XLA's RngBitGenerator, as T5X and MaxText use on TPUs
+  # (BENCHMARKS.md: libtpu compiled a 4-chip step in 99 s / 80 s instead of 156 s).
   log_every_steps: int = 50  # Console line and train_* metrics.
   eval_every_steps: int = 500  # Held-out evaluation (also at the last step).
   checkpoint_every_steps: int = 500  # Orbax checkpoint (also at the last step).
@@ -60,6 +66,7 @@ class TrainConfig:
                        high_open=True)
     errors.check_range("train.divergence_factor", self.divergence_factor, low=0.0)
     errors.check_choice("train.health", self.health, ("off", "log", "warn"))
+    errors.check_choice("train.dropout_rng", self.dropout_rng, DROPOUT_RNGS)
     errors.check_choice("train.on_instability", self.on_instability,
                         ("none", "skip", "rollback"))
     errors.check_int("train.rollback_steps", self.rollback_steps, 0)

@@ -10,14 +10,15 @@ from lnjax.models import transformer
 
 def train_step(state: state_lib.TrainState, batch: dict, *, setup: state_lib.Setup,
                label_smoothing: float, seed: int, log_grad_norms: bool = False,
-               lr_scale: float = 1.0, health: bool = False, activations: bool = False):
+               lr_scale: float = 1.0, health: bool = False, activations: bool = False,
+               dropout_rng: str = "threefry2x32"):
   """One optimizer update; pure. Dropout's key is a function of (seed, step), so a resumed
   run draws the same masks as an uninterrupted one. `lr_scale` (static) multiplies the
   update: the learning rate's, for lnjax's optimizers, whose last factor it is. `health`:
   the per-layer RMS of gradient, update and parameters in the metrics (health/...);
   `activations` (static, at log steps): also the statistics the model sows
-  (lnjax/core/health.py)."""
-  dropout_key = jax.random.fold_in(jax.random.key(seed), state.step)
+  (lnjax/core/health.py). `dropout_rng`: the masks' generator (train.dropout_rng)."""
+  dropout_key = jax.random.fold_in(jax.random.key(seed, impl=dropout_rng), state.step)
 
   def loss_fn(params):
     outputs = setup.model.apply({"params": params}, *setup.task.model_inputs(batch),
