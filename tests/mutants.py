@@ -708,6 +708,15 @@ MUTANTS = [
       "  if True:\n    return x\n  spec = nn.logical_to_mesh_axes",
       ("tests/test_compile_plan.py::test_fsdp_keeps_the_activations_split_over_the_batch",),
       "the models' activations carry no sharding constraints (XLA replicates them under fsdp)"),
+    M("health_statistics_slice_the_stack_first", "lnjax/core/health.py",
+      "  sq, counts = _per_layer(jax.tree.map(lead_sums, tree), cfg), _per_layer(\n"
+      "      jax.tree.map(lead_counts, tree), cfg)",
+      "  sliced = _per_layer(tree, cfg)\n"
+      "  sq = jax.tree.map(lambda x: jnp.square(jnp.asarray(x).astype(jnp.float32)), sliced)\n"
+      "  counts = jax.tree.map(lambda x: np.ones(np.shape(x), int), sliced)",
+      ("tests/test_compile_plan.py::test_the_health_statistics_keep_no_copy_of_the_updates",),
+      "the per-layer health statistics slice a scanned stack's updates before reducing them "
+      "(a float32 copy of the updates on TPU)"),
     M("dropout_rng_ignored", "lnjax/core/steps.py",
       "jax.random.key(seed, impl=dropout_rng)", "jax.random.key(seed)",
       ("tests/test_train.py::test_dropout_masks_come_from_the_configured_generator",),
