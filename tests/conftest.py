@@ -82,7 +82,7 @@ import pytest  # noqa: E402  (after the environment above)
 # -k refused_save, 1 run in 5).
 import hypothesis  # noqa: E402,F401
 
-import forkserver  # noqa: E402,F401  (keeps a copy of the environment set above)
+import forkserver  # noqa: E402  (keeps a copy of the environment set above)
 
 CORPORA = os.path.join(REPO, "tests", "fixtures", "corpora")
 
@@ -262,51 +262,11 @@ def assert_layer_removal_is_the_block_passing_its_input_on(setup, params, batche
   return profile
 
 
-# One process pays the imports of command lines once, then forks a child per command line
-# that runs it as `python -m MODULE ARGS` would (runpy, as __main__, its own flags), its
-# stdout and stderr in files and its exit status collected. The parent imports the
-# commands' dependencies, not the commands themselves (whose flags would be defined twice).
-_FORK_DRIVER = r"""
-import importlib, json, os, runpy, sys, traceback
-preload, cases, folder = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
-for name in preload:
-  importlib.import_module(name)
-results = []
-for i, (module, *argv) in enumerate(cases):
-  out, err = os.path.join(folder, f"{i}.out"), os.path.join(folder, f"{i}.err")
-  pid = os.fork()
-  if pid == 0:
-    for fd, path in ((1, out), (2, err)):
-      os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
-    sys.argv = [module, *argv]
-    code = 0
-    try:
-      runpy.run_module(module, run_name="__main__", alter_sys=True)
-    except SystemExit as e:
-      code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-      if not isinstance(e.code, (int, type(None))):
-        print(e.code, file=sys.stderr)
-    except BaseException:
-      traceback.print_exc()
-      code = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-  _, status = os.waitpid(pid, 0)
-  results.append([os.waitstatus_to_exitcode(status), open(out).read(), open(err).read()])
-print(json.dumps(results))
-"""
-
-
-def run_command_lines(argvs: list, preload: list, folder, env=None, cwd=None,
-                      timeout: int = 600) -> list:
+def run_command_lines(argvs: list, env=None, cwd=None, timeout: int = 600) -> list:
   """[(exit code, stdout, stderr)] of `python -m MODULE ARGS...` for each [MODULE, ARGS...]
-  in `argvs`, run in one process that imports `preload` once and forks a child per command
-  line (each child runs its module afresh: its flags, its exit path, its one line on stderr)."""
-  import json
-  os.makedirs(folder, exist_ok=True)
-  r = subprocess.run([sys.executable, "-c", _FORK_DRIVER, json.dumps(preload),
-                      json.dumps([[str(a) for a in argv] for argv in argvs]), str(folder)],
-                     capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
-  assert r.returncode == 0, r.stderr[-3000:]
-  return [tuple(x) for x in json.loads(r.stdout.splitlines()[-1])]
+  in `argvs`, one after another; forked from the tests' warm process where they can be
+  (tests/forkserver.py: each child runs its module afresh, its flags, its exit path, its
+  one line on stderr)."""
+  runs = [forkserver.run([sys.executable, "-m", *map(str, argv)], capture_output=True,
+                         text=True, env=env, cwd=cwd, timeout=timeout) for argv in argvs]
+  return [(r.returncode, r.stdout, r.stderr) for r in runs]

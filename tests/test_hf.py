@@ -475,12 +475,11 @@ def test_analyze_cli_refuses_bad_input_in_one_line_with_exit_2(tmp_path):
       (["--hf=openai-community/gpt2", f"--text={text}"],
        "could not fetch 'openai-community/gpt2' from the Hugging Face hub"),
   ]
-  # The eleven command lines in one process that imports lnjax once (conftest).
+  # The eleven command lines forked from the tests' warm process (conftest).
   env = {**os.environ, "LNJAX_PROGRESS_SECONDS": "100000", "HF_HUB_OFFLINE": "1"}
   runs = run_command_lines([["lnjax.cli.analyze", *args, f"--output={tmp_path / 'out'}"]
                             for args, _ in cases],
-                           ["jax", "lnjax.cli", "lnjax.analysis.report", "lnjax.hf.analyze"],
-                           tmp_path / "cli", env=env)
+                           env=env)
   for (args, message), (code, _, stderr) in zip(cases, runs, strict=True):
     assert code == 2, (args, stderr)
     assert stderr.startswith("lnjax: error: ") and message in stderr, (args, stderr)

@@ -87,14 +87,13 @@ STABILITY_FLAGS = [
     ("--divergence_factor=-1", "--divergence_factor=-1.0: must be a number in [0.0, inf)")]
 
 
-@pytest.mark.slow  # Four command lines (in one process that imports lnjax once).
+@pytest.mark.slow  # Four command lines (forked from the tests' warm process).
 def test_the_stability_search_refuses_its_flags_boundaries(tmp_path):
   """--probe_steps=0 was read as unset (the config's steps), NaN and a negative factor were
   passed on to every run. One line, exit 2, and no workdir."""
   wd = tmp_path / "search"
   runs = run_command_lines([["lnjax.cli.stability", "--config=lm:smoke", f"--workdir={wd}", flag]
                             for flag, _ in STABILITY_FLAGS],
-                           ["jax", "lnjax.cli", "lnjax.sweep.search"], tmp_path / "cli",
                            env=os.environ, cwd=REPO, timeout=300)
   for (flag, needle), (code, _, stderr) in zip(STABILITY_FLAGS, runs, strict=True):
     lines = stderr.strip().splitlines()
