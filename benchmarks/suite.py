@@ -465,8 +465,10 @@ def notes(results, peak, n_peaks, args, loads) -> list[str]:
       "- lnjax ms is train.health=off's step, timed in rounds alternating with PyTorch's. "
       "Health on: after those rounds, the same step with train.health=log|warn between "
       "log steps (per-layer RMS of gradient, update, parameters) and at a log step (also "
-      "residual RMS, attention and output logits), each timed right after a round of the "
-      "off step on the same state; overhead against that off step.",
+      "residual RMS, attention and output logits, from a forward pass of their own before "
+      "the step), each timed right after a round of the off step on the same state; "
+      "overhead against that off step. A run's overhead (the verdict): the first's, and "
+      "the log step's extra once every train.log_every_steps (default 50) steps.",
       "- Peak RSS: each worker process's VmHWM (one model, one framework each; lnjax's "
       "includes its compile), read after the alternating rounds, when lnjax has compiled "
       "and run the one step PyTorch runs; in brackets lnjax's after the health variants "
