@@ -161,6 +161,8 @@ class TrainStep:
                           **step_options),
         in_shardings=(shard, batch_shard), out_shardings=(shard, sharding.replicated(mesh)),
         donate_argnums=0)
+    self._activation_step = jax.jit(functools.partial(steps.activation_step, setup=setup,
+                                                      seed=0))
     t0 = time.perf_counter()
     lowered = self._jit().lower(self.state, self.batch)
     t1 = time.perf_counter()
@@ -182,10 +184,21 @@ class TrainStep:
     self.loss = None
     self.footprint = allocator.Footprint()  # As the trainer's Memory hook, after each step.
 
-  def add_variant(self, name: str, **step_options) -> None:
+  def add_variant(self, name: str, log_step: bool = False, **step_options) -> None:
     """Compiles the same step with other train_step options (`health=True`, ...), run by
-    `run(n, name)` on the same state."""
-    self.variants[name] = self._jit(**step_options).lower(self.state, self.batch).compile()
+    `run(n, name)` on the same state; `log_step`: with the activation statistics' forward
+    pass before it, as a run's log steps take it (lnjax/core/health_hooks.py)."""
+    step = self._jit(**step_options).lower(self.state, self.batch).compile()
+    if log_step:
+      forward = self._activation_step.lower(self.state.params, self.batch,
+                                            self.state.step).compile()
+      def logged(state, batch, step=step, forward=forward):
+        sown = forward(state.params, batch, state.step)
+        state, metrics = step(state, batch)
+        return state, {**metrics, **sown}
+      self.variants[name] = logged
+    else:
+      self.variants[name] = step
 
   def run(self, n: int, variant: str = "") -> list[float]:
     times = []

@@ -349,8 +349,8 @@ MUTANTS = [
       ("tests/test_reliability.py::test_1_bucket_lock_of_a_live_process_of_this_host_is_refused_however_old",),
       "a bucket lock held by a live process of this host is taken over as a dead one's"),
     M("dropout_key_constant", "lnjax/core/steps.py",
-      "dropout_key = jax.random.fold_in(jax.random.key(seed, impl=dropout_rng), state.step)",
-      "dropout_key = jax.random.key(seed, impl=dropout_rng)",
+      "return jax.random.fold_in(jax.random.key(seed, impl=dropout_rng), step)",
+      "return jax.random.key(seed, impl=dropout_rng)",
       ("tests/test_train.py::test_dropout_draws_new_masks_at_every_step",),
       "dropout draws the same mask at every step (resumed and uninterrupted runs alike)"),
     # ---- Ray back end (issue 33)

@@ -64,6 +64,7 @@ def test_the_atlas_tables_the_warmups_lift_where_both_cells_are_measured(tmp_pat
   assert "| nGPT | 1× | — | — |" in lifts  # 0.3 both: the search's ceiling.
 
 
+@pytest.mark.slow  # (Fast tier: its other table tests.)
 def test_a_warmup_slice_is_one_depth_borrows_its_range_tests_and_can_narrow_its_placements(
     tmp_path):
   """Each warm-up slice searches one depth (a round of probes runs at that depth's pace),

@@ -114,6 +114,7 @@ def test_packing_lengths_segments_and_separators():
   assert (len(a), len(b)) == (11, 10)
 
 
+@pytest.mark.slow  # (Fast tier: the pre-training model's test.)
 def test_classifier_head_reads_the_first_token():
   cfg = ModelConfig(vocab_size=50, num_layers=1, d_model=16, num_heads=2, d_ff=32, max_len=16,
                     dropout_rate=0.0, tie_embeddings=True)

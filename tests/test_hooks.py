@@ -296,24 +296,40 @@ def test_max_rollbacks_1_allows_exactly_one(tmp_path):
 UPDATE_RMS = "health/layer_0/self_attn/update_rms"
 
 
+SOWN = "health/layer_0/self_attn/max_logit"
+
+
 @jax.jit
-def _step_with_health(state, batch, lr_scale=1.0, activations=False):
+def _step_with_health(state, batch, lr_scale=1.0):
   """_step, and an update RMS (per unit of learning rate) equal to the batch's loss."""
   state, metrics = _step(state, batch, lr_scale)
   return state, {**metrics, UPDATE_RMS: metrics["train_loss"] * metrics["learning_rate"]}
 
 
+def _activation_step(params, batch, step):
+  """A sown statistic equal to the state's step it was taken at."""
+  return {SOWN: jnp.asarray(step, jnp.float32)}
+
+
 @pytest.mark.parametrize("mode", ["log", "warn"])
 def test_health_log_records_the_statistics_and_warn_also_warns(tmp_path, mode):
   """An update RMS 50× its median at step 21 of 30: both modes write the health/ record of
-  every log step (5, 10, ... 30); only warn prints the warning and writes its record."""
+  every log step (5, 10, ... 30), with the sown statistics of a forward pass taken at log
+  steps only, before the update (from the state of step 4 at step 5); only warn prints the
+  warning and writes its record."""
   from lnjax.core import health, health_hooks
   rule = health.EarlyWarning(factor=3.0, window=100, min_history=10)
   hook = health_hooks.Health(mode, 5, 30, rule=rule)
   loop = make_loop(tmp_path, [1.0] * 20 + [50.0] + [1.0] * 9, [hook])
-  loop.train_step = hook.wrap(lambda state, batch, **kw: _step_with_health(state, batch, **kw))
+  forwards = []
+  loop.train_step = hook.wrap(lambda state, batch, **kw: _step_with_health(state, batch, **kw),
+                              lambda *args: forwards.append(int(args[2])) or
+                              _activation_step(*args))
   assert loop.run() == hooks.COMPLETED
   assert [r["step"] for r in records(tmp_path) if UPDATE_RMS in r] == [5, 10, 15, 20, 25, 30]
+  assert [(r["step"], r[SOWN]) for r in records(tmp_path) if SOWN in r] == [
+      (s, s - 1.0) for s in (5, 10, 15, 20, 25, 30)]
+  assert forwards == [4, 9, 14, 19, 24, 29]
   warned = [r["step"] for r in records(tmp_path) if "warning/layer_0/self_attn/update_rms" in r]
   assert warned == ([21] if mode == "warn" else [])
   assert any(line.startswith("warning: step 21:") for line in loop.lines) == (mode == "warn")

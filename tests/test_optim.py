@@ -11,6 +11,8 @@ import pytest
 from lnjax.core import losses
 from lnjax.core import errors, optim
 
+from conftest import fast_tier
+
 
 def lr(schedule, t):
   return float(schedule(t))
@@ -114,7 +116,7 @@ def test_refusals(bad, match):
     optim.OptConfig(**bad)
 
 
-@pytest.mark.parametrize("name", optim.OPTIMIZERS)
+@pytest.mark.parametrize("name", fast_tier(optim.OPTIMIZERS, ("adam", "sgd")))
 def test_every_optimizer_descends(name):
   params = {"w": jnp.array([3.0, -2.0])}
   tx = optim.make_optimizer(optim.OptConfig(name=name, learning_rate=0.05),

@@ -61,6 +61,7 @@ def test_translation_without_an_evaluation_split_is_refused_before_anything_is_w
   assert not wd.exists()
 
 
+@pytest.mark.slow
 def test_logits_refuses_ids_outside_the_vocabulary():
   """JAX clamps an out-of-range gather: run.logits([100000, -5]) gave logits of the last
   and first tokens without a word. A ValueError names the valid range now."""

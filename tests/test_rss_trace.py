@@ -5,11 +5,14 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHILD = ("import sys, time, numpy as np; a = np.ones(48 << 20); print('allocated', flush=True); "
          "time.sleep(0.5); sys.exit(3)")  # 384 MiB of float64, touched.
 
 
+@pytest.mark.slow
 def test_the_peak_holds_the_child_allocation_and_its_exit_code_passes_through():
   r = subprocess.run([sys.executable, "benchmarks/rss_trace.py", "--print_every", "0.1", "--",
                       sys.executable, "-c", CHILD], cwd=REPO, capture_output=True, text=True,

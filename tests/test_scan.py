@@ -50,7 +50,7 @@ def _close(a, b, atol=1e-5):
   jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, atol=atol, rtol=0), a, b)
 
 
-@pytest.mark.parametrize("position", fast_tier(NORM_POSITIONS, ("post", "pre")))
+@pytest.mark.parametrize("position", fast_tier(NORM_POSITIONS, ("pre",)))
 def test_scanned_lm_equals_unrolled(position):
   """Parameters initialized scanned (Admin's ω profiled through the unrolled model),
   unstacked for the unrolled model: the same logits."""

@@ -132,7 +132,8 @@ def test_dropout_draws_new_masks_at_every_step():
 
 
 @pytest.mark.parametrize("rng, op", [("threefry2x32", "threefry2x32"), ("rbg", "rng_bit_generator"),
-                                     ("unsafe_rbg", "rng_bit_generator")])
+                                     pytest.param("unsafe_rbg", "rng_bit_generator",
+                                                  marks=pytest.mark.slow)])
 def test_dropout_masks_come_from_the_configured_generator(rng, op):
   """train.dropout_rng: threefry's masks are hashes in the program; rbg's and unsafe_rbg's
   come from XLA's RngBitGenerator (what makes libtpu's compile shorter). Either way the masks

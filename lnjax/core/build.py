@@ -35,9 +35,9 @@ class Built:
   setup: state_lib.Setup
   state_sharding: Any
   batch_sharding: Any
-  train_step: Any  # jitted (state, batch[, lr_scale=s, activations=a]) -> (state, metrics);
-  # state donated.
+  train_step: Any  # jitted (state, batch[, lr_scale=s]) -> (state, metrics); state donated.
   eval_step: Any  # jitted (params, batch) -> (NLL sum, target count).
+  activation_step: Any  # jitted (params, batch, step) -> the sown health/ statistics.
   data_seconds: float = 0.0  # Time the data took to prepare (corpus, tokenizer).
 
   def init_state(self) -> state_lib.TrainState:
@@ -90,9 +90,10 @@ def build(config: ml_collections.ConfigDict, mesh: Mesh | None = None, *,
         "for the next run).")
   config, run = complete_config(config, run, data)
   setup = run_setup(run, data.steps_per_epoch)
-  state_sharding, batch_sharding, train_step, eval_step = jit_steps(run, setup, mesh)
+  state_sharding, batch_sharding, train_step, eval_step, activation_step = jit_steps(
+      run, setup, mesh)
   return Built(config, run, mesh, data, setup, state_sharding, batch_sharding, train_step,
-               eval_step, seconds)
+               eval_step, activation_step, seconds)
 
 
 def run_setup(run: run_lib.RunConfig, steps_per_epoch: int | None) -> state_lib.Setup:
@@ -105,8 +106,8 @@ def run_setup(run: run_lib.RunConfig, steps_per_epoch: int | None) -> state_lib.
 
 
 def jit_steps(run: run_lib.RunConfig, setup: state_lib.Setup, mesh: Mesh):
-  """(state sharding, batch sharding, train_step, eval_step) on `mesh`: the jitted steps
-  every run trains with, and that `lnjax compile` (lnjax/core/plan.py) compiles for a TPU
+  """(state sharding, batch sharding, train_step, eval_step, activation_step) on `mesh`:
+  the jitted steps every run trains with, and that `lnjax compile` (lnjax/core/plan.py) compiles for a TPU
   slice."""
   batch_sharding = sharding.batch_sharding(mesh)
   state_sharding = state_lib.state_shardings(setup, mesh)
@@ -119,22 +120,26 @@ def jit_steps(run: run_lib.RunConfig, setup: state_lib.Setup, mesh: Mesh):
     return traced
 
   @functools.cache
-  def compiled(lr_scale: float, activations: bool):  # (jit takes no keyword arguments
-    return jax.jit(functools.partial(  # with in_shardings: one program per variant.)
+  def compiled(lr_scale: float):  # (jit takes no keyword arguments with in_shardings: one
+    return jax.jit(functools.partial(  # program per learning-rate scale.)
         on_mesh(steps.train_step), setup=setup, label_smoothing=run.train.label_smoothing,
         seed=run.seed, log_grad_norms=run.train.log_grad_norms,
-        health=run.train.health != "off", lr_scale=lr_scale, activations=activations,
-        dropout_rng=run.train.dropout_rng),
+        health=run.train.health != "off", lr_scale=lr_scale, dropout_rng=run.train.dropout_rng),
         in_shardings=(state_sharding, batch_sharding),
         out_shardings=(state_sharding, sharding.replicated(mesh)), donate_argnums=0)
 
-  def train_step(state, batch, *, lr_scale: float = 1.0, activations: bool = False):
-    return compiled(float(lr_scale), bool(activations))(state, batch)
-  train_step.lower = lambda state, batch: compiled(1.0, False).lower(state, batch)
+  def train_step(state, batch, *, lr_scale: float = 1.0):
+    return compiled(float(lr_scale))(state, batch)
+  train_step.lower = lambda state, batch: compiled(1.0).lower(state, batch)
   eval_step = jax.jit(functools.partial(on_mesh(steps.eval_step), setup=setup),
                       in_shardings=(state_sharding.params, batch_sharding),
                       out_shardings=sharding.replicated(mesh))
-  return state_sharding, batch_sharding, train_step, eval_step
+  activation_step = jax.jit(functools.partial(
+      on_mesh(steps.activation_step), setup=setup, seed=run.seed,
+      dropout_rng=run.train.dropout_rng),
+      in_shardings=(state_sharding.params, batch_sharding, sharding.replicated(mesh)),
+      out_shardings=sharding.replicated(mesh))
+  return state_sharding, batch_sharding, train_step, eval_step, activation_step
 
 
 def _make_data(run: run_lib.RunConfig, mesh: Mesh, whole: bool):

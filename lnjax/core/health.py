@@ -1,13 +1,15 @@
 """The stability instrument: per-layer health inside the train step, an early warning read
 off it, and the 6σ skip-step rule as an optax transform.
 
-Health (`train.health=log|warn`) is computed inside the compiled step, from what the step
-already holds (no second forward or backward pass): for every layer and sub-layer the RMS
-of the gradient, of the optimizer update and of the parameters; from values the model
-sows into its 'intermediates' collection (lnjax/models: nothing is computed unless the
-step asks for that collection) the RMS of the residual stream entering each layer, the
-largest attention logit of each attention sub-layer, and the output logits' largest value
-and mean log-partition z. Names are stable:
+Health (`train.health=log|warn`) is computed inside the compiled train step, from what the
+step already holds (no second forward or backward pass): for every layer and sub-layer the
+RMS of the gradient, of the optimizer update and of the parameters. At log steps a
+forward pass of its own (lnjax/core/steps.py's `activation_step`: the step's parameters,
+batch and dropout masks) reads the values the model sows into its 'intermediates'
+collection (lnjax/models: nothing is computed unless a caller asks for that collection):
+the RMS of the residual stream entering each layer, the largest attention logit of each
+attention sub-layer, and the output logits' largest value and mean log-partition z. Names
+are stable:
 
   health/layer_3/self_attn/update_rms   health/layer_3/ffn/grad_rms   health/embed/param_rms
   health/layer_3/residual_rms           health/layer_3/self_attn/max_logit
@@ -103,13 +105,13 @@ def sown_statistics(intermediates, cfg) -> dict[str, jax.Array]:
   return out
 
 
-def step_statistics(cfg, params, grads, updates, intermediates) -> dict[str, jax.Array]:
-  """Every health/ scalar of one train step (jittable): RMS of gradient, update and
-  parameters (those the gradient was taken at) per layer and sub-layer, and the sown ones."""
+def step_statistics(cfg, params, grads, updates) -> dict[str, jax.Array]:
+  """The health/ scalars of every train step (jittable): RMS of gradient, update and
+  parameters (those the gradient was taken at) per layer and sub-layer. The sown ones come
+  from their own forward pass at log steps (sown_statistics, lnjax/core/steps.py)."""
   stats = {}
   for stat, tree in (("grad_rms", grads), ("update_rms", updates), ("param_rms", params)):
     stats.update(rms_by_group(tree, cfg, stat))
-  stats.update(sown_statistics(intermediates, cfg))
   return stats
 
 

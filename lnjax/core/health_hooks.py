@@ -15,9 +15,11 @@ class Health(Hook):
   values of that step, the sown activations with them), and with `warn` feeds every step to
   `health.EarlyWarning` (spikes) and `health.VanishingGradient` (lower layers that stopped
   learning), printing one line and writing one record per warning (`warning/<statistic>`:
-  its ratio to the trailing median, or to the top layer's gradient). `wrap(train_step)` asks the
-  step for the sown statistics at log steps only (their extra attention-logit pass
-  would cost more than the 3% budget at every step)."""
+  its ratio to the trailing median, or to the top layer's gradient). `wrap(train_step,
+  activation_step)` adds the sown statistics at log steps only: a forward pass of their own
+  before the update, from the same parameters, batch and dropout masks (at every step their
+  extra attention-logit pass would cost more than the 3% budget; inside the train step they
+  needed a second train-step program, compiled at the first log step)."""
 
   name = "health"
 
@@ -30,8 +32,12 @@ class Health(Hook):
     self.warnings: list[dict] = []  # This step's, for Recovery.
     self._log_next = False
 
-  def wrap(self, train_step):
-    return lambda state, batch, **kw: train_step(state, batch, activations=self._log_next, **kw)
+  def wrap(self, train_step, activation_step):
+    def step(state, batch, **kw):
+      sown = activation_step(state.params, batch, state.step) if self._log_next else {}
+      state, metrics = train_step(state, batch, **kw)  # (state donated: the forward first)
+      return state, {**metrics, **sown}
+    return step
 
   def before_step(self, loop, step, batch):
     self._log_next = periodic(step, self.every_steps, self.num_steps)

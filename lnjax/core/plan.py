@@ -70,7 +70,7 @@ def prepare(config: ml_collections.ConfigDict, slice_: tpu.Slice | None = None,
   # Decay boundaries in epochs need the epoch's length; where the data were not read, one
   # step an epoch: where the schedule's steps fall changes no buffer and no FLOP.
   setup = build.run_setup(run, steps_per_epoch or (1 if run.opt.decay_epochs else None))
-  _, batch_sharding, train_step, eval_step = build.jit_steps(run, setup, mesh)
+  _, batch_sharding, train_step, eval_step, _ = build.jit_steps(run, setup, mesh)
   state = state_lib.abstract_state(setup, mesh)
   batch = {k: jax.ShapeDtypeStruct(shape, dtype, sharding=batch_sharding)
            for k, (shape, dtype) in run.task.batch_shapes(run.data, batch_shards).items()}
