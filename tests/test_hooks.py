@@ -337,8 +337,8 @@ def test_health_log_records_the_statistics_and_warn_also_warns(tmp_path, mode):
 
 
 def test_the_rate_leaves_out_the_first_step_and_a_program_compiled_later(tmp_path):
-  """Step 3 of 4 calls a program jax has not compiled yet (as the step with the health
-  statistics does at the first log step): neither its compilation nor the first step is in
+  """Step 3 of 4 calls a program jax has not compiled yet (as the health statistics' forward
+  pass does at the first log step): neither its compilation nor the first step is in
   the line's tok/s (2 tokens a step; steps 2-4 counted)."""
   import functools
   import time

@@ -245,14 +245,14 @@ def test_a_launcher_stopped_while_its_run_compiles_exits_143_within_10_s(tmp_pat
 
 @pytest.mark.slow
 def test_a_stop_while_xla_compiles_a_later_step_keeps_the_last_checkpoint(tmp_path):
-  """Steps 1-3 saved; step 4, a log step, compiles the train step with the health
-  statistics when the stop comes: exit 143 within 10 s, checkpoint 3 the newest and whole,
-  the lock released. (The process ends as a kill -9 would, the lock aside: that a relaunch
-  then resumes to an uninterrupted run's records is test_reliability.py's.)"""
+  """Steps 1-3 saved; step 4, a log step, compiles the health statistics' forward pass
+  when the stop comes: exit 143 within 10 s, checkpoint 3 the newest and whole, the lock
+  released. (The process ends as a kill -9 would, the lock aside: that a relaunch then
+  resumes to an uninterrupted run's records is test_reliability.py's.)"""
   deep = ["--config=configs/lm.py:smoke", "--config.mesh.data=1",
-          "--config.model.num_layers=10", "--config.train.num_steps=5",
+          "--config.model.num_layers=24", "--config.train.num_steps=5",
           "--config.train.checkpoint_every_steps=1", "--config.train.log_every_steps=4",
-          f"--workdir={tmp_path / 'deep'}"]  # (The step with statistics: 15-60 s to compile.)
+          f"--workdir={tmp_path / 'deep'}"]  # (The forward pass: longer than the 2 s grace.)
   wd = tmp_path / "deep"
   proc = forkserver.Popen([sys.executable, "-m", "lnjax.main", *deep], cwd=REPO, text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

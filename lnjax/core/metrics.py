@@ -149,8 +149,8 @@ jax.monitoring.register_event_duration_secs_listener(_count_preparing)
 class Progress:
   """The console line: step, loss, lr, gradient norm, target tokens/s, ETA. Every program
   jax prepares meanwhile is kept out of tokens/s and the ETA: the first step of each batch
-  shape (a translation run has one shape per length bucket), the step variant that also
-  returns the health statistics (at the first log step), a recovery's scaled step."""
+  shape (a translation run has one shape per length bucket), the health statistics'
+  forward pass (at the first log step), a recovery's scaled step."""
 
   def __init__(self, num_steps: int, first_step: int, num_shapes: int = 1):
     self.num_steps = num_steps
