@@ -107,8 +107,8 @@ def run_setup(run: run_lib.RunConfig, steps_per_epoch: int | None) -> state_lib.
 
 def jit_steps(run: run_lib.RunConfig, setup: state_lib.Setup, mesh: Mesh):
   """(state sharding, batch sharding, train_step, eval_step, activation_step) on `mesh`:
-  the jitted steps every run trains with, and that `lnjax compile` (lnjax/core/plan.py) compiles for a TPU
-  slice."""
+  the jitted steps every run trains with, and that `lnjax compile` (lnjax/core/plan.py)
+  compiles for a TPU slice."""
   batch_sharding = sharding.batch_sharding(mesh)
   state_sharding = state_lib.state_shardings(setup, mesh)
 

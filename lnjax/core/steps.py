@@ -13,9 +13,9 @@ def train_step(state: state_lib.TrainState, batch: dict, *, setup: state_lib.Set
                lr_scale: float = 1.0, health: bool = False, dropout_rng: str = "threefry2x32"):
   """One optimizer update; pure. Dropout's key is a function of (seed, step) (`_dropout_key`).
   `lr_scale` (static) multiplies the update: the learning rate's, for lnjax's optimizers,
-  whose last factor it is. `health`: the per-layer RMS of gradient, update and parameters in the metrics (health/...; the
-  statistics the model sows come from `activation_step`). `dropout_rng`: the masks'
-  generator (train.dropout_rng)."""
+  whose last factor it is. `health`: the per-layer RMS of gradient, update and parameters
+  in the metrics (health/...; the statistics the model sows come from `activation_step`).
+  `dropout_rng`: the masks' generator (train.dropout_rng)."""
   dropout_key = _dropout_key(seed, dropout_rng, state.step)
 
   def loss_fn(params):

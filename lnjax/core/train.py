@@ -329,8 +329,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
 
   hooks = _hooks(b, workdir, first_step, checkpoints)
   health = next((h for h in hooks if isinstance(h, health_hooks.Health)), None)
-  loop = loop_lib.Loop(state=state, train_step=health.wrap(b.train_step, b.activation_step) if health else
-                       b.train_step, train_iter=train_iter,
+  train_step = health.wrap(b.train_step, b.activation_step) if health else b.train_step
+  loop = loop_lib.Loop(state=state, train_step=train_step, train_iter=train_iter,
                        batch_sharding=b.batch_sharding, num_steps=run.train.num_steps,
                        hooks=hooks, workdir=workdir, writer=writer, summary=summary, log=log,
                        restore=restore)
