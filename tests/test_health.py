@@ -82,6 +82,34 @@ def test_statistics_against_numpy():
   np.testing.assert_allclose(stats["health/output_z_mean"], z, rtol=1e-5)
 
 
+def test_the_forward_pass_sees_the_train_steps_dropout_masks():
+  """The activation statistics' forward pass at step s (lnjax/core/steps.py activation_step)
+  sows what the train step's own forward pass at s sows: the same parameters, batch and
+  dropout masks, whose key is fold_in(key(seed), s). With dropout on, the masks change the
+  residual stream, so another step's masks give other values."""
+  from lnjax import tasks
+  from lnjax.core import optim, state as state_lib, steps
+  cfg = ModelConfig(**{**CFG.__dict__, "dropout_rate": 0.3})
+  setup = state_lib.make_setup(cfg, optim.OptConfig(), 100, task=tasks.get("lm"))
+  model, params, tokens = _lm(cfg)
+  batch = {"inputs": tokens, "targets": tokens, "weights": jnp.ones(tokens.shape)}
+
+  def train_steps_forward(p, step):  # Under the gradient, as the train step takes it.
+    key = jax.random.fold_in(jax.random.key(3), step)
+    out, v = model.apply({"params": p}, tokens, deterministic=False, rngs={"dropout": key},
+                         mutable=["intermediates"])
+    return jnp.mean(out), v["intermediates"]
+
+  (_, inter), _ = jax.value_and_grad(train_steps_forward, has_aux=True)(params, 7)
+  expected = health.sown_statistics(inter, cfg)
+  ours = steps.activation_step(params, batch, jnp.asarray(7), setup=setup, seed=3)
+  assert sorted(ours) == sorted(expected) and "health/layer_1/residual_rms" in ours
+  for k in expected:
+    np.testing.assert_allclose(ours[k], expected[k], rtol=1e-5, err_msg=k)
+  other = steps.activation_step(params, batch, jnp.asarray(8), setup=setup, seed=3)
+  assert float(other["health/layer_1/residual_rms"]) != float(ours["health/layer_1/residual_rms"])
+
+
 def test_names_cover_every_layer_and_sublayer():
   model, params, tokens = _lm()
   stats, _, _ = _stats(model, params, tokens)
