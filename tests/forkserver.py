@@ -98,7 +98,6 @@ def serve(path: str) -> None:
         conn.close()
 
 
-
 # ---- The client (in the test process). ----------------------------------------------
 
 _server: dict = {}

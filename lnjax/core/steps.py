@@ -4,13 +4,15 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from lnjax.core import health as health_lib, metrics as metrics_lib, state as state_lib
+from lnjax.core import health as health_lib, metrics as metrics_lib, run as run_lib
+from lnjax.core import state as state_lib
 from lnjax.models import transformer
 
 
 def train_step(state: state_lib.TrainState, batch: dict, *, setup: state_lib.Setup,
                label_smoothing: float, seed: int, log_grad_norms: bool = False,
-               lr_scale: float = 1.0, health: bool = False, dropout_rng: str = "threefry2x32"):
+               lr_scale: float = 1.0, health: bool = False,
+               dropout_rng: str = run_lib.TrainConfig.dropout_rng):
   """One optimizer update; pure. Dropout's key is a function of (seed, step) (`_dropout_key`).
   `lr_scale` (static) multiplies the update: the learning rate's, for lnjax's optimizers,
   whose last factor it is. `health`: the per-layer RMS of gradient, update and parameters
@@ -48,7 +50,7 @@ def train_step(state: state_lib.TrainState, batch: dict, *, setup: state_lib.Set
 
 
 def activation_step(params, batch: dict, step, *, setup: state_lib.Setup, seed: int,
-                    dropout_rng: str = "threefry2x32"):
+                    dropout_rng: str = run_lib.TrainConfig.dropout_rng):
   """The statistics the model sows (health/...: residual RMS, largest attention and output
   logits) in the forward pass `train_step` takes at `step` from `params`: the same batch and
   dropout masks, so the same values. Forward only, at log steps (lnjax/core/health_hooks.py):
