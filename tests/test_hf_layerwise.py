@@ -85,7 +85,10 @@ def test_layer_by_layer_statistics_equal_the_whole_models(tmp_path, monkeypatch,
     assert_close({p: r[q] for p, r in records.items()},
                  {p: r[q] for p, r in whole_records.items()}, f"norms' {q}")
   for path, r in whole_records.items():  # What probes.ln_jacobians reads.
-    np.testing.assert_allclose(records[path]["tokens"], r["tokens"], rtol=RTOL, atol=1e-6)
+    # (Two programs round differently: a token's entries near 0 are compared at the scale
+    # of the row's largest, 4.35 in Gemma 2's, which differed by 2.5e-6 on one CPU.)
+    np.testing.assert_allclose(records[path]["tokens"], r["tokens"], rtol=RTOL,
+                               atol=RTOL * np.abs(r["tokens"]).max())
     assert records[path]["params"] is r["params"] and records[path]["module"] == r["module"]
 
 
