@@ -1,0 +1,60 @@
+"""lnjax/analysis/sharpness.py against closed forms: a quadratic's Hessian is its matrix,
+P⁻¹H's eigenvalues a diagonal quadratic's entries over P's, Adam's threshold (2 + 2β₁)/(1 − β₁)
+(Cohen et al., arXiv 2207.14484) and its bias-corrected second moment written out."""
+
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from lnjax.analysis import sharpness
+
+
+def quadratic(matrix):
+  return lambda p: 0.5 * p["w"] @ matrix @ p["w"]
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(0, 2**31 - 1))
+def test_the_top_eigenvalue_of_a_quadratics_hessian_is_its_matrixs(seed):
+  rng = np.random.default_rng(seed)
+  q, _ = np.linalg.qr(rng.normal(size=(5, 5)))
+  eigs = np.array([4.0, 1.0, 0.5, -0.25, 0.1])  # A clear top eigenvalue, one negative.
+  matrix = jnp.asarray(q @ np.diag(eigs) @ q.T, jnp.float32)
+  lam, quotients = sharpness.hessian_top(quadratic(matrix), {"w": jnp.ones(5)}, iters=60,
+                                          seed=seed)
+  assert lam == pytest.approx(4.0, rel=1e-4) and len(quotients) == 60
+
+
+def test_the_preconditioned_eigenvalue_is_the_largest_entry_over_ps():
+  h = jnp.array([3.0, 1.0, 0.5, 7.0])
+  p = jnp.array([1.0, 0.05, 1.0, 2.0])  # P⁻¹H: 3, 20, 0.5, 3.5.
+  lam, _ = sharpness.hessian_top(quadratic(jnp.diag(h)), {"w": jnp.ones(4)},
+                                 precond={"w": p}, iters=60)
+  assert lam == pytest.approx(20.0, rel=1e-4)
+  raw, _ = sharpness.hessian_top(quadratic(jnp.diag(h)), {"w": jnp.ones(4)}, iters=60)
+  assert raw == pytest.approx(7.0, rel=1e-4)
+
+
+def test_adams_threshold_and_edge():
+  assert sharpness.adam_threshold(0.9) == pytest.approx(38.0)
+  assert sharpness.adam_threshold(0.0) == pytest.approx(2.0)  # Gradient descent's 2/η.
+  assert sharpness.adam_edge(380.0, 0.9) == pytest.approx(0.1)
+
+
+def test_adams_preconditioner_is_the_bias_corrected_root_of_its_second_moment():
+  b2, eps = 0.98, 1e-8
+  tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-3, b2=b2, eps=eps))
+  params = {"w": jnp.ones(3)}
+  state = tx.init(params)
+  grads = [jnp.array([0.1, -0.2, 0.3]), jnp.array([0.2, 0.0, -0.1])]
+  for g in grads:
+    _, state = tx.update({"w": g}, state, params)
+  nu = (1 - b2) * (b2 * grads[0] ** 2 + grads[1] ** 2)
+  want = np.sqrt(nu / (1 - b2 ** 2)) + eps
+  np.testing.assert_allclose(sharpness.adam_precond(state, 2, b2, eps)["w"], want, rtol=1e-6)
+  with pytest.raises(ValueError, match="at least one update"):
+    sharpness.adam_precond(state, 0, b2, eps)
+  with pytest.raises(ValueError, match="no Adam second moment"):
+    sharpness.adam_precond(optax.sgd(0.1).init(params), 1, b2, eps)
