@@ -55,7 +55,7 @@ def measure(placement: str, depth: int, workdir: str) -> dict:
   pre, pre_q = sharpness.hessian_top(loss, params, precond=precond, iters=_ITERS.value)
   return {"status": "completed", "step": int(restored.state.step), "sharpness": raw,
           "precond_sharpness": pre, "adam_edge": sharpness.adam_edge(pre, opt.b1),
-          "quotients": raw_q, "precond_quotients": pre_q,
+          "estimates": raw_q, "precond_estimates": pre_q,
           "seconds": round(time.perf_counter() - t0, 1)}
 
 

@@ -24,7 +24,14 @@ def test_the_top_eigenvalue_of_a_quadratics_hessian_is_its_matrixs(seed):
   matrix = jnp.asarray(q @ np.diag(eigs) @ q.T, jnp.float32)
   lam, quotients = sharpness.hessian_top(quadratic(matrix), {"w": jnp.ones(5)}, iters=60,
                                           seed=seed)
-  assert lam == pytest.approx(4.0, rel=1e-4) and len(quotients) == 60
+  assert lam == pytest.approx(4.0, rel=1e-4) and len(quotients) == 5
+
+
+def test_a_few_iterations_find_a_separated_top_eigenvalue_of_a_large_spectrum():
+  h = jnp.concatenate([jnp.array([50.0, 20.0]), jnp.linspace(-3.0, 5.0, 998)])
+  lam, estimates = sharpness.hessian_top(quadratic(jnp.diag(h)), {"w": jnp.ones(1000)}, iters=20)
+  assert lam == pytest.approx(50.0, rel=1e-4) and len(estimates) == 20
+  assert all(a <= b + 1e-3 for a, b in zip(estimates, estimates[1:]))  # Ritz values rise.
 
 
 def test_the_preconditioned_eigenvalue_is_the_largest_entry_over_ps():
@@ -58,3 +65,9 @@ def test_adams_preconditioner_is_the_bias_corrected_root_of_its_second_moment():
     sharpness.adam_precond(state, 0, b2, eps)
   with pytest.raises(ValueError, match="no Adam second moment"):
     sharpness.adam_precond(optax.sgd(0.1).init(params), 1, b2, eps)
+
+
+def test_a_larger_negative_eigenvalue_does_not_hide_the_largest_one():
+  h = jnp.array([-30.0, 2.0, 0.5, -1.0])  # Largest in magnitude: −30; largest: 2.
+  lam, quotients = sharpness.hessian_top(quadratic(jnp.diag(h)), {"w": jnp.ones(4)}, iters=30)
+  assert lam == pytest.approx(2.0, rel=1e-5) and len(quotients) == 4  # Exact at n = 4.
