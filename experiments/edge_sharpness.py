@@ -16,6 +16,7 @@ import json
 import os
 import time
 
+import numpy as np
 from absl import app, flags
 
 import lnjax
@@ -59,33 +60,79 @@ def measure(placement: str, depth: int, workdir: str) -> dict:
           "seconds": round(time.perf_counter() - t0, 1)}
 
 
-def report(table: dict) -> None:
-  import numpy as np
+def report(table: dict) -> str:
+  """The table (each cell's sharpness beside its searched edge), Spearman's rank
+  correlation of Adam's edge with the searched one by depth, and the figure."""
+  import datetime
+
   from scipy import stats
 
   import edge_predictor  # (beside this script: the atlas's searched cells)
 
-  atlas = {k: c["highest_stable_lr"] for k, c in edge_predictor.atlas_cells().items()}
-  rows, lines = [], ["| placement | layers | λ_max(H) | λ_max(P⁻¹H) | 38/λ | searched edge, "
-                     "warm-up 0 | searched / 38/λ |", "|---|---:|---:|---:|---:|---:|---:|"]
+  atlas = {k: c for k, c in edge_predictor.atlas_cells().items()}
+  date = datetime.date.today().isoformat()
+  lines = ["# Sharpness at step 20 against the searched edge", "",
+           f"`python experiments/edge_sharpness.py` ({date}): each (placement, depth) of the "
+           "2020 atlas trained 20 steps at 1e-3 (the predictor's feature run), then the "
+           "largest eigenvalue of the Hessian H and of P⁻¹H (P: Adam's √v̂ + ε) on "
+           f"{_BATCHES.value} held-out batches by {_ITERS.value} Lanczos iterations "
+           "(lnjax/analysis/sharpness.py). Adam's edge: 38/λ_max(P⁻¹H), the rate at Adam's "
+           "stability threshold (Cohen et al., arXiv 2207.14484). Searched: the atlas's "
+           "highest stable rate without warm-up (300-step probes, experiments/atlas).", "",
+           "| placement | layers | λ_max(H) | λ_max(P⁻¹H) | Adam's edge 38/λ | searched | "
+           "searched / Adam's |", "|---|---:|---:|---:|---:|---:|---:|"]
+  pairs: dict[int, list] = {}
   for key, e in sorted(table.items(), key=lambda kv: (int(kv[0].split("/")[1]), kv[0])):
     placement, depth = key.split("/")
-    edge = atlas.get((placement, int(depth), 0))
+    cell = atlas.get((placement, int(depth), 0), {})
+    edge = cell.get("highest_stable_lr")
     if e.get("status") != "completed":
       lines.append(f"| {placement} | {depth} | {e.get('status')} | | | | |")
       continue
+    searched = f"{edge:.3g}" if edge else f"< {cell['lowest_unstable_lr']:.3g}" if cell else "—"
     ratio = f"{edge / e['adam_edge']:.2f}" if edge else "—"
-    lines.append(f"| {placement} | {depth} | {e['sharpness']:.3g} | {e['precond_sharpness']:.3g}"
-                 f" | {e['adam_edge']:.3g} | {edge if edge else '—'} | {ratio} |")
+    lines.append(f"| {placement} | {depth} | {e['sharpness']:.3g} | "
+                 f"{e['precond_sharpness']:.3g} | {e['adam_edge']:.3g} | {searched} | {ratio} |")
     if edge:
-      rows.append((e["adam_edge"], edge))
-  if len(rows) >= 3:
-    pred, got = np.log10(np.array(rows)).T
-    rho = stats.spearmanr(pred, got).statistic
-    lines.append(f"\nSpearman's rank correlation of 38/λ and the searched edge: {rho:.2f} "
-                 f"({len(rows)} cells)")
-  text = "\n".join(lines)
-  print(text)
+      pairs.setdefault(int(depth), []).append((placement, e["adam_edge"], edge))
+  lines.append("")
+  every = [p for d in pairs.values() for p in d]
+  for label, group in [*((f"{d} layers", pairs[d]) for d in sorted(pairs)), ("all", every)]:
+    if len(group) >= 3:
+      _, pred, got = zip(*group)
+      ratio = np.log10(np.array(got) / np.array(pred))
+      lines.append(f"- {label}: Spearman's rank correlation {stats.spearmanr(pred, got).statistic:.2f}"
+                   f" over {len(group)} cells; searched / Adam's edge from "
+                   f"{10 ** ratio.min():.2f} to {10 ** ratio.max():.2f} (median "
+                   f"{10 ** np.median(ratio):.2f})")
+  _figure(pairs, date)
+  return "\n".join(lines) + "\n"
+
+
+def _figure(pairs: dict, date: str) -> None:
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  fig, ax = plt.subplots(figsize=(6.2, 5.6))
+  line = [1e-4, 1.0]
+  ax.plot(line, line, color="k", lw=1, label="searched = Adam's edge")
+  markers = {6: "o", 12: "s", 24: "^"}
+  for depth, group in sorted(pairs.items()):
+    for placement, pred, got in group:
+      ax.scatter(pred, got, marker=markers.get(depth, "o"), s=30, edgecolor="k", linewidth=0.4)
+      ax.annotate(placement, (pred, got), fontsize=6, xytext=(3, 2), textcoords="offset points")
+  for depth, m in markers.items():
+    if depth in pairs:
+      ax.scatter([], [], marker=m, color="0.5", label=f"{depth} layers")
+  ax.set(xscale="log", yscale="log", xlim=(1e-4, 1.0), ylim=(1e-4, 1.0),
+         xlabel="Adam's edge at step 20: 38 / λ_max(P⁻¹H)",
+         ylabel="searched highest stable lr, no warm-up (experiments/atlas)")
+  ax.legend(fontsize=7, loc="upper left")
+  ax.set_title(f"python experiments/edge_sharpness.py ({date})", fontsize=9)
+  fig.tight_layout()
+  fig.savefig(OUT.replace(".json", ".png"), dpi=120)
+  plt.close(fig)
 
 
 def main(argv):
@@ -102,7 +149,10 @@ def main(argv):
           json.dump(table, f)
         os.replace(OUT + ".tmp", OUT)
         print(f"{key}: {table[key].get('adam_edge')} ({table[key].get('seconds')} s)", flush=True)
-  report(table)
+  text = report(table)
+  with open(OUT.replace(".json", ".md"), "w") as f:
+    f.write(text)
+  print(text)
 
 
 if __name__ == "__main__":
