@@ -101,7 +101,8 @@ def report(table: dict) -> str:
     if len(group) >= 3:
       _, pred, got = zip(*group)
       ratio = np.log10(np.array(got) / np.array(pred))
-      lines.append(f"- {label}: Spearman's rank correlation {stats.spearmanr(pred, got).statistic:.2f}"
+      rho = stats.spearmanr(pred, got).statistic
+      lines.append(f"- {label}: Spearman's rank correlation {rho:.2f}"
                    f" over {len(group)} cells; searched / Adam's edge from "
                    f"{10 ** ratio.min():.2f} to {10 ** ratio.max():.2f} (median "
                    f"{10 ** np.median(ratio):.2f})")
@@ -144,7 +145,8 @@ def main(argv):
         key = f"{placement}/{depth}"
         if key in table:
           continue
-        table[key] = measure(placement, depth, os.path.join(_WORKDIR.value, f"{placement}_d{depth}"))
+        workdir = os.path.join(_WORKDIR.value, f"{placement}_d{depth}")
+        table[key] = measure(placement, depth, workdir)
         with open(OUT + ".tmp", "w") as f:
           json.dump(table, f)
         os.replace(OUT + ".tmp", OUT)
