@@ -55,6 +55,16 @@ TWO_RUNS = {
     "+ health and slope, and each × warm-up": BASE + HEALTH + SLOPES + [
         f"{h}*warmup" for h in HEALTH + SLOPES],
 }
+# The Hessian's sharpness at the feature run's last step (experiments/edge_sharpness.py):
+# scored on the cells that have it, beside the one-run candidates on the same cells.
+SHARP = ["log_adam_edge", "log_sharpness"]
+WITH_SHARPNESS = {
+    "+ Adam's sharpness at step 20": BASE + SHARP,
+    "+ health and Adam's sharpness at step 20": BASE + HEALTH + SHARP,
+}
+SHARP_PROCEDURE = ("the candidate, one-run or with sharpness, and penalty chosen inside each "
+                   "fold (nested)")
+SHARPNESS = os.path.join(OUT, "sharpness.json")
 PROCEDURE = "the one-run candidate and penalty chosen inside each fold (nested; saved)"
 TWO_PROCEDURE = "the candidate, one- or two-run, and penalty chosen inside each fold (nested)"
 SECOND = os.path.join(OUT, f"features_lr{predict.SECOND_LR:g}.json")
@@ -182,12 +192,17 @@ def main(argv):
   if os.path.exists(SECOND):
     with open(SECOND) as f:
       second = json.load(f)
+  sharp = {}
+  if os.path.exists(SHARPNESS):
+    with open(SHARPNESS) as f:
+      sharp = {k: e for k, e in json.load(f).items() if e.get("status") == "completed"}
   cells = atlas_cells()
   keys, rows, edges, groups, censored_keys = [], [], [], [], []
   for (p, d, w), c in sorted(cells.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0])):
     if f"{p}/{d}" not in features:
       continue
-    x = predict.features(features[f"{p}/{d}"], d, w, second=second.get(f"{p}/{d}"))
+    x = predict.features(features[f"{p}/{d}"], d, w, second=second.get(f"{p}/{d}"),
+                         sharpness=sharp.get(f"{p}/{d}"))
     if c["highest_stable_lr"] is None:
       censored_keys.append(((p, d, w), c["lowest_unstable_lr"], x))
       continue
@@ -221,6 +236,11 @@ def main(argv):
     results[f"bound: the best of {tried} small sets of health and slope features, chosen on "
             f"every fold ({label})"] = (both, bound)
     nested(TWO_PROCEDURE, both, {**ONE_RUN, **TWO_RUNS})
+  measured = [i for i, x in enumerate(rows) if "log_adam_edge" in x]
+  if len({groups[i] for i in measured}) >= 3:
+    for label, names in {**ONE_RUN, **WITH_SHARPNESS}.items():
+      nested(f"{label} (cells with sharpness)", measured, {label: names})
+    nested(SHARP_PROCEDURE, measured, {**ONE_RUN, **WITH_SHARPNESS})
   # The procedure quoted and saved: the choice among the one-run candidates (one run costs
   # half of two; the choice among all, two-run ones included, is reported beside it).
   held, picks = nested(PROCEDURE, every, ONE_RUN)
@@ -303,6 +323,17 @@ def render(keys, edges, held, scored, picks, best, lam, model, censored, cost, t
             "steps. The saved procedure is the one-run one: the default before the second "
             "runs were made, and cheaper; that the two-run choice scores no better was seen "
             "on every fold (a choice between two procedures made on their scores)."]
+  if SHARP_PROCEDURE in scored:
+    sh = scored[SHARP_PROCEDURE]
+    out += ["", "The Hessian's sharpness at the feature run's step 20 (`python experiments/"
+            "edge_sharpness.py`: λ_max(H) and λ_max(P⁻¹H) with Adam's preconditioner P by 20 "
+            "Lanczos iterations; log10 of 38/λ_max(P⁻¹H), the rate at Adam's stability "
+            "threshold, Cohen et al., arXiv 2207.14484, and of λ_max(H)), on the "
+            f"{sh['cells']} cells measured so far: the choice among the one-run candidates "
+            f"and those with sharpness scores {100 * sh['within_2x']:.0f}% within 2× (median "
+            f"{sh['median_factor']:.2f}×); the rows '(cells with sharpness)' above score "
+            "each candidate on the same cells. Not in the saved procedure: measured on "
+            "part of the atlas."]
   out += ["",
           "## Cost", "",
           f"- The search (the slices' probes, and each range test once): "

@@ -121,7 +121,9 @@ def _figure(pairs: dict, date: str) -> None:
   markers = {6: "o", 12: "s", 24: "^"}
   for depth, group in sorted(pairs.items()):
     for placement, pred, got in group:
-      ax.scatter(pred, got, marker=markers.get(depth, "o"), s=30, edgecolor="k", linewidth=0.4)
+      color = plt.get_cmap("tab20")(models.NORM_POSITIONS.index(placement) % 20)
+      ax.scatter(pred, got, marker=markers.get(depth, "o"), s=30, color=color, edgecolor="k",
+                 linewidth=0.4)
       ax.annotate(placement, (pred, got), fontsize=6, xytext=(3, 2), textcoords="offset points")
   for depth, m in markers.items():
     if depth in pairs:

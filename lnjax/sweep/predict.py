@@ -165,7 +165,8 @@ def _tail(series: list, n: int = 5) -> list:
 
 
 def features(record: dict, depth: int, warmup: int, lr: float = REFERENCE_LR,
-             second: dict | None = None, second_lr: float = SECOND_LR) -> dict[str, float]:
+             second: dict | None = None, second_lr: float = SECOND_LR,
+             sharpness: dict | None = None) -> dict[str, float]:
   """The predictor's inputs of one cell: its depth and warm-up, and from its feature run
   (`read_run`, at rate `lr`) the gradient at initialization (the last layer's RMS, the
   paper's quantity, Xiong et al. 2020, arXiv 2002.04745, §3.3; the first layer's share), and
@@ -173,8 +174,13 @@ def features(record: dict, depth: int, warmup: int, lr: float = REFERENCE_LR,
   stream grew, the Adam update per unit of rate and the loss's drop. A run that diverged
   keeps its last finite values. With `second` (the same steps at `second_lr`): each of these
   run features' change per decade of rate, 'slope_<name>', and 'diverged_high' (1.0 where
-  that run diverged)."""
+  that run diverged). With `sharpness` (experiments/edge_sharpness.py's entry: the run's
+  Hessian at its last step, lnjax/analysis/sharpness.py): 'log_adam_edge', log10 of
+  38/λ_max(P⁻¹H), and 'log_sharpness', log10 λ_max(H)."""
   x = {"log_depth": math.log10(depth), "warmup": warmup / 500.0, **_run_features(record, lr)}
+  if sharpness is not None:
+    x["log_adam_edge"] = _log(sharpness["adam_edge"])
+    x["log_sharpness"] = _log(sharpness["sharpness"])
   if second is not None:
     decades = math.log10(second_lr / lr)
     high = _run_features(second, second_lr)
