@@ -325,8 +325,8 @@ def render(keys, edges, held, scored, picks, best, lam, model, censored, cost, t
             "on every fold (a choice between two procedures made on their scores)."]
   if SHARP_PROCEDURE in scored:
     sh = scored[SHARP_PROCEDURE]
-    out += ["", "The Hessian's sharpness at the feature run's step 20 (`python experiments/"
-            "edge_sharpness.py`: λ_max(H) and λ_max(P⁻¹H) with Adam's preconditioner P by 20 "
+    out += ["", "The Hessian's sharpness at the feature run's step 20 (`nice -n 10 python "
+            "experiments/edge_sharpness.py`, 2026-12-06: λ_max(H) and λ_max(P⁻¹H) with Adam's preconditioner P by 20 "
             "Lanczos iterations; log10 of 38/λ_max(P⁻¹H), the rate at Adam's stability "
             "threshold, Cohen et al., arXiv 2207.14484, and of λ_max(H)), on the "
             f"{sh['cells']} cells measured so far: the choice among the one-run candidates "
