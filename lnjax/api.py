@@ -189,12 +189,13 @@ def train(config, workdir: str) -> dict:
 
 
 def analyze(workdir: str, step: str = "latest", num_batches: int = 4,
-            lr: float | None = None) -> tuple[dict, str]:
-  """Gradients, norms and norm Jacobians of the run at `step` (lnjax/analysis/report.py):
-  (the result, the folder of its report, JSON and plots)."""
+            lr: float | None = None, sharpness_iters: int = 0) -> tuple[dict, str]:
+  """Gradients, norms and norm Jacobians of the run at `step`, and with `sharpness_iters`
+  its loss's sharpness (lnjax/analysis/report.py): (the result, the folder of its report,
+  JSON and plots)."""
   from lnjax.analysis import report
 
-  return report.analyze(workdir, step, num_batches, lr)
+  return report.analyze(workdir, step, num_batches, lr, sharpness_iters)
 
 
 def compare(workdirs: list[str], output: str = "compare", title: str | None = None) -> dict:

@@ -783,6 +783,15 @@ MUTANTS = [
       "lo, hi, hi_tested = widened, lo, True", "lo, hi, hi_tested = widened, hi, True",
       ("tests/test_stability.py::test_a_widened_low_end_becomes_the_upper_end",),
       "a widened low end leaves the upper end above the rate just found unstable"),
+    M("adam_preconditioner_bias_corrected_a_step_late", "lnjax/analysis/sharpness.py",
+      "jnp.sqrt(nu / (1 - b2 ** step)) + eps", "jnp.sqrt(nu / (1 - b2 ** (step + 1))) + eps",
+      ("tests/test_sharpness.py::test_adams_preconditioner_is_the_bias_corrected_root_of_its_second_moment",),
+      "Adam's preconditioner in the sharpness corrected for one update too many"),
+    M("lanczos_without_orthogonalization", "lnjax/analysis/sharpness.py",
+      "w - jnp.vdot(b, w) * b\n    for b in basis:\n      w = w - jnp.vdot(b, w) * b",
+      "w\n    for b in []:\n      w = w",
+      ("tests/test_sharpness.py::test_a_few_iterations_find_a_separated_top_eigenvalue_of_a_large_spectrum",),
+      "the Lanczos vectors not orthogonalized against the basis (no three-term recurrence)"),
 ]
 
 

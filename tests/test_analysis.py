@@ -1,5 +1,7 @@
 """Analysis tools: Jacobian spectral norms (paper §3)."""
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -126,3 +128,41 @@ def test_the_report_reads_a_gated_ffns_gate_as_its_input_weight():
   suffix = report.ffn_input_suffix(gated)
   assert report.per_layer(gated, suffix) == {"lm": [(0, 1.0), (1, 3.0)]}
   assert report.ffn_input_suffix({"layer_0/ffn/wi/kernel": 1.0}) == "ffn/wi/kernel"
+
+
+@pytest.mark.slow  # A 10-step run of a one-layer LM of width 8; its dense Hessian (1,984²).
+def test_analyze_reports_the_hessians_top_eigenvalue_and_adams(tmp_path_factory):
+  """`lnjax analyze --sharpness=N`: λ_max(H) and λ_max(P⁻¹H) against numpy's eigenvalues of
+  the dense Hessian (jax.hessian of the flattened parameters) and Adam's √v̂ + ε written
+  out from the checkpoint's second moment; 38/λ_max(P⁻¹H) is the reported edge."""
+  from jax.flatten_util import ravel_pytree
+
+  from lnjax import tasks
+  from lnjax.analysis import probes, report as analyze
+  from lnjax.core import checkpoint, sharding
+
+  wd = _smoke_run(tmp_path_factory, "tiny", num_layers=1, d_model=8, num_heads=2, d_ff=16)
+  result, out = analyze.analyze(wd, "latest", num_batches=1, lr=1e-3, sharpness_iters=40)
+  sharp = result["sharpness"]
+  assert "Lanczos" in open(os.path.join(out, "report.md")).read()
+
+  mesh = sharding.make_mesh(sharding.MeshConfig(data=1), jax.local_devices()[:1])
+  restored = checkpoint.restore_run(wd, None, mesh, tasks=tasks.get)
+  data = restored.run.task.make_data(restored.run.data, restored.run.seed, 0, 1, 1)
+  batches = [{k: v for k, v in b.items() if k != "index"} for b in data.eval_batches()[:1]]
+  flat, unravel = ravel_pytree(restored.state.params)
+  hessian = np.asarray(jax.hessian(lambda f: probes.mean_loss(unravel(f), restored.setup,
+                                                              batches))(flat), np.float64)
+  hessian = (hessian + hessian.T) / 2
+  assert sharp["hessian_top"] == pytest.approx(np.linalg.eigvalsh(hessian)[-1], rel=1e-3)
+
+  opt = restored.run.opt
+  (adam,) = [s for s in jax.tree.leaves(restored.state.opt_state, is_leaf=lambda s: hasattr(
+      s, "nu")) if hasattr(s, "nu")]
+  nu = np.asarray(ravel_pytree(adam.nu)[0], np.float64)
+  p = np.sqrt(nu / (1 - opt.b2 ** 10)) + opt.eps
+  want = np.linalg.eigvalsh(hessian / np.sqrt(p)[:, None] / np.sqrt(p)[None, :])[-1]
+  assert sharp["adam_top"] == pytest.approx(want, rel=1e-3)
+  assert sharp["adam_edge"] == pytest.approx(38 / want, rel=1e-3)
+  init, _ = analyze.analyze(wd, "init", num_batches=1, sharpness_iters=5)
+  assert "adam_top" not in init["sharpness"] and "no optimizer state" in init["sharpness"]["adam"]

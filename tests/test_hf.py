@@ -471,6 +471,7 @@ def test_analyze_cli_refuses_bad_input_in_one_line_with_exit_2(tmp_path):
       ([f"--hf={folder}", f"--text={tmp_path / 'empty.txt'}"], "is empty"),
       ([f"--hf={folder}", f"--text={tmp_path / 'latin1.txt'}"], "is not UTF-8 text"),
       ([f"--hf={folder}"], "--hf needs --text=FILE"),
+      ([f"--hf={folder}", f"--text={text}", "--sharpness=5"], "not a Hugging Face folder (--hf)"),
       ([f"--hf={folder}", f"--text={text}", f"--token_ids={text}"], "one of the two"),
       (["--hf=openai-community/gpt2", f"--text={text}"],
        "could not fetch 'openai-community/gpt2' from the Hugging Face hub"),

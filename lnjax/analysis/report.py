@@ -1,6 +1,7 @@
 r"""Measure a run at initialization or from a checkpoint (Xiong et al. 2020, §3).
 
   python -m lnjax.cli.analyze --workdir=DIR [--step=N|init|latest] [--batches=4] [--lr=5e-4]
+      [--sharpness=20]
 
 Restores the run in DIR (its config, parameters and optimizer state) on whatever devices
 are present, or initializes it from its config (`--step=init`, the run's seed), feeds
@@ -11,9 +12,13 @@ DIR/analysis/<step>/: analysis.json, report.md and PNG plots of
   - ‖x‖²/d of every norm's input and output (the main path before and after each norm);
   - each norm's Jacobian spectral norm at its actual inputs (power iteration with
     jvp/vjp) beside √d/‖x − μ‖;
-  - ‖Δw‖/‖w‖ of one step of the run's optimizer at learning rate `--lr`.
+  - ‖Δw‖/‖w‖ of one step of the run's optimizer at learning rate `--lr`;
+  - with `--sharpness=N`, the Hessian's largest eigenvalue, raw and under Adam's
+    preconditioner from the checkpoint's optimizer state, by N Lanczos iterations, and the
+    rate at Adam's stability threshold (lnjax/analysis/sharpness.py).
 """
 
+import functools
 import json
 import os
 import re
@@ -22,7 +27,9 @@ from lnjax.core import fileio
 
 
 def load(workdir: str, step: str):
-  """(the run built on one device (lnjax/core/build.py), its parameters, the step label)."""
+  """(the run built on one device (lnjax/core/build.py), its parameters, the step label, and
+  (optimizer state, step) of a checkpoint restored as it is: None at init and for an
+  average, whose parameters no optimizer state belongs to)."""
   from lnjax import tasks
   from lnjax.core import averaging, build, checkpoint, errors
 
@@ -32,11 +39,13 @@ def load(workdir: str, step: str):
     if config is None:
       raise errors.CheckpointError(f"{workdir} holds no config.json: not an lnjax workdir")
     b = build.build(config, mesh, tasks=tasks.get, whole_data=True)
-    return b, b.init_state().params, "init"
+    return b, b.init_state().params, "init", None
   chosen = averaging.restore(workdir, step, mesh, flag="--step", tasks=tasks.get)
   r = chosen.restored
+  averaged = step.startswith("avg:")
   return (build.build(r.config, mesh, tasks=tasks.get, whole_data=True), chosen.params,
-          chosen.label if step.startswith("avg:") else str(r.step))
+          chosen.label if averaged else str(r.step),
+          None if averaged else (r.state.opt_state, r.step))
 
 
 def unrolled(run, setup, params):
@@ -55,18 +64,24 @@ def unrolled(run, setup, params):
   return dataclasses.replace(run, model=model), plain, unscan_params(params, run.model)
 
 
-def analyze(workdir: str, step: str = "latest", num_batches: int = 4, lr: float | None = None):
+def analyze(workdir: str, step: str = "latest", num_batches: int = 4, lr: float | None = None,
+            sharpness_iters: int = 0):
+  """The run at `step`: loss, per-weight gradient norms and update ratios, every norm's
+  input and output and its Jacobian, and with `sharpness_iters` > 0 the loss's sharpness
+  (`sharpness`); written to WORKDIR/analysis/STEP (analysis.json, report.md, plots)."""
   import jax
 
   from lnjax.core import errors
   from lnjax.analysis import probes
 
   errors.check_int("--batches", num_batches, 1)
+  errors.check_int("--sharpness", sharpness_iters, 0)
   if lr is not None:
     errors.check_range("--lr", lr, low=0.0, low_open=True, high=float("inf"), high_open=True)
-  built, params, label = load(workdir, step)
-  run, setup, params = unrolled(built.run, built.setup, params)
+  built, params, label, trained = load(workdir, step)
   batches = built.eval_batches(num_batches)
+  sharp = sharpness(built, params, trained, batches, sharpness_iters) if sharpness_iters else None
+  run, setup, params = unrolled(built.run, built.setup, params)
   grads = probes.gradients(setup, params, batches)
   lr = lr or run.opt.learning_rate
   records = probes.norm_inputs(setup, params, batches[0])
@@ -80,6 +95,8 @@ def analyze(workdir: str, step: str = "latest", num_batches: int = 4, lr: float 
       "update_ratios": probes.update_ratios(grads, params, run.opt, lr), "update_lr": lr,
       "num_layers": run.model.num_layers, "d_model": run.model.d_model,
   }
+  if sharp is not None:
+    result["sharpness"] = sharp
   out = os.path.join(workdir, "analysis", label)
   fileio.refuse_run_files("--step", step, [out], own=[workdir])
   fileio.makedirs(out)
@@ -87,6 +104,30 @@ def analyze(workdir: str, step: str = "latest", num_batches: int = 4, lr: float 
   _plots(result, out)
   _report(result, out)
   return result, out
+
+
+def sharpness(built, params, trained, batches, iters: int) -> dict:
+  """λ_max of the loss's Hessian on `batches` by `iters` Lanczos iterations and, where the
+  checkpoint holds Adam's second moment, λ_max(P⁻¹H) under Adam's preconditioner and the
+  rate at Adam's stability threshold (lnjax/analysis/sharpness.py)."""
+  from lnjax.analysis import probes, sharpness as sharpness_lib
+
+  loss = functools.partial(probes.mean_loss, setup=built.setup, batches=batches)
+  top, estimates = sharpness_lib.hessian_top(loss, params, iters=iters)
+  out = {"iters": iters, "hessian_top": top, "hessian_estimates": estimates}
+  opt = built.run.opt
+  try:
+    precond = sharpness_lib.adam_precond(*trained, opt.b2, opt.eps) if trained else None
+  except ValueError as e:  # Not Adam, or no update yet.
+    out["adam"] = str(e)
+    return out
+  if precond is None:
+    out["adam"] = "no optimizer state (the initialization, or an average of checkpoints)"
+    return out
+  top, estimates = sharpness_lib.hessian_top(loss, params, precond=precond, iters=iters)
+  out.update(adam_top=top, adam_estimates=estimates, adam_edge=sharpness_lib.adam_edge(
+      top, opt.b1), adam_threshold=sharpness_lib.adam_threshold(opt.b1))
+  return out
 
 
 # 'layer_3/...' (LM), 'encoder/layer_3/...', 'decoder/...', 'bert/stack/layer_3/...' (BERT).
@@ -187,7 +228,7 @@ def _placement(result: dict) -> str:
 def _report(result: dict, out: str) -> None:
   lines = [f"# Analysis of {result['workdir']} at step {result['step']}", "",
            f"{_placement(result)}; loss {result['loss']:.4f} ({result['loss_normalization']},"
-           f" {result['num_batches']} held-out batches).", "",
+           f" {result['num_batches']} held-out batches).", "", *_sharpness_lines(result),
            "| layer | ‖∂L/∂W¹‖ | ‖∂L/∂W²‖ | ‖Δw‖/‖w‖ of W² at lr "
            f"{result['update_lr']:g} |", "|---|---|---|---|"]
   by_layer = lambda values, suffix: {f"{stack}/{layer}": v for stack, pts in
@@ -205,6 +246,21 @@ def _report(result: dict, out: str) -> None:
                  f"{j['sqrt_d_over_norm']:.4f} |")
   lines += ["", "![gradients](gradients.png)", ""]
   fileio.write_text(os.path.join(out, "report.md"), "\n".join(lines))
+
+
+def _sharpness_lines(result: dict) -> list[str]:
+  sharp = result.get("sharpness")
+  if sharp is None:
+    return []
+  line = (f"Sharpness ({sharp['iters']} Lanczos iterations): λ_max(H) = "
+          f"{sharp['hessian_top']:.4g}")
+  if "adam_top" in sharp:
+    line += (f"; under Adam's preconditioner P = √v̂ + ε, λ_max(P⁻¹H) = {sharp['adam_top']:.4g}:"
+             f" Adam is stable on the quadratic model below lr {sharp['adam_threshold']:.3g}/λ ="
+             f" {sharp['adam_edge']:.3g} (Cohen et al., arXiv 2207.14484)")
+  else:
+    line += f"; Adam's: not measured ({sharp['adam']})"
+  return [line + ".", ""]
 
 
 def figures(result: dict, out: str) -> None:

@@ -22,6 +22,11 @@ _LR = flags.DEFINE_float("lr", None, "Learning rate of the update ratios (defaul
                          "run's peak opt.learning_rate).")
 cli.number("batches", 1)
 cli.number("lr", 0.0, low_open=True)
+_SHARPNESS = flags.DEFINE_integer(
+    "sharpness", 0, "Lanczos iterations for the loss's sharpness: the Hessian's largest "
+    "eigenvalue, raw and under Adam's preconditioner (the checkpoint's second moment), and "
+    "the learning rate at Adam's stability threshold 38/λ (at β₁ 0.9); 0: not measured "
+    "(each iteration costs about two gradients of the batches).")
 _HF = flags.DEFINE_string("hf", None, "Instead of a run: a Hugging Face model folder (GPT-2, "
                           "BERT, Llama, Qwen3, Gemma 2/3, OLMo 2), or a hub name (gpt2, "
                           "bert-base-uncased: fetched when online).")
@@ -39,6 +44,9 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)
   from lnjax.core import errors, fileio, progress  # Imported late: JAX starts after flags.
   try:
+    if _HF.value is not None and _SHARPNESS.value:
+      raise errors.LnjaxError("--sharpness measures a run's checkpoint (--workdir), not a "
+                              "Hugging Face folder (--hf)")
     if _HF.value is not None or _WORKDIR.value is None:  # lnjax/hf/analyze.py
       # Its report's folder (default ./hf_analysis/NAME) is in no run.
       fileio.refuse_run_files("--output", _OUTPUT.value, [_OUTPUT.value or "hf_analysis"])
@@ -51,7 +59,8 @@ def main(argv):
             f"{result['loss']:.4f}; report, JSON and plots in {out}")
       return
     with progress.Phase(f"analyzing {_WORKDIR.value} at {_STEP.value}"):
-      result, out = report.analyze(_WORKDIR.value, _STEP.value, _BATCHES.value, _LR.value)
+      result, out = report.analyze(_WORKDIR.value, _STEP.value, _BATCHES.value, _LR.value,
+                                   _SHARPNESS.value)
   except errors.LnjaxError as e:
     cli.fail(str(e), e.exit_code)
   except OSError as e:
