@@ -130,7 +130,7 @@ def test_the_report_reads_a_gated_ffns_gate_as_its_input_weight():
   assert report.ffn_input_suffix({"layer_0/ffn/wi/kernel": 1.0}) == "ffn/wi/kernel"
 
 
-@pytest.mark.slow  # A 10-step run of a one-layer LM of width 8; its dense Hessian (1,984²).
+@pytest.mark.slow  # A 10-step run of a one-layer LM of width 4; its dense Hessian (844²).
 def test_analyze_reports_the_hessians_top_eigenvalue_and_adams(tmp_path_factory):
   """`lnjax analyze --sharpness=N`: λ_max(H) and λ_max(P⁻¹H) against numpy's eigenvalues of
   the dense Hessian (jax.hessian of the flattened parameters) and Adam's √v̂ + ε written
@@ -141,7 +141,7 @@ def test_analyze_reports_the_hessians_top_eigenvalue_and_adams(tmp_path_factory)
   from lnjax.analysis import probes, report as analyze
   from lnjax.core import checkpoint, sharding
 
-  wd = _smoke_run(tmp_path_factory, "tiny", num_layers=1, d_model=8, num_heads=2, d_ff=16)
+  wd = _smoke_run(tmp_path_factory, "tiny", num_layers=1, d_model=4, num_heads=1, d_ff=8)
   result, out = analyze.analyze(wd, "latest", num_batches=1, lr=1e-3, sharpness_iters=40)
   sharp = result["sharpness"]
   assert "Lanczos" in open(os.path.join(out, "report.md")).read()
@@ -151,8 +151,8 @@ def test_analyze_reports_the_hessians_top_eigenvalue_and_adams(tmp_path_factory)
   data = restored.run.task.make_data(restored.run.data, restored.run.seed, 0, 1, 1)
   batches = [{k: v for k, v in b.items() if k != "index"} for b in data.eval_batches()[:1]]
   flat, unravel = ravel_pytree(restored.state.params)
-  hessian = np.asarray(jax.hessian(lambda f: probes.mean_loss(unravel(f), restored.setup,
-                                                              batches))(flat), np.float64)
+  hessian = np.asarray(jax.jit(jax.hessian(lambda f: probes.mean_loss(
+      unravel(f), restored.setup, batches)))(flat), np.float64)
   hessian = (hessian + hessian.T) / 2
   assert sharp["hessian_top"] == pytest.approx(np.linalg.eigvalsh(hessian)[-1], rel=1e-3)
 
