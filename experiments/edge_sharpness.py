@@ -35,9 +35,7 @@ _REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Only the report from the
 
 
 def measure(placement: str, depth: int, workdir: str) -> dict:
-  from lnjax import tasks
-  from lnjax.analysis import probes, sharpness
-  from lnjax.core import build, checkpoint
+  from lnjax.analysis import report as analysis
 
   config = predict.feature_config(lnjax.get_config("lm", "size=small"), placement, depth)
   config.data.batch_size = 16  # The atlas's.
@@ -45,18 +43,12 @@ def measure(placement: str, depth: int, workdir: str) -> dict:
   summary = lnjax.train(config, workdir)
   if summary.get("status") != "completed":
     return {"status": summary.get("status")}
-  restored = checkpoint.restore_run(workdir, tasks=tasks.get)
-  built = build.build(restored.config, build.one_device_mesh(), tasks=tasks.get, whole_data=True)
-  batches = built.eval_batches(_BATCHES.value)
-  params, opt = restored.state.params, restored.run.opt
-  loss = lambda p: probes.mean_loss(p, restored.setup, batches)  # noqa: E731
-  raw, raw_q = sharpness.hessian_top(loss, params, iters=_ITERS.value)
-  precond = sharpness.adam_precond(restored.state.opt_state, int(restored.state.step),
-                                   opt.b2, opt.eps)
-  pre, pre_q = sharpness.hessian_top(loss, params, precond=precond, iters=_ITERS.value)
-  return {"status": "completed", "step": int(restored.state.step), "sharpness": raw,
-          "precond_sharpness": pre, "adam_edge": sharpness.adam_edge(pre, opt.b1),
-          "estimates": raw_q, "precond_estimates": pre_q,
+  built, params, label, trained = analysis.load(workdir, "latest")  # `lnjax analyze`'s.
+  sharp = analysis.sharpness(built, params, trained, built.eval_batches(_BATCHES.value),
+                             _ITERS.value)
+  return {"status": "completed", "step": int(label), "sharpness": sharp["hessian_top"],
+          "precond_sharpness": sharp["adam_top"], "adam_edge": sharp["adam_edge"],
+          "estimates": sharp["hessian_estimates"], "precond_estimates": sharp["adam_estimates"],
           "seconds": round(time.perf_counter() - t0, 1)}
 
 
