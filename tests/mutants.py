@@ -788,8 +788,8 @@ MUTANTS = [
       ("tests/test_sharpness.py::test_adams_preconditioner_is_the_bias_corrected_root_of_its_second_moment",),
       "Adam's preconditioner in the sharpness corrected for one update too many"),
     M("lanczos_without_orthogonalization", "lnjax/analysis/sharpness.py",
-      "w - jnp.vdot(b, w) * b\n    for b in basis:\n      w = w - jnp.vdot(b, w) * b",
-      "w\n    for b in []:\n      w = w",
+      "w = w - found.T @ (found @ w)\n    w = w - found.T @ (found @ w)",
+      "w = w\n    w = w",
       ("tests/test_sharpness.py::test_a_few_iterations_find_a_separated_top_eigenvalue_of_a_large_spectrum",),
       "the Lanczos vectors not orthogonalized against the basis (no three-term recurrence)"),
 ]

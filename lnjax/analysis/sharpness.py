@@ -14,6 +14,8 @@ Both by Lanczos iterations on Hessian-vector products (forward over reverse: one
 costs about two gradients); P⁻¹H is iterated as its symmetric similar P^-½ H P^-½.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -43,6 +45,20 @@ def adam_precond(opt_state, step: int, b2: float, eps: float):
   return jax.tree.map(lambda nu: jnp.sqrt(nu / (1 - b2 ** step)) + eps, adam[0].nu)
 
 
+@functools.lru_cache(maxsize=8)
+def _hvp(loss_fn):
+  """(params, scale, v) -> S v with S = diag(scale) H diag(scale), v flat: one program per
+  loss for every preconditioner (H's and P⁻¹H's Lanczos share it), the parameters its
+  arguments rather than constants folded into it."""
+
+  def apply(params, scale, v):
+    _, unravel = ravel_pytree(params)
+    _, hv = jax.jvp(jax.grad(loss_fn), (params,), (unravel(scale * v),))
+    return scale * ravel_pytree(hv)[0]
+
+  return jax.jit(apply)
+
+
 def hessian_top(loss_fn, params, *, precond=None, iters: int = 20, seed: int = 0):
   """The largest eigenvalue of loss_fn's Hessian at `params` (of P⁻¹H where `precond` is P's
   diagonal, a tree shaped as `params`) after `iters` Lanczos iterations; returns (λ, the
@@ -51,25 +67,20 @@ def hessian_top(loss_fn, params, *, precond=None, iters: int = 20, seed: int = 0
   Lanczos (with full reorthogonalization) rather than power iteration: the largest
   eigenvalue, not the largest in magnitude, which a negative one can be at a saddle, and
   both ends of the spectrum in a few tens of products (Ghorbani et al., arXiv 1901.10159)."""
-  flat, unravel = ravel_pytree(params)
+  flat, _ = ravel_pytree(params)
   scale = jnp.ones_like(flat) if precond is None else jax.lax.rsqrt(ravel_pytree(precond)[0])
-
-  @jax.jit
-  def apply(v):  # S v, S = P^-½ H P^-½ (H itself where P = I), on flat vectors.
-    _, hv = jax.jvp(jax.grad(loss_fn), (params,), (unravel(scale * v),))
-    return scale * ravel_pytree(hv)[0]
+  apply = _hvp(loss_fn)
 
   q = jax.random.normal(jax.random.key(seed), flat.shape, flat.dtype)
   basis, alphas, betas, estimates = [], [], [], []
   q = q / jnp.linalg.norm(q)
   for _ in range(min(iters, flat.size)):
     basis.append(q)
-    w = apply(q)
+    w = apply(params, scale, q)
     alphas.append(float(jnp.vdot(q, w)))
-    for b in basis:  # (Twice: one pass leaves round-off in the directions already found.)
-      w = w - jnp.vdot(b, w) * b
-    for b in basis:
-      w = w - jnp.vdot(b, w) * b
+    found = jnp.stack(basis)  # (Twice: one pass leaves round-off in the directions found.)
+    w = w - found.T @ (found @ w)
+    w = w - found.T @ (found @ w)
     tridiagonal = np.diag(alphas) + np.diag(betas, 1) + np.diag(betas, -1)
     estimates.append(float(np.linalg.eigvalsh(tridiagonal)[-1]))
     beta = float(jnp.linalg.norm(w))
