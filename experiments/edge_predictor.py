@@ -125,6 +125,46 @@ def nearest(rows, edges, groups, names) -> np.ndarray:
   return out
 
 
+def diverges(cell: dict) -> bool:
+  """How the cell's lowest unstable rate failed: diverged, rather than trained without
+  learning (held-out loss not 0.1 nats under the unigram baseline)."""
+  return "diverged" in (cell.get("fails_by") or "")
+
+
+def _classifier(X: np.ndarray, labels: np.ndarray, lam: float = 1.0):
+  """L2-penalized logistic regression on standardized X (Newton's method): a function
+  giving each row's class, True or False."""
+  mean, scale = X.mean(0), np.where(X.std(0) > 1e-9, X.std(0), 1.0)
+  A = np.c_[np.ones(len(X)), (X - mean) / scale]
+  w, penalty = np.zeros(A.shape[1]), lam * np.diag([0.0] + [1.0] * X.shape[1])
+  for _ in range(50):
+    p = 1 / (1 + np.exp(-A @ w))
+    w -= np.linalg.solve(A.T @ (A * (p * (1 - p))[:, None]) + penalty,
+                         A.T @ (p - labels) + penalty @ w)
+  return lambda Xn: np.c_[np.ones(len(Xn)), (Xn - mean) / scale] @ w > 0
+
+
+def by_failure_mode(rows, edges, groups, modes, names, known: bool):
+  """One ridge model per failure mode (diverging, not learning), each with its penalty
+  chosen inside the fold; a held-out cell is predicted by the model of its mode, the mode
+  `known` (the search's answer: a bound, not a predictor) or classified from the same
+  features by a logistic regression fitted on the fold. Returns (log10 predictions, the
+  classifier's held-out accuracy)."""
+  X, groups, modes = predict.design(rows, names), np.asarray(groups), np.asarray(modes)
+  out, guessed = np.empty(len(rows)), np.empty(len(rows), bool)
+  for g in np.unique(groups):
+    test, models_ = groups == g, {}
+    guessed[test] = modes[test] if known else _classifier(X[~test], modes[~test])(X[test])
+    for mode in (False, True):
+      on = np.flatnonzero(~test & (modes == mode))
+      sub, sub_edges = [rows[i] for i in on], [edges[i] for i in on]
+      label, lam = predict.select(sub, sub_edges, {"": names}, LAMBDAS, groups[on])
+      models_[mode] = predict.fit(sub, sub_edges, names, lam, {})
+    for i in np.flatnonzero(test):
+      out[i] = models_[bool(guessed[i])].log_edge(rows[i])
+  return out, float(np.mean(guessed == modes))
+
+
 def costs(cells: dict, features: dict, second: dict | None = None) -> dict:
   """Training steps and seconds: the search's (probes, and each range test once for both
   warm-ups) against the feature runs' (one per placement and depth, for both warm-ups; two
@@ -225,6 +265,12 @@ def main(argv):
   for label, names in ONE_RUN.items():
     nested(label, every, {label: names})
   results["nearest placement (health features)"] = (every, nearest(rows, edges, groups, HEALTH))
+  modes = [diverges(cells[k]) for k in keys]
+  for known in (True, False):
+    held_mode, accuracy = by_failure_mode(rows, edges, groups, modes, BASE + HEALTH, known)
+    results[("two models by failure mode, each cell's mode known (a bound)" if known else
+             f"two models by failure mode, the mode classified from the health features "
+             f"({accuracy:.0%} right held out)")] = (every, held_mode)
   label, bound, tried = best_subset(rows, edges, groups, HEALTH)
   results[f"bound: the best of {tried} small sets of health features, chosen on every fold "
           f"({label})"] = (every, bound)
