@@ -37,6 +37,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(REPO, "experiments", "edge_predictor")
 ATLAS = os.path.join(REPO, "experiments", "atlas")
 SLICES = ("d6", "d12", "d24", "w500_d6", "w500_d12", "w500_d24")  # 300-step probes, 2×.
+MODERN_ATLAS = os.path.join(REPO, "experiments", "atlas_modern")  # RoPE, SwiGLU, RMSNorm.
+MODERN_SLICES = ("d12", "w500_d12")
+FEATURES_MODERN = os.path.join(OUT, "features_modern.json")
 LAMBDAS = (0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
 # The features tried (lnjax/sweep/predict.py); 'a*b': a product. Ordered simple to full.
 BASE = ["log_depth", "warmup"]
@@ -71,11 +74,14 @@ SECOND = os.path.join(OUT, f"features_lr{predict.SECOND_LR:g}.json")
 _SAVE = flags.DEFINE_bool("save", False, "Save the chosen fit into the package.")
 
 
-def atlas_cells() -> dict:
-  """{(placement, depth, warmup): the search's row} of the six 300-step slices."""
+def atlas_cells(folder: str = ATLAS, slices=SLICES) -> dict:
+  """{(placement, depth, warmup): the search's row} of the slices' states in `folder` (the
+  six 300-step slices of experiments/atlas by default); a slice not started is skipped."""
   cells = {}
-  for name in SLICES:
-    path = os.path.join(ATLAS, f"{name}.json")
+  for name in slices:
+    path = os.path.join(folder, f"{name}.json")
+    if not os.path.exists(path):
+      continue
     with open(path) as f:
       st = json.load(f)["settings"]
     keys = {tuple(k.split("/")) for k in json.load(open(path))["probes"]}
@@ -89,6 +95,33 @@ def atlas_cells() -> dict:
     for row in stability_report.rows(s):
       cells[row["placement"], row["depth"], row["warmup"]] = row
   return cells
+
+
+def both_blocks(rows, edges, groups, model) -> dict:
+  """The modern block's cells (experiments/atlas_modern's slices with an edge, their
+  features from `edge_predictor_features.py --block=modern`): the saved fit (2020 block)
+  applied to them as it is, and the one-run procedure held out by placement over both
+  blocks' cells (a placement's cells of both blocks left out together), the block an input.
+  {label: (edges, log10 predictions)}; {} until 3 placements of the modern block have both."""
+  if not os.path.exists(FEATURES_MODERN):
+    return {}
+  with open(FEATURES_MODERN) as f:
+    features = json.load(f)
+  m_rows, m_edges, m_groups = [], [], []
+  for (p, d, w), c in sorted(atlas_cells(MODERN_ATLAS, MODERN_SLICES).items()):
+    if f"{p}/{d}" in features and c["highest_stable_lr"] is not None:
+      m_rows.append({**predict.features(features[f"{p}/{d}"], d, w), "modern": 1.0})
+      m_edges.append(c["highest_stable_lr"])
+      m_groups.append(p)
+  if len(set(m_groups)) < 3:
+    return {}
+  held, _ = predict.nested([{**x, "modern": 0.0} for x in rows] + m_rows, edges + m_edges,
+                           {k: v + ["modern"] for k, v in ONE_RUN.items()}, LAMBDAS,
+                           groups + m_groups)
+  return {"the saved fit (2020 block) on the modern block's cells, as it is":
+              (m_edges, np.array([model.log_edge(x) for x in m_rows])),
+          "the one-run procedure over both blocks' cells, the block an input (nested)":
+              (edges + m_edges, held)}
 
 
 def best_subset(rows, edges, groups, pool: list[str]):
@@ -303,6 +336,8 @@ def main(argv):
   model = predict.fit(rows, edges, names, lam, fitted_for, residuals=held - np.log10(edges))
   if _SAVE.value:
     model.save(predict.COEFFICIENTS)
+  scored.update({label: predict.scores(held_b, edges_b)
+                 for label, (edges_b, held_b) in both_blocks(rows, edges, groups, model).items()})
   censored = [(k, upper, model.log_edge(x)) for k, upper, x in censored_keys]
   figure(os.path.join(OUT, "predicted_vs_searched.png"), keys, edges, held, censored)
   measured = {k: cells[k] for k in keys + [c[0] for c in censored]}  # Features and edge.
@@ -380,6 +415,15 @@ def render(keys, edges, held, scored, picks, best, lam, model, censored, cost, t
             f"{sh['median_factor']:.2f}×); the rows '(cells with sharpness)' above score "
             "each candidate on the same cells. Not in the saved procedure: measured on "
             "part of the atlas."]
+  transfer = [label for label in scored if label.startswith("the saved fit (2020 block)")]
+  if transfer:
+    out += ["", "The modern block (RoPE, SwiGLU, RMSNorm, no biases; experiments/atlas_modern, "
+            "its features by `nice -n 10 python experiments/edge_predictor_features.py "
+            "--block=modern --depths=12`): the saved fit applied to its cells as it is scores "
+            f"{100 * scored[transfer[0]]['within_2x']:.0f}% within 2× on "
+            f"{scored[transfer[0]]['cells']}; refitted over both blocks' cells with the block "
+            "as an input, each placement's cells of both blocks held out together, the row "
+            "after it."]
   out += ["",
           "## Cost", "",
           f"- The search (the slices' probes, and each range test once): "
