@@ -19,6 +19,7 @@ rate (< 1e-5: Post-LN at 24 layers, at 12 without warm-up) are left out of the f
 reported apart.
 """
 
+import datetime
 import itertools
 import json
 import math
@@ -71,6 +72,7 @@ SHARPNESS = os.path.join(OUT, "sharpness.json")
 PROCEDURE = "the one-run candidate and penalty chosen inside each fold (nested; saved)"
 TWO_PROCEDURE = "the candidate, one- or two-run, and penalty chosen inside each fold (nested)"
 SECOND = os.path.join(OUT, f"features_lr{predict.SECOND_LR:g}.json")
+TODAY = f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d}"  # The report's date.
 _SAVE = flags.DEFINE_bool("save", False, "Save the chosen fit into the package.")
 
 
@@ -251,7 +253,7 @@ def figure(path: str, keys, edges, predicted_log, censored) -> None:
          xlabel="searched highest stable lr (experiments/atlas)",
          ylabel="predicted from 20-step runs (held out by placement)")
   ax.legend(fontsize=7, loc="upper left")
-  ax.set_title("python experiments/edge_predictor.py (2026-12-05)", fontsize=9)
+  ax.set_title(f"python experiments/edge_predictor.py ({TODAY})", fontsize=9)
   fig.tight_layout()
   fig.savefig(path, dpi=120)
   plt.close(fig)
@@ -361,7 +363,7 @@ def render(keys, edges, held, scored, picks, best, lam, model, censored, cost, t
   factor = 10 ** np.abs(held - np.log10(edges))
   runs = "one 20-step run at 1e-3"
   out = ["# The edge predicted from the first steps", "",
-         "`python experiments/edge_predictor.py` (2026-12-05), features by "
+         f"`python experiments/edge_predictor.py` ({TODAY}), features by "
          "`nice -n 19 python experiments/edge_predictor_features.py` (2026-12-05) and, for "
          "the second runs, `nice -n 10 python experiments/edge_predictor_features.py "
          "--depths=6 --lr=0.01` (2026-12-05). Each cell's prediction comes from a model "
