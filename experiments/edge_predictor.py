@@ -193,7 +193,7 @@ def by_failure_mode(rows, edges, groups, modes, names, known: bool):
     for mode in (False, True):
       on = np.flatnonzero(~test & (modes == mode))
       sub, sub_edges = [rows[i] for i in on], [edges[i] for i in on]
-      label, lam = predict.select(sub, sub_edges, {"": names}, LAMBDAS, groups[on])
+      _, lam = predict.select(sub, sub_edges, {"": names}, LAMBDAS, groups[on])
       models_[mode] = predict.fit(sub, sub_edges, names, lam, {})
     for i in np.flatnonzero(test):
       out[i] = models_[bool(guessed[i])].log_edge(rows[i])
