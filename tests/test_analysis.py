@@ -43,7 +43,7 @@ def test_main_path_norms_follow_lemmas_1_and_2():
   assert pre[-1] > 4 * pre[0]
 
 
-def _smoke_run(tmp_path_factory, name: str, **model) -> str:
+def _smoke_run(tmp_path_factory, name: str, opt: dict | None = None, **model) -> str:
   from lnjax.configs import common as config_lib
   from lnjax import tasks
   from lnjax.core import train
@@ -52,6 +52,7 @@ def _smoke_run(tmp_path_factory, name: str, **model) -> str:
   c.mesh.data = 1
   c.train.num_steps = 10
   c.model.update(model)
+  c.opt.update(opt or {})
   wd = str(tmp_path_factory.mktemp("analysis") / name)
   train.train_and_evaluate(c, wd, tasks=tasks.get)
   return wd
@@ -166,3 +167,11 @@ def test_analyze_reports_the_hessians_top_eigenvalue_and_adams(tmp_path_factory)
   assert sharp["adam_edge"] == pytest.approx(38 / want, rel=1e-3)
   init, _ = analyze.analyze(wd, "init", num_batches=1, sharpness_iters=5)
   assert "adam_top" not in init["sharpness"] and "no optimizer state" in init["sharpness"]["adam"]
+  # SGD, no preconditioner: λ_max(H) against its own threshold, (2 + 2β)/(1 + 2β) Nesterov's.
+  sgd = _smoke_run(tmp_path_factory, "sgd", {"name": "sgd", "learning_rate": 0.1,
+                                             "momentum": 0.5, "nesterov": True},
+                   num_layers=1, d_model=4, num_heads=1, d_ff=8)
+  result, out = analyze.analyze(sgd, "latest", num_batches=1, sharpness_iters=20)
+  sharp = result["sharpness"]
+  assert sharp["sgd_edge"] == pytest.approx(1.5 / sharp["hessian_top"]) and "adam" not in sharp
+  assert "SGD with Nesterov momentum 0.5 is stable" in open(os.path.join(out, "report.md")).read()

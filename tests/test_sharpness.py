@@ -44,6 +44,26 @@ def test_the_preconditioned_eigenvalue_is_the_largest_entry_over_ps():
   assert raw == pytest.approx(7.0, rel=1e-4)
 
 
+@pytest.mark.parametrize("momentum, nesterov", [(0.0, False), (0.5, False), (0.9, False),
+                                                (0.5, True), (0.9, True)])
+def test_sgds_threshold_is_where_optaxs_sgd_stops_converging_on_a_quadratic(momentum, nesterov):
+  """optax.sgd on f(x) = λx²/2 (λ = 3): at 0.97× the threshold's rate x shrinks, at 1.03× it
+  grows: 2/λ plain, (2 + 2β)/λ heavy-ball, (2 + 2β)/((1 + 2β)λ) Nesterov."""
+  lam = 3.0
+  edge = sharpness.sgd_threshold(momentum, nesterov) / lam
+
+  def final(lr):
+    opt = optax.sgd(lr, momentum=momentum or None, nesterov=nesterov)
+    x = jnp.ones(())
+    state = opt.init(x)
+    for _ in range(300):
+      update, state = opt.update(lam * x, state)
+      x = x + update
+    return abs(float(x))
+
+  assert final(0.97 * edge) < 1e-2 and not final(1.03 * edge) < 1e2  # Grown, or overflowed.
+
+
 def test_adams_threshold_and_edge():
   assert sharpness.adam_threshold(0.9) == pytest.approx(38.0)
   assert sharpness.adam_threshold(0.0) == pytest.approx(2.0)  # Gradient descent's 2/η.

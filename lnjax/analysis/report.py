@@ -109,13 +109,19 @@ def analyze(workdir: str, step: str = "latest", num_batches: int = 4, lr: float 
 def sharpness(built, params, trained, batches, iters: int) -> dict:
   """λ_max of the loss's Hessian on `batches` by `iters` Lanczos iterations and, where the
   checkpoint holds Adam's second moment, λ_max(P⁻¹H) under Adam's preconditioner and the
-  rate at Adam's stability threshold (lnjax/analysis/sharpness.py)."""
+  rate at Adam's stability threshold; for SGD the rate at its own threshold on λ_max(H)
+  (lnjax/analysis/sharpness.py)."""
   from lnjax.analysis import probes, sharpness as sharpness_lib
 
   loss = functools.partial(probes.mean_loss, setup=built.setup, batches=batches)
   top, estimates = sharpness_lib.hessian_top(loss, params, iters=iters)
   out = {"iters": iters, "hessian_top": top, "hessian_estimates": estimates}
   opt = built.run.opt
+  if opt.name == "sgd":  # No preconditioner: H itself against gradient descent's threshold.
+    threshold = sharpness_lib.sgd_threshold(opt.momentum, opt.nesterov)
+    out.update(sgd_threshold=threshold, sgd_edge=threshold / top, sgd_momentum=opt.momentum,
+               sgd_nesterov=opt.nesterov)
+    return out
   try:
     precond = sharpness_lib.adam_precond(*trained, opt.b2, opt.eps) if trained else None
   except ValueError as e:  # Not Adam, or no update yet.
@@ -258,6 +264,12 @@ def _sharpness_lines(result: dict) -> list[str]:
     line += (f"; under Adam's preconditioner P = √v̂ + ε, λ_max(P⁻¹H) = {sharp['adam_top']:.4g}:"
              f" Adam is stable on the quadratic model below lr {sharp['adam_threshold']:.3g}/λ ="
              f" {sharp['adam_edge']:.3g} (Cohen et al., arXiv 2207.14484)")
+  elif "sgd_edge" in sharp:
+    how = (f"with {'Nesterov' if sharp['sgd_nesterov'] else 'heavy-ball'} momentum "
+           f"{sharp['sgd_momentum']:g}" if sharp["sgd_momentum"] else "without momentum")
+    line += (f": SGD {how} is stable on the quadratic model below lr "
+             f"{sharp['sgd_threshold']:.3g}/λ = {sharp['sgd_edge']:.3g} (Cohen et al., arXiv "
+             "2103.00065)")
   else:
     line += f"; Adam's: not measured ({sharp['adam']})"
   return [line + ".", ""]

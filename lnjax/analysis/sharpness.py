@@ -5,7 +5,8 @@ moment in the optimizer state).
 Adam with momentum β₁ is stable on a quadratic only while η · λ_max(P⁻¹H) < (2 + 2β₁)/(1 − β₁)
 (38 at β₁ = 0.9), and full-batch Adam trains at that edge (Cohen et al., "Adaptive Gradient
 Methods at the Edge of Stability", arXiv 2207.14484): `adam_edge` is the rate that sets
-the measured sharpness at that threshold.
+the measured sharpness at that threshold. SGD has no preconditioner: λ_max(H) against
+`sgd_threshold`.
 
   lam = hessian_top(loss, params, iters=20)                      # λ_max(H)
   lam_p = hessian_top(loss, params, precond=adam_precond(...))   # λ_max(P⁻¹H)
@@ -26,6 +27,14 @@ from jax.flatten_util import ravel_pytree
 def adam_threshold(b1: float) -> float:
   """(2 + 2β₁)/(1 − β₁): the largest η·λ_max(P⁻¹H) at which Adam is stable (38 at 0.9)."""
   return (2 + 2 * b1) / (1 - b1)
+
+
+def sgd_threshold(momentum: float, nesterov: bool = False) -> float:
+  """The largest η·λ_max(H) at which SGD is stable on a quadratic: 2 without momentum,
+  2 + 2β with heavy-ball momentum β (optax.sgd's trace), (2 + 2β)/(1 + 2β) with Nesterov's
+  (Cohen et al., "Gradient Descent on Neural Networks Typically Occurs at the Edge of
+  Stability", arXiv 2103.00065)."""
+  return (2 + 2 * momentum) / (1 + 2 * momentum) if nesterov else 2 + 2 * momentum
 
 
 def adam_edge(sharpness: float, b1: float) -> float:
