@@ -792,6 +792,11 @@ MUTANTS = [
       "w = w\n    w = w",
       ("tests/test_sharpness.py::test_a_few_iterations_find_a_separated_top_eigenvalue_of_a_large_spectrum",),
       "the Lanczos vectors not orthogonalized against the basis (no three-term recurrence)"),
+    M("sgd_threshold_nesterov_as_heavy_ball", "lnjax/analysis/sharpness.py",
+      "return (2 + 2 * momentum) / (1 + 2 * momentum) if nesterov else 2 + 2 * momentum",
+      "return 2 + 2 * momentum",
+      ("tests/test_sharpness.py::test_sgds_threshold_is_where_optaxs_sgd_stops_converging_on_a_quadratic",),
+      "SGD's stability threshold with Nesterov's momentum taken as heavy-ball's, 2 + 2β"),
 ]
 
 
