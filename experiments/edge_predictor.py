@@ -322,6 +322,15 @@ def main(argv):
     for label, names in {**ONE_RUN, **WITH_SHARPNESS}.items():
       nested(f"{label} (cells with sharpness)", measured, {label: names})
     nested(SHARP_PROCEDURE, measured, {**ONE_RUN, **WITH_SHARPNESS})
+    for known in (True, False):
+      held_mode, accuracy = by_failure_mode(
+          sub(rows, measured), sub(edges, measured), sub(groups, measured),
+          sub(modes, measured), BASE + HEALTH + SHARP, known)
+      results[("two models by failure mode on health and sharpness, each cell's mode known "
+               "(a bound; cells with sharpness)" if known else
+               "two models by failure mode on health and sharpness, the mode classified "
+               f"from them ({accuracy:.0%} right held out; cells with sharpness)")] = (
+                   measured, held_mode)
   # The procedure quoted and saved: the choice among the one-run candidates (one run costs
   # half of two; the choice among all, two-run ones included, is reported beside it).
   held, picks = nested(PROCEDURE, every, ONE_RUN)
