@@ -165,6 +165,9 @@ def test_analyze_reports_the_hessians_top_eigenvalue_and_adams(tmp_path_factory)
   want = np.linalg.eigvalsh(hessian / np.sqrt(p)[:, None] / np.sqrt(p)[None, :])[-1]
   assert sharp["adam_top"] == pytest.approx(want, rel=1e-3)
   assert sharp["adam_edge"] == pytest.approx(38 / want, rel=1e-3)
+  lr_last = float(restored.setup.schedule(9))  # The rate of the 10th, last, update.
+  assert sharp["lr_at_step"] == pytest.approx(lr_last)
+  assert sharp["edge_fraction"] == pytest.approx(lr_last * want / 38, rel=1e-3)
   init, _ = analyze.analyze(wd, "init", num_batches=1, sharpness_iters=5)
   assert "adam_top" not in init["sharpness"] and "no optimizer state" in init["sharpness"]["adam"]
   # SGD, no preconditioner: λ_max(H) against its own threshold, (2 + 2β)/(1 + 2β) Nesterov's.
@@ -174,4 +177,5 @@ def test_analyze_reports_the_hessians_top_eigenvalue_and_adams(tmp_path_factory)
   result, out = analyze.analyze(sgd, "latest", num_batches=1, sharpness_iters=20)
   sharp = result["sharpness"]
   assert sharp["sgd_edge"] == pytest.approx(1.5 / sharp["hessian_top"]) and "adam" not in sharp
+  assert sharp["edge_fraction"] == pytest.approx(0.1 * sharp["hessian_top"] / 1.5)
   assert "SGD with Nesterov momentum 0.5 is stable" in open(os.path.join(out, "report.md")).read()

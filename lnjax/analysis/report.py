@@ -117,10 +117,17 @@ def sharpness(built, params, trained, batches, iters: int) -> dict:
   top, estimates = sharpness_lib.hessian_top(loss, params, iters=iters)
   out = {"iters": iters, "hessian_top": top, "hessian_estimates": estimates}
   opt = built.run.opt
+  # Where the run itself sits: its last update's rate η times λ over the threshold (Cohen et
+  # al.'s edge of stability is 1).
+  lr_now = float(built.setup.schedule(max(trained[1] - 1, 0))) if trained else None
+  if lr_now is not None:
+    out["lr_at_step"] = lr_now
   if opt.name == "sgd":  # No preconditioner: H itself against gradient descent's threshold.
     threshold = sharpness_lib.sgd_threshold(opt.momentum, opt.nesterov)
     out.update(sgd_threshold=threshold, sgd_edge=threshold / top, sgd_momentum=opt.momentum,
                sgd_nesterov=opt.nesterov)
+    if lr_now is not None:
+      out["edge_fraction"] = lr_now * top / threshold
     return out
   try:
     precond = sharpness_lib.adam_precond(*trained, opt.b2, opt.eps) if trained else None
@@ -132,7 +139,8 @@ def sharpness(built, params, trained, batches, iters: int) -> dict:
     return out
   top, estimates = sharpness_lib.hessian_top(loss, params, precond=precond, iters=iters)
   out.update(adam_top=top, adam_estimates=estimates, adam_edge=sharpness_lib.adam_edge(
-      top, opt.b1), adam_threshold=sharpness_lib.adam_threshold(opt.b1))
+      top, opt.b1), adam_threshold=sharpness_lib.adam_threshold(opt.b1),
+             edge_fraction=lr_now * top / sharpness_lib.adam_threshold(opt.b1))
   return out
 
 
@@ -272,6 +280,9 @@ def _sharpness_lines(result: dict) -> list[str]:
              "2103.00065)")
   else:
     line += f"; Adam's: not measured ({sharp['adam']})"
+  if "edge_fraction" in sharp:
+    line += (f". The run's last update, at lr {sharp['lr_at_step']:.3g}, put η·λ at "
+             f"{sharp['edge_fraction']:.3g}× that threshold (1: the edge of stability)")
   return [line + ".", ""]
 
 
