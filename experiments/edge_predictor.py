@@ -77,8 +77,9 @@ _SAVE = flags.DEFINE_bool("save", False, "Save the chosen fit into the package."
 
 
 def atlas_cells(folder: str = ATLAS, slices=SLICES) -> dict:
-  """{(placement, depth, warmup): the search's row} of the slices' states in `folder` (the
-  six 300-step slices of experiments/atlas by default); a slice not started is skipped."""
+  """{(placement, depth, warmup): the search's row} of the slices' finished cells in
+  `folder` (the six 300-step slices of experiments/atlas by default); a slice not started
+  is skipped."""
   cells = {}
   for name in slices:
     path = os.path.join(folder, f"{name}.json")
@@ -95,7 +96,8 @@ def atlas_cells(folder: str = ATLAS, slices=SLICES) -> dict:
         stable=search.Stable(st["probe_steps"], st["divergence_factor"], st["margin_nats"]),
         state_path=path)
     for row in stability_report.rows(s):
-      cells[row["placement"], row["depth"], row["warmup"]] = row
+      if row["status"] != "unfinished":  # A cell still searching has bounds, not an edge.
+        cells[row["placement"], row["depth"], row["warmup"]] = row
   return cells
 
 
