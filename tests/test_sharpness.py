@@ -2,6 +2,7 @@
 P⁻¹H's eigenvalues a diagonal quadratic's entries over P's, Adam's threshold (2 + 2β₁)/(1 − β₁)
 (Cohen et al., arXiv 2207.14484) and its bias-corrected second moment written out."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -54,11 +55,14 @@ def test_sgds_threshold_is_where_optaxs_sgd_stops_converging_on_a_quadratic(mome
 
   def final(lr):
     opt = optax.sgd(lr, momentum=momentum or None, nesterov=nesterov)
-    x = jnp.ones(())
-    state = opt.init(x)
-    for _ in range(300):
+
+    def step(_, carry):
+      x, state = carry
       update, state = opt.update(lam * x, state)
-      x = x + update
+      return x + update, state
+
+    x = jnp.ones(())
+    x, _ = jax.jit(lambda c: jax.lax.fori_loop(0, 300, step, c))((x, opt.init(x)))
     return abs(float(x))
 
   assert final(0.97 * edge) < 1e-2 and not final(1.03 * edge) < 1e2  # Grown, or overflowed.
