@@ -69,6 +69,10 @@ WITH_SHARPNESS = {
 SHARP_PROCEDURE = ("the candidate, one-run or with sharpness, and penalty chosen inside each "
                    "fold (nested)")
 SHARPNESS = os.path.join(OUT, "sharpness.json")
+# A baseline, not the first steps: the search's own range test (300 steps at a rate rising
+# from 1e-5 to 1; Smith's LR range test, arXiv 1506.01186), its bracket as the inputs.
+RANGE_TEST = {"baseline: the search's range test (its bracket, and its low end × warm-up)":
+              BASE + ["log_range_lo", "log_range_hi", "log_range_lo*warmup"]}
 PROCEDURE = "the one-run candidate and penalty chosen inside each fold (nested; saved)"
 TWO_PROCEDURE = "the candidate, one- or two-run, and penalty chosen inside each fold (nested)"
 SECOND = os.path.join(OUT, f"features_lr{predict.SECOND_LR:g}.json")
@@ -280,6 +284,8 @@ def main(argv):
       continue
     x = predict.features(features[f"{p}/{d}"], d, w, second=second.get(f"{p}/{d}"),
                          sharpness=sharp.get(f"{p}/{d}"))
+    if c.get("range_test_bracket"):
+      x.update(zip(("log_range_lo", "log_range_hi"), np.log10(c["range_test_bracket"])))
     if c["highest_stable_lr"] is None:
       censored_keys.append(((p, d, w), c["lowest_unstable_lr"], x))
       continue
@@ -301,6 +307,15 @@ def main(argv):
 
   for label, names in ONE_RUN.items():
     nested(label, every, {label: names})
+  ranged = [i for i, x in enumerate(rows) if "log_range_lo" in x]
+  range_steps = sum({k[:2]: cells[k]["range_test_steps"] or 0
+                     for k in sub(keys, ranged)}.values())
+  search_steps = sum(cells[k]["probe_steps_trained"] for k in sub(keys, ranged)) + range_steps
+  for label, names in RANGE_TEST.items():
+    held_r, _ = predict.nested(sub(rows, ranged), sub(edges, ranged), {label: names}, LAMBDAS,
+                               sub(groups, ranged))
+    results[f"{label}; {search_steps / range_steps:.0f}× fewer steps than the search"] = (
+        ranged, held_r)
   results["nearest placement (health features)"] = (every, nearest(rows, edges, groups, HEALTH))
   modes = [diverges(cells[k]) for k in keys]
   for known in (True, False):
@@ -420,14 +435,14 @@ def render(keys, edges, held, scored, picks, best, lam, model, censored, cost, t
   if SHARP_PROCEDURE in scored:
     sh = scored[SHARP_PROCEDURE]
     out += ["", "The Hessian's sharpness at the feature run's step 20 (`nice -n 10 python "
-            "experiments/edge_sharpness.py`, 2026-12-06: λ_max(H) and λ_max(P⁻¹H) with Adam's preconditioner P by 20 "
-            "Lanczos iterations; log10 of 38/λ_max(P⁻¹H), the rate at Adam's stability "
-            "threshold, Cohen et al., arXiv 2207.14484, and of λ_max(H)), on the "
-            f"{sh['cells']} cells measured so far: the choice among the one-run candidates "
-            f"and those with sharpness scores {100 * sh['within_2x']:.0f}% within 2× (median "
-            f"{sh['median_factor']:.2f}×); the rows '(cells with sharpness)' above score "
-            "each candidate on the same cells. Not in the saved procedure: measured on "
-            "part of the atlas."]
+            "experiments/edge_sharpness.py`, 2026-12-06: λ_max(H) and λ_max(P⁻¹H) with "
+            "Adam's preconditioner P by 20 Lanczos iterations; log10 of 38/λ_max(P⁻¹H), "
+            "the rate at Adam's stability threshold, Cohen et al., arXiv 2207.14484, and "
+            f"of λ_max(H)), on the {sh['cells']} cells measured so far: the choice among "
+            "the one-run candidates and those with sharpness scores "
+            f"{100 * sh['within_2x']:.0f}% within 2× (median {sh['median_factor']:.2f}×); "
+            "the rows '(cells with sharpness)' above score each candidate on the same "
+            "cells. Not in the saved procedure: measured on part of the atlas."]
   transfer = [label for label in scored if label.startswith("the saved fit (2020 block)")]
   if transfer:
     out += ["", "The modern block (RoPE, SwiGLU, RMSNorm, no biases; experiments/atlas_modern, "
