@@ -784,12 +784,12 @@ MUTANTS = [
       ("tests/test_stability.py::test_a_widened_low_end_becomes_the_upper_end",),
       "a widened low end leaves the upper end above the rate just found unstable"),
     M("adam_preconditioner_bias_corrected_a_step_late", "lnjax/analysis/sharpness.py",
-      "jnp.sqrt(nu / (1 - b2 ** step)) + eps", "jnp.sqrt(nu / (1 - b2 ** (step + 1))) + eps",
+      "jnp.sqrt(nu / (1 - b2 ** count)) + eps", "jnp.sqrt(nu / (1 - b2 ** (count + 1))) + eps",
       ("tests/test_sharpness.py::test_adams_preconditioner_is_the_bias_corrected_root_of_its_second_moment",),
       "Adam's preconditioner in the sharpness corrected for one update too many"),
     M("lanczos_without_orthogonalization", "lnjax/analysis/sharpness.py",
-      "w = w - found.T @ (found @ w)\n    w = w - found.T @ (found @ w)",
-      "w = w\n    w = w",
+      "w = w - basis.T @ (basis @ w)\n  return w - basis.T @ (basis @ w)",
+      "return w",
       ("tests/test_sharpness.py::test_a_few_iterations_find_a_separated_top_eigenvalue_of_a_large_spectrum",),
       "the Lanczos vectors not orthogonalized against the basis (no three-term recurrence)"),
     M("sgd_threshold_nesterov_as_heavy_ball", "lnjax/analysis/sharpness.py",
@@ -797,6 +797,15 @@ MUTANTS = [
       "return 2 + 2 * momentum",
       ("tests/test_sharpness.py::test_sgds_threshold_is_where_optaxs_sgd_stops_converging_on_a_quadratic",),
       "SGD's stability threshold with Nesterov's momentum taken as heavy-ball's, 2 + 2β"),
+    M("adam_preconditioner_without_the_first_moments_correction", "lnjax/analysis/sharpness.py",
+      "(1 - b1 ** count) * (jnp.sqrt", "(jnp.sqrt",
+      ("tests/test_sharpness.py::test_adams_update_is_its_first_moment_over_the_preconditioner",),
+      "Adam's preconditioner without 1 − β₁ᵗ, which divides its update as P does"),
+    M("sharpness_counts_training_steps_not_updates", "lnjax/analysis/sharpness.py",
+      "return int(counted[0].count) if counted else step", "return step",
+      ("tests/test_sharpness.py::test_the_update_count_is_the_optimizers_not_the_training_steps",),
+      "the sharpness's bias corrections and rate taken at the training step, skipped steps "
+      "counted"),
 ]
 
 

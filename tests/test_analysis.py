@@ -134,8 +134,8 @@ def test_the_report_reads_a_gated_ffns_gate_as_its_input_weight():
 @pytest.mark.slow  # A 10-step run of a one-layer LM of width 4; its dense Hessian (844²).
 def test_analyze_reports_the_hessians_top_eigenvalue_and_adams(tmp_path_factory):
   """`lnjax analyze --sharpness=N`: λ_max(H) and λ_max(P⁻¹H) against numpy's eigenvalues of
-  the dense Hessian (jax.hessian of the flattened parameters) and Adam's √v̂ + ε written
-  out from the checkpoint's second moment; 38/λ_max(P⁻¹H) is the reported edge."""
+  the dense Hessian (jax.hessian of the flattened parameters) and Adam's (1 − β₁ᵗ)(√v̂ + ε)
+  written out from the checkpoint's second moment; 38/λ_max(P⁻¹H) is the reported edge."""
   from jax.flatten_util import ravel_pytree
 
   from lnjax import tasks
@@ -161,7 +161,8 @@ def test_analyze_reports_the_hessians_top_eigenvalue_and_adams(tmp_path_factory)
   (adam,) = [s for s in jax.tree.leaves(restored.state.opt_state, is_leaf=lambda s: hasattr(
       s, "nu")) if hasattr(s, "nu")]
   nu = np.asarray(ravel_pytree(adam.nu)[0], np.float64)
-  p = np.sqrt(nu / (1 - opt.b2 ** 10)) + opt.eps
+  assert int(adam.count) == 10
+  p = (1 - opt.b1 ** 10) * (np.sqrt(nu / (1 - opt.b2 ** 10)) + opt.eps)  # Adam's m̂ = m/(1 − β₁ᵗ).
   want = np.linalg.eigvalsh(hessian / np.sqrt(p)[:, None] / np.sqrt(p)[None, :])[-1]
   assert sharp["adam_top"] == pytest.approx(want, rel=1e-3)
   assert sharp["adam_edge"] == pytest.approx(38 / want, rel=1e-3)
