@@ -30,7 +30,8 @@ _WORKDIR = flags.DEFINE_string("workdir", "/tmp/lnjax_edge_sharpness", "The runs
 _PLACEMENTS = flags.DEFINE_list("placements", list(models.NORM_POSITIONS[:14]), "Placements.")
 _DEPTHS = flags.DEFINE_list("depths", ["6", "12", "24"], "Depths.")
 _BATCHES = flags.DEFINE_integer("batches", 2, "Held-out batches the loss is averaged over.")
-_ITERS = flags.DEFINE_integer("iters", 20, "Lanczos iterations for each eigenvalue.")
+_ITERS = flags.DEFINE_integer("iters", 20, "Lanczos iterations for each eigenvalue.",
+                              lower_bound=1)
 _REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Only the report from the file.")
 
 

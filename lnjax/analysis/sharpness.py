@@ -74,7 +74,7 @@ def adam_precond(opt_state, b1: float, b2: float, eps: float):
       lambda nu: (1 - b1 ** count) * (jnp.sqrt(nu / (1 - b2 ** count)) + eps), adam.nu)
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=2)  # The loss of the checkpoint measured: H and P⁻¹H share it.
 def _hvp(loss_fn):
   """(params, scale, v) -> S v with S = diag(scale) H diag(scale), v flat: one program per
   loss for every preconditioner (H's and P⁻¹H's Lanczos share it), the parameters its
