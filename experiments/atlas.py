@@ -23,6 +23,7 @@ cells of the 14 placements × depths 6, 12, 24 × warm-up 0, 500 are measured, w
 searching (drawn faded at the bounds their probes have set so far) and which not yet.
 """
 
+import datetime
 import json
 import os
 import subprocess
@@ -236,7 +237,12 @@ def main(argv):
                f"{', '.join(map(str, grid['depths']))} × warm-up "
                f"{', '.join(map(str, grid['warmups']))}).")
   title = "# The stability atlas" + (", modern block" if block == "modern" else "")
-  report = "\n".join([title, "", *md, "", *lines, "",
+  made = (f"`python experiments/atlas.py{' --block=modern' if block == 'modern' else ''}` "
+          f"({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC)")
+  report = "\n".join([title, "", f"Tabled by {made} from the slices' states in "
+                      f"experiments/{BLOCKS[block][4]}/; each slice measured by `python "
+                      "experiments/atlas.py" + (" --block=modern" if block == "modern" else "")
+                      + " --run=SLICE --workdir=DIR`.", "", *md, "", *lines, "",
                       "Highest stable rate by cell (searching: the bounds its probes have "
                       "set so far; not yet: no probe yet):", "",
                       *coverage, "",
@@ -248,7 +254,7 @@ def main(argv):
   caption = ("configs/lm.py:size=small" + (" (RoPE, SwiGLU, RMSNorm, no biases)" if block ==
               "modern" else "") + ", batches of 16, 2 seeds a probe; stable: every seed "
              "finishes without diverging, held-out loss ≥ 0.1 nats below the unigram "
-             "baseline; " + "; ".join(slices))
+             "baseline; " + "; ".join(slices) + f"; {made.replace('`', '')}")
   if searching:
     caption += (f"; faded: {len(searching)} cell(s) still searching, at the bounds their "
                 "probes have set so far")
@@ -258,7 +264,8 @@ def main(argv):
   if block == "modern":  # Both blocks' 12-layer edges side by side.
     older = merged("2020", only=tuple(MODERN_SLICES))[0]  # The same slices, same settings.
     report += "\n" + "\n".join(atlas_blocks.comparison(older, cells)) + "\n"
-    atlas_blocks.figure(os.path.join(REPO, "docs", "figures", "atlas_blocks.png"), older, cells)
+    atlas_blocks.figure(os.path.join(REPO, "docs", "figures", "atlas_blocks.png"), older, cells,
+                        made=made.replace("`", ""))
     with open(path, "w") as f:
       f.write(report)
   print(report + f"Table: {path}\nFigure: {figure}")

@@ -121,8 +121,10 @@ def comparison(older: dict, newer: dict, warmups=(0, 500)) -> list[str]:
   return out
 
 
-def figure(path: str, older: dict, newer: dict, warmups=(0, 500)) -> None:
-  """Both blocks' 12-layer edges side by side: a panel per warm-up, a placement per row."""
+def figure(path: str, older: dict, newer: dict, warmups=(0, 500),
+           made: str = "python experiments/atlas.py --block=modern") -> None:
+  """Both blocks' 12-layer edges side by side: a panel per warm-up, a placement per row;
+  `made`: the command and date in its title."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
@@ -150,7 +152,7 @@ def figure(path: str, older: dict, newer: dict, warmups=(0, 500)) -> None:
   ax0.scatter([], [], color="none", edgecolor="0.4", marker="<", label="no stable rate (< lowest)")
   ax0.legend(loc="upper left", fontsize=7)
   fig.suptitle("The atlas on both blocks: configs/lm.py:size=small, 2 seeds, 300-step probes "
-               "(python experiments/atlas.py --block=modern, 2026-12-05)", fontsize=9)
+               f"({made})", fontsize=9)
   fig.tight_layout()
   fig.savefig(path, dpi=120)
   plt.close(fig)

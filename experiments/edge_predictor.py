@@ -19,6 +19,7 @@ rate (< 1e-5: Post-LN at 24 layers, at 12 without warm-up) are left out of the f
 reported apart.
 """
 
+import datetime
 import itertools
 import json
 import math
@@ -37,6 +38,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(REPO, "experiments", "edge_predictor")
 ATLAS = os.path.join(REPO, "experiments", "atlas")
 SLICES = ("d6", "d12", "d24", "w500_d6", "w500_d12", "w500_d24")  # 300-step probes, 2×.
+MODERN_ATLAS = os.path.join(REPO, "experiments", "atlas_modern")  # RoPE, SwiGLU, RMSNorm.
+MODERN_SLICES = ("d12", "w500_d12")
+FEATURES_MODERN = os.path.join(OUT, "features_modern.json")
 LAMBDAS = (0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
 # The features tried (lnjax/sweep/predict.py); 'a*b': a product. Ordered simple to full.
 BASE = ["log_depth", "warmup"]
@@ -65,17 +69,26 @@ WITH_SHARPNESS = {
 SHARP_PROCEDURE = ("the candidate, one-run or with sharpness, and penalty chosen inside each "
                    "fold (nested)")
 SHARPNESS = os.path.join(OUT, "sharpness.json")
+# A baseline, not the first steps: the search's own range test (300 steps at a rate rising
+# from 1e-5 to 1; Smith's LR range test, arXiv 1506.01186), its bracket as the inputs.
+RANGE_TEST = {"baseline: the search's range test (its bracket, and its low end × warm-up)":
+              BASE + ["log_range_lo", "log_range_hi", "log_range_lo*warmup"]}
 PROCEDURE = "the one-run candidate and penalty chosen inside each fold (nested; saved)"
 TWO_PROCEDURE = "the candidate, one- or two-run, and penalty chosen inside each fold (nested)"
 SECOND = os.path.join(OUT, f"features_lr{predict.SECOND_LR:g}.json")
+TODAY = f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d}"  # The report's date.
 _SAVE = flags.DEFINE_bool("save", False, "Save the chosen fit into the package.")
 
 
-def atlas_cells() -> dict:
-  """{(placement, depth, warmup): the search's row} of the six 300-step slices."""
+def atlas_cells(folder: str = ATLAS, slices=SLICES) -> dict:
+  """{(placement, depth, warmup): the search's row} of the slices' finished cells in
+  `folder` (the six 300-step slices of experiments/atlas by default); a slice not started
+  is skipped."""
   cells = {}
-  for name in SLICES:
-    path = os.path.join(ATLAS, f"{name}.json")
+  for name in slices:
+    path = os.path.join(folder, f"{name}.json")
+    if not os.path.exists(path):
+      continue
     with open(path) as f:
       st = json.load(f)["settings"]
     keys = {tuple(k.split("/")) for k in json.load(open(path))["probes"]}
@@ -87,8 +100,36 @@ def atlas_cells() -> dict:
         stable=search.Stable(st["probe_steps"], st["divergence_factor"], st["margin_nats"]),
         state_path=path)
     for row in stability_report.rows(s):
-      cells[row["placement"], row["depth"], row["warmup"]] = row
+      if row["status"] != "unfinished":  # A cell still searching has bounds, not an edge.
+        cells[row["placement"], row["depth"], row["warmup"]] = row
   return cells
+
+
+def both_blocks(rows, edges, groups, model) -> dict:
+  """The modern block's cells (experiments/atlas_modern's slices with an edge, their
+  features from `edge_predictor_features.py --block=modern`): the saved fit (2020 block)
+  applied to them as it is, and the one-run procedure held out by placement over both
+  blocks' cells (a placement's cells of both blocks left out together), the block an input.
+  {label: (edges, log10 predictions)}; {} until 3 placements of the modern block have both."""
+  if not os.path.exists(FEATURES_MODERN):
+    return {}
+  with open(FEATURES_MODERN) as f:
+    features = json.load(f)
+  m_rows, m_edges, m_groups = [], [], []
+  for (p, d, w), c in sorted(atlas_cells(MODERN_ATLAS, MODERN_SLICES).items()):
+    if f"{p}/{d}" in features and c["highest_stable_lr"] is not None:
+      m_rows.append({**predict.features(features[f"{p}/{d}"], d, w), "modern": 1.0})
+      m_edges.append(c["highest_stable_lr"])
+      m_groups.append(p)
+  if len(set(m_groups)) < 3:
+    return {}
+  held, _ = predict.nested([{**x, "modern": 0.0} for x in rows] + m_rows, edges + m_edges,
+                           {k: v + ["modern"] for k, v in ONE_RUN.items()}, LAMBDAS,
+                           groups + m_groups)
+  return {"the saved fit (2020 block) on the modern block's cells, as it is":
+              (m_edges, np.array([model.log_edge(x) for x in m_rows])),
+          "the one-run procedure over both blocks' cells, the block an input (nested)":
+              (edges + m_edges, held)}
 
 
 def best_subset(rows, edges, groups, pool: list[str]):
@@ -123,6 +164,62 @@ def nearest(rows, edges, groups, names) -> np.ndarray:
     j = min(same, key=lambda j: float(np.sum((X[j] - X[i]) ** 2)))
     out[i] = math.log10(edges[j])
   return out
+
+
+def diverges(cell: dict) -> bool | None:
+  """How the cell's lowest unstable rate failed: True, it diverged; False, it trained
+  without learning (held-out loss not 0.1 nats under the unigram baseline); None, not
+  known (a verdict recorded without its seeds' details)."""
+  fails = cell.get("fails_by") or ""
+  return True if "diverged" in fails else False if "vs unigram" in fails else None
+
+
+def failure_modes(cells: dict, keys) -> list[bool]:
+  """Each cell's `diverges`; where not known, the mode of the placement's other cells at
+  the same warm-up (NormFormer and OLMo 2 at 6 layers: both diverge at 12 and 24)."""
+  out = []
+  for p, d, w in keys:
+    mode = diverges(cells[(p, d, w)])
+    if mode is None:
+      others = [m for (q, e, v), c in cells.items() if q == p and v == w and e != d
+                and (m := diverges(c)) is not None]
+      mode = bool(others) and 2 * sum(others) > len(others)
+    out.append(mode)
+  return out
+
+
+def _classifier(X: np.ndarray, labels: np.ndarray, lam: float = 1.0):
+  """L2-penalized logistic regression on standardized X (Newton's method): a function
+  giving each row's class, True or False."""
+  mean, scale = X.mean(0), np.where(X.std(0) > 1e-9, X.std(0), 1.0)
+  A = np.c_[np.ones(len(X)), (X - mean) / scale]
+  w, penalty = np.zeros(A.shape[1]), lam * np.diag([0.0] + [1.0] * X.shape[1])
+  for _ in range(50):
+    p = 1 / (1 + np.exp(-A @ w))
+    w -= np.linalg.solve(A.T @ (A * (p * (1 - p))[:, None]) + penalty,
+                         A.T @ (p - labels) + penalty @ w)
+  return lambda Xn: np.c_[np.ones(len(Xn)), (Xn - mean) / scale] @ w > 0
+
+
+def by_failure_mode(rows, edges, groups, modes, names, known: bool):
+  """One ridge model per failure mode (diverging, not learning), each with its penalty
+  chosen inside the fold; a held-out cell is predicted by the model of its mode, the mode
+  `known` (the search's answer: a bound, not a predictor) or classified from the same
+  features by a logistic regression fitted on the fold. Returns (log10 predictions, the
+  classifier's held-out accuracy)."""
+  X, groups, modes = predict.design(rows, names), np.asarray(groups), np.asarray(modes)
+  out, guessed = np.empty(len(rows)), np.empty(len(rows), bool)
+  for g in np.unique(groups):
+    test, models_ = groups == g, {}
+    guessed[test] = modes[test] if known else _classifier(X[~test], modes[~test])(X[test])
+    for mode in (False, True):
+      on = np.flatnonzero(~test & (modes == mode))
+      sub, sub_edges = [rows[i] for i in on], [edges[i] for i in on]
+      _, lam = predict.select(sub, sub_edges, {"": names}, LAMBDAS, groups[on])
+      models_[mode] = predict.fit(sub, sub_edges, names, lam, {})
+    for i in np.flatnonzero(test):
+      out[i] = models_[bool(guessed[i])].log_edge(rows[i])
+  return out, float(np.mean(guessed == modes))
 
 
 def costs(cells: dict, features: dict, second: dict | None = None) -> dict:
@@ -178,7 +275,7 @@ def figure(path: str, keys, edges, predicted_log, censored) -> None:
          xlabel="searched highest stable lr (experiments/atlas)",
          ylabel="predicted from 20-step runs (held out by placement)")
   ax.legend(fontsize=7, loc="upper left")
-  ax.set_title("python experiments/edge_predictor.py (2026-12-05)", fontsize=9)
+  ax.set_title(f"python experiments/edge_predictor.py ({TODAY})", fontsize=9)
   fig.tight_layout()
   fig.savefig(path, dpi=120)
   plt.close(fig)
@@ -203,6 +300,8 @@ def main(argv):
       continue
     x = predict.features(features[f"{p}/{d}"], d, w, second=second.get(f"{p}/{d}"),
                          sharpness=sharp.get(f"{p}/{d}"))
+    if c.get("range_test_bracket"):
+      x.update(zip(("log_range_lo", "log_range_hi"), np.log10(c["range_test_bracket"])))
     if c["highest_stable_lr"] is None:
       censored_keys.append(((p, d, w), c["lowest_unstable_lr"], x))
       continue
@@ -224,7 +323,22 @@ def main(argv):
 
   for label, names in ONE_RUN.items():
     nested(label, every, {label: names})
+  ranged = [i for i, x in enumerate(rows) if "log_range_lo" in x]
+  range_steps = sum({k[:2]: cells[k]["range_test_steps"] or 0
+                     for k in sub(keys, ranged)}.values())
+  search_steps = sum(cells[k]["probe_steps_trained"] for k in sub(keys, ranged)) + range_steps
+  for label, names in RANGE_TEST.items():
+    held_r, _ = predict.nested(sub(rows, ranged), sub(edges, ranged), {label: names}, LAMBDAS,
+                               sub(groups, ranged))
+    results[f"{label}; {search_steps / range_steps:.0f}× fewer steps than the search"] = (
+        ranged, held_r)
   results["nearest placement (health features)"] = (every, nearest(rows, edges, groups, HEALTH))
+  modes = failure_modes(cells, keys)
+  for known in (True, False):
+    held_mode, accuracy = by_failure_mode(rows, edges, groups, modes, BASE + HEALTH, known)
+    results[("two models by failure mode, each cell's mode known (a bound)" if known else
+             f"two models by failure mode, the mode classified from the health features "
+             f"({accuracy:.0%} right held out)")] = (every, held_mode)
   label, bound, tried = best_subset(rows, edges, groups, HEALTH)
   results[f"bound: the best of {tried} small sets of health features, chosen on every fold "
           f"({label})"] = (every, bound)
@@ -241,6 +355,15 @@ def main(argv):
     for label, names in {**ONE_RUN, **WITH_SHARPNESS}.items():
       nested(f"{label} (cells with sharpness)", measured, {label: names})
     nested(SHARP_PROCEDURE, measured, {**ONE_RUN, **WITH_SHARPNESS})
+    for known in (True, False):
+      held_mode, accuracy = by_failure_mode(
+          sub(rows, measured), sub(edges, measured), sub(groups, measured),
+          sub(modes, measured), BASE + HEALTH + SHARP, known)
+      results[("two models by failure mode on health and sharpness, each cell's mode known "
+               "(a bound; cells with sharpness)" if known else
+               "two models by failure mode on health and sharpness, the mode classified "
+               f"from them ({accuracy:.0%} right held out; cells with sharpness)")] = (
+                   measured, held_mode)
   # The procedure quoted and saved: the choice among the one-run candidates (one run costs
   # half of two; the choice among all, two-run ones included, is reported beside it).
   held, picks = nested(PROCEDURE, every, ONE_RUN)
@@ -257,6 +380,8 @@ def main(argv):
   model = predict.fit(rows, edges, names, lam, fitted_for, residuals=held - np.log10(edges))
   if _SAVE.value:
     model.save(predict.COEFFICIENTS)
+  scored.update({label: predict.scores(held_b, edges_b)
+                 for label, (edges_b, held_b) in both_blocks(rows, edges, groups, model).items()})
   censored = [(k, upper, model.log_edge(x)) for k, upper, x in censored_keys]
   figure(os.path.join(OUT, "predicted_vs_searched.png"), keys, edges, held, censored)
   measured = {k: cells[k] for k in keys + [c[0] for c in censored]}  # Features and edge.
@@ -280,7 +405,7 @@ def render(keys, edges, held, scored, picks, best, lam, model, censored, cost, t
   factor = 10 ** np.abs(held - np.log10(edges))
   runs = "one 20-step run at 1e-3"
   out = ["# The edge predicted from the first steps", "",
-         "`python experiments/edge_predictor.py` (2026-12-05), features by "
+         f"`python experiments/edge_predictor.py` ({TODAY}), features by "
          "`nice -n 19 python experiments/edge_predictor_features.py` (2026-12-05) and, for "
          "the second runs, `nice -n 10 python experiments/edge_predictor_features.py "
          "--depths=6 --lr=0.01` (2026-12-05). Each cell's prediction comes from a model "
@@ -326,14 +451,23 @@ def render(keys, edges, held, scored, picks, best, lam, model, censored, cost, t
   if SHARP_PROCEDURE in scored:
     sh = scored[SHARP_PROCEDURE]
     out += ["", "The Hessian's sharpness at the feature run's step 20 (`nice -n 10 python "
-            "experiments/edge_sharpness.py`, 2026-12-06: λ_max(H) and λ_max(P⁻¹H) with Adam's preconditioner P by 20 "
-            "Lanczos iterations; log10 of 38/λ_max(P⁻¹H), the rate at Adam's stability "
-            "threshold, Cohen et al., arXiv 2207.14484, and of λ_max(H)), on the "
-            f"{sh['cells']} cells measured so far: the choice among the one-run candidates "
-            f"and those with sharpness scores {100 * sh['within_2x']:.0f}% within 2× (median "
-            f"{sh['median_factor']:.2f}×); the rows '(cells with sharpness)' above score "
-            "each candidate on the same cells. Not in the saved procedure: measured on "
-            "part of the atlas."]
+            "experiments/edge_sharpness.py`, 2026-12-06: λ_max(H) and λ_max(P⁻¹H) with "
+            "Adam's preconditioner P by 20 Lanczos iterations; log10 of 38/λ_max(P⁻¹H), "
+            "the rate at Adam's stability threshold, Cohen et al., arXiv 2207.14484, and "
+            f"of λ_max(H)), on the {sh['cells']} cells measured so far: the choice among "
+            "the one-run candidates and those with sharpness scores "
+            f"{100 * sh['within_2x']:.0f}% within 2× (median {sh['median_factor']:.2f}×); "
+            "the rows '(cells with sharpness)' above score each candidate on the same "
+            "cells. Not in the saved procedure: measured on part of the atlas."]
+  transfer = [label for label in scored if label.startswith("the saved fit (2020 block)")]
+  if transfer:
+    out += ["", "The modern block (RoPE, SwiGLU, RMSNorm, no biases; experiments/atlas_modern, "
+            "its features by `nice -n 10 python experiments/edge_predictor_features.py "
+            "--block=modern --depths=12`): the saved fit applied to its cells as it is scores "
+            f"{100 * scored[transfer[0]]['within_2x']:.0f}% within 2× on "
+            f"{scored[transfer[0]]['cells']}; refitted over both blocks' cells with the block "
+            "as an input, each placement's cells of both blocks held out together, the row "
+            "after it."]
   out += ["",
           "## Cost", "",
           f"- The search (the slices' probes, and each range test once): "

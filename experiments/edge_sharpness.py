@@ -30,7 +30,8 @@ _WORKDIR = flags.DEFINE_string("workdir", "/tmp/lnjax_edge_sharpness", "The runs
 _PLACEMENTS = flags.DEFINE_list("placements", list(models.NORM_POSITIONS[:14]), "Placements.")
 _DEPTHS = flags.DEFINE_list("depths", ["6", "12", "24"], "Depths.")
 _BATCHES = flags.DEFINE_integer("batches", 2, "Held-out batches the loss is averaged over.")
-_ITERS = flags.DEFINE_integer("iters", 20, "Power iterations for each eigenvalue.")
+_ITERS = flags.DEFINE_integer("iters", 20, "Lanczos iterations for each eigenvalue.",
+                              lower_bound=1)
 _REPORT_ONLY = flags.DEFINE_bool("report_only", False, "Only the report from the file.")
 
 
@@ -66,7 +67,7 @@ def report(table: dict) -> str:
   lines = ["# Sharpness at step 20 against the searched edge", "",
            f"`python experiments/edge_sharpness.py` ({date}): each (placement, depth) of the "
            "2020 atlas trained 20 steps at 1e-3 (the predictor's feature run), then the "
-           "largest eigenvalue of the Hessian H and of P⁻¹H (P: Adam's √v̂ + ε) on "
+           "largest eigenvalue of the Hessian H and of P⁻¹H (P: Adam's (1 − β₁ᵗ)(√v̂ + ε)) on "
            f"{_BATCHES.value} held-out batches by {_ITERS.value} Lanczos iterations "
            "(lnjax/analysis/sharpness.py). Adam's edge: 38/λ_max(P⁻¹H), the rate at Adam's "
            "stability threshold (Cohen et al., arXiv 2207.14484). Searched: the atlas's "

@@ -43,7 +43,7 @@ def test_main_path_norms_follow_lemmas_1_and_2():
   assert pre[-1] > 4 * pre[0]
 
 
-def _smoke_run(tmp_path_factory, name: str, **model) -> str:
+def _smoke_run(tmp_path_factory, name: str, opt: dict | None = None, **model) -> str:
   from lnjax.configs import common as config_lib
   from lnjax import tasks
   from lnjax.core import train
@@ -52,6 +52,7 @@ def _smoke_run(tmp_path_factory, name: str, **model) -> str:
   c.mesh.data = 1
   c.train.num_steps = 10
   c.model.update(model)
+  c.opt.update(opt or {})
   wd = str(tmp_path_factory.mktemp("analysis") / name)
   train.train_and_evaluate(c, wd, tasks=tasks.get)
   return wd
@@ -133,8 +134,8 @@ def test_the_report_reads_a_gated_ffns_gate_as_its_input_weight():
 @pytest.mark.slow  # A 10-step run of a one-layer LM of width 4; its dense Hessian (844²).
 def test_analyze_reports_the_hessians_top_eigenvalue_and_adams(tmp_path_factory):
   """`lnjax analyze --sharpness=N`: λ_max(H) and λ_max(P⁻¹H) against numpy's eigenvalues of
-  the dense Hessian (jax.hessian of the flattened parameters) and Adam's √v̂ + ε written
-  out from the checkpoint's second moment; 38/λ_max(P⁻¹H) is the reported edge."""
+  the dense Hessian (jax.hessian of the flattened parameters) and Adam's (1 − β₁ᵗ)(√v̂ + ε)
+  written out from the checkpoint's second moment; 38/λ_max(P⁻¹H) is the reported edge."""
   from jax.flatten_util import ravel_pytree
 
   from lnjax import tasks
@@ -160,9 +161,22 @@ def test_analyze_reports_the_hessians_top_eigenvalue_and_adams(tmp_path_factory)
   (adam,) = [s for s in jax.tree.leaves(restored.state.opt_state, is_leaf=lambda s: hasattr(
       s, "nu")) if hasattr(s, "nu")]
   nu = np.asarray(ravel_pytree(adam.nu)[0], np.float64)
-  p = np.sqrt(nu / (1 - opt.b2 ** 10)) + opt.eps
+  assert int(adam.count) == 10
+  p = (1 - opt.b1 ** 10) * (np.sqrt(nu / (1 - opt.b2 ** 10)) + opt.eps)  # Adam's m̂ = m/(1 − β₁ᵗ).
   want = np.linalg.eigvalsh(hessian / np.sqrt(p)[:, None] / np.sqrt(p)[None, :])[-1]
   assert sharp["adam_top"] == pytest.approx(want, rel=1e-3)
   assert sharp["adam_edge"] == pytest.approx(38 / want, rel=1e-3)
+  lr_last = float(restored.setup.schedule(9))  # The rate of the 10th, last, update.
+  assert sharp["lr_at_step"] == pytest.approx(lr_last)
+  assert sharp["edge_fraction"] == pytest.approx(lr_last * want / 38, rel=1e-3)
   init, _ = analyze.analyze(wd, "init", num_batches=1, sharpness_iters=5)
   assert "adam_top" not in init["sharpness"] and "no optimizer state" in init["sharpness"]["adam"]
+  # SGD, no preconditioner: λ_max(H) against its own threshold, (2 + 2β)/(1 + 2β) Nesterov's.
+  sgd = _smoke_run(tmp_path_factory, "sgd", {"name": "sgd", "learning_rate": 0.1,
+                                             "momentum": 0.5, "nesterov": True},
+                   num_layers=1, d_model=4, num_heads=1, d_ff=8)
+  result, out = analyze.analyze(sgd, "latest", num_batches=1, sharpness_iters=20)
+  sharp = result["sharpness"]
+  assert sharp["sgd_edge"] == pytest.approx(1.5 / sharp["hessian_top"]) and "adam" not in sharp
+  assert sharp["edge_fraction"] == pytest.approx(0.1 * sharp["hessian_top"] / 1.5)
+  assert "SGD with Nesterov momentum 0.5 is stable" in open(os.path.join(out, "report.md")).read()

@@ -3,6 +3,7 @@ training: from the committed 6-layer slice's state, in a folder of its own."""
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -33,6 +34,8 @@ def test_the_atlas_tables_a_slice_from_its_state_and_says_what_is_not_yet(tmp_pa
          "cells measured" in report
   assert "- d12 (every placement at 12 layers, no warm-up): not started" in report
   assert "Cells measured: 13 of the atlas's 84" in report
+  assert re.search(r"Tabled by `python experiments/atlas.py` \(\d{4}-\d\d-\d\d \d\d:\d\d UTC\)",
+                   report), report[:500]  # Its command and date.
   # The state's answers; the bound so far of the cell still searching; "not yet" in every
   # column no slice has measured.
   assert "| Post-LN | 0.0011 | not yet | not yet | not yet | not yet | not yet |" in report

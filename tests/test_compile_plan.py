@@ -68,6 +68,7 @@ def test_the_mesh_flag_names_every_axis():
     compile_cli.mesh_override("tensor=2")
 
 
+@pytest.mark.slow  # libtpu's start for a topology's devices: 6 s of the fast tier's 60.
 def test_a_mesh_axis_across_physical_axes_is_laid_out():
   """fsdp=8, model=2 on v5e-16's 4×4 chips: 8 is no product of whole physical axes, so
   mesh_utils refused it ("Failed to find assignment ...", 2026-12-05); split, it is laid."""

@@ -443,6 +443,7 @@ def test_the_smallest_config_at_its_extremes_takes_a_step(name):
 FLAG_VALUES = ("0", "-1", "nan", "inf", "-inf", "1e30", str(INT64_MAX + 1), str(2**64))
 # The values of 0 and -1 a flag's domain holds (a finite margin, a length penalty α, ...).
 ZERO_OR_NEGATIVE_ACCEPTED = {("lnjax.main", "process_id", "0"),
+                             ("lnjax.cli.analyze", "sharpness", "0"),
                              ("lnjax.cli.stability", "margin_nats", "0"),
                              ("lnjax.cli.stability", "margin_nats", "-1"),
                              ("lnjax.cli.stability", "divergence_factor", "0"),

@@ -357,3 +357,13 @@ def test_the_rate_leaves_out_the_first_step_and_a_program_compiled_later(tmp_pat
   assert loop.run() == hooks.COMPLETED
   fields = loop.lines[-1].split()
   assert float(fields[fields.index("tok/s") - 1]) > 3 * 6 / took[0], (loop.lines, took)
+
+
+def test_the_first_line_shows_its_rate_as_not_known_and_the_next_a_number(tmp_path):
+  """The first step (its compilation) is left out of the rate, so its line has none: '--',
+  not 'nan'; the second line's rate is a number."""
+  loop = make_loop(tmp_path, [1.0] * 3, [hooks.Logging(1, 3, 0)])
+  assert loop.run() == hooks.COMPLETED
+  steps = [line.split() for line in loop.lines if line.startswith("step")]
+  assert steps[0][steps[0].index("tok/s") - 1:] == ["--", "tok/s", "ETA", "--:--"], loop.lines
+  assert float(steps[1][steps[1].index("tok/s") - 1]) > 0, loop.lines

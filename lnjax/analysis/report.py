@@ -79,6 +79,8 @@ def analyze(workdir: str, step: str = "latest", num_batches: int = 4, lr: float 
   if lr is not None:
     errors.check_range("--lr", lr, low=0.0, low_open=True, high=float("inf"), high_open=True)
   built, params, label, trained = load(workdir, step)
+  out = os.path.join(workdir, "analysis", label)
+  fileio.refuse_run_files("--step", step, [out], own=[workdir])  # Before any work.
   batches = built.eval_batches(num_batches)
   sharp = sharpness(built, params, trained, batches, sharpness_iters) if sharpness_iters else None
   run, setup, params = unrolled(built.run, built.setup, params)
@@ -97,8 +99,6 @@ def analyze(workdir: str, step: str = "latest", num_batches: int = 4, lr: float 
   }
   if sharp is not None:
     result["sharpness"] = sharp
-  out = os.path.join(workdir, "analysis", label)
-  fileio.refuse_run_files("--step", step, [out], own=[workdir])
   fileio.makedirs(out)
   fileio.write_text(os.path.join(out, "analysis.json"), json.dumps(result, indent=1))
   _plots(result, out)
@@ -109,15 +109,43 @@ def analyze(workdir: str, step: str = "latest", num_batches: int = 4, lr: float 
 def sharpness(built, params, trained, batches, iters: int) -> dict:
   """λ_max of the loss's Hessian on `batches` by `iters` Lanczos iterations and, where the
   checkpoint holds Adam's second moment, λ_max(P⁻¹H) under Adam's preconditioner and the
-  rate at Adam's stability threshold (lnjax/analysis/sharpness.py)."""
-  from lnjax.analysis import probes, sharpness as sharpness_lib
+  rate at Adam's stability threshold; for SGD the rate at its own threshold on λ_max(H)
+  (lnjax/analysis/sharpness.py)."""
+  from lnjax.analysis import probes
+  from lnjax.core import errors
 
   loss = functools.partial(probes.mean_loss, setup=built.setup, batches=batches)
+  try:
+    return _sharpness(built, params, trained, loss, iters)
+  except MemoryError as e:
+    raise errors.LnjaxError(f"--sharpness={iters}: {e}") from None
+
+
+def _sharpness(built, params, trained, loss, iters: int) -> dict:
+  from lnjax.analysis import sharpness as sharpness_lib
+
   top, estimates = sharpness_lib.hessian_top(loss, params, iters=iters)
   out = {"iters": iters, "hessian_top": top, "hessian_estimates": estimates}
   opt = built.run.opt
+  # Where the run itself sits: its last update's rate η times λ over the threshold (Cohen et
+  # al.'s edge of stability is 1).
+  count = sharpness_lib.update_count(*trained) if trained else None
+  lr_now = float(built.setup.schedule(max(count - 1, 0))) if trained else None
+  if lr_now is not None:
+    out["lr_at_step"] = lr_now
+  if opt.name == "sgd":  # No preconditioner: H itself against gradient descent's threshold.
+    threshold = sharpness_lib.sgd_threshold(opt.momentum, opt.nesterov)
+    out.update(sgd_threshold=threshold, sgd_edge=threshold / top, sgd_momentum=opt.momentum,
+               sgd_nesterov=opt.nesterov)
+    if lr_now is not None:
+      out["edge_fraction"] = lr_now * top / threshold
+    return out
+  if opt.name == "radam":  # Its rectified (or, early, unpreconditioned) steps are not Adam's.
+    out["adam"] = "not measured for RAdam: its steps are not Adam's preconditioned ones"
+    return out
   try:
-    precond = sharpness_lib.adam_precond(*trained, opt.b2, opt.eps) if trained else None
+    precond = sharpness_lib.adam_precond(trained[0], opt.b1, opt.b2,
+                                         opt.eps) if trained else None
   except ValueError as e:  # Not Adam, or no update yet.
     out["adam"] = str(e)
     return out
@@ -126,7 +154,8 @@ def sharpness(built, params, trained, batches, iters: int) -> dict:
     return out
   top, estimates = sharpness_lib.hessian_top(loss, params, precond=precond, iters=iters)
   out.update(adam_top=top, adam_estimates=estimates, adam_edge=sharpness_lib.adam_edge(
-      top, opt.b1), adam_threshold=sharpness_lib.adam_threshold(opt.b1))
+      top, opt.b1), adam_threshold=sharpness_lib.adam_threshold(opt.b1),
+             edge_fraction=lr_now * top / sharpness_lib.adam_threshold(opt.b1))
   return out
 
 
@@ -255,11 +284,21 @@ def _sharpness_lines(result: dict) -> list[str]:
   line = (f"Sharpness ({sharp['iters']} Lanczos iterations): λ_max(H) = "
           f"{sharp['hessian_top']:.4g}")
   if "adam_top" in sharp:
-    line += (f"; under Adam's preconditioner P = √v̂ + ε, λ_max(P⁻¹H) = {sharp['adam_top']:.4g}:"
+    line += ("; under Adam's preconditioner P = (1 − β₁ᵗ)(√v̂ + ε), λ_max(P⁻¹H) = "
+             f"{sharp['adam_top']:.4g}:"
              f" Adam is stable on the quadratic model below lr {sharp['adam_threshold']:.3g}/λ ="
              f" {sharp['adam_edge']:.3g} (Cohen et al., arXiv 2207.14484)")
+  elif "sgd_edge" in sharp:
+    how = (f"with {'Nesterov' if sharp['sgd_nesterov'] else 'heavy-ball'} momentum "
+           f"{sharp['sgd_momentum']:g}" if sharp["sgd_momentum"] else "without momentum")
+    line += (f": SGD {how} is stable on the quadratic model below lr "
+             f"{sharp['sgd_threshold']:.3g}/λ = {sharp['sgd_edge']:.3g} (Cohen et al., arXiv "
+             "2103.00065)")
   else:
     line += f"; Adam's: not measured ({sharp['adam']})"
+  if "edge_fraction" in sharp:
+    line += (f". The run's last update, at lr {sharp['lr_at_step']:.3g}, put η·λ at "
+             f"{sharp['edge_fraction']:.3g}× that threshold (1: the edge of stability)")
   return [line + ".", ""]
 
 

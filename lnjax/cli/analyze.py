@@ -25,8 +25,10 @@ cli.number("lr", 0.0, low_open=True)
 _SHARPNESS = flags.DEFINE_integer(
     "sharpness", 0, "Lanczos iterations for the loss's sharpness: the Hessian's largest "
     "eigenvalue, raw and under Adam's preconditioner (the checkpoint's second moment), and "
-    "the learning rate at Adam's stability threshold 38/λ (at β₁ 0.9); 0: not measured "
-    "(each iteration costs about two gradients of the batches).")
+    "the learning rate at Adam's stability threshold 38/λ (at β₁ 0.9), or SGD's; 0: not "
+    "measured (each iteration costs about two gradients of the batches; at most 1000, the "
+    "basis kept in memory).")
+cli.number("sharpness", 0, 1000)
 _HF = flags.DEFINE_string("hf", None, "Instead of a run: a Hugging Face model folder (GPT-2, "
                           "BERT, Llama, Qwen3, Gemma 2/3, OLMo 2), or a hub name (gpt2, "
                           "bert-base-uncased: fetched when online).")

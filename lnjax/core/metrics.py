@@ -184,5 +184,6 @@ class Progress:
     tokens_per_s = self._tokens / elapsed if steps > 0 and elapsed > 0 else float("nan")
     eta = (self.num_steps - step) / rate if rate == rate and rate > 0 else float("nan")
     self.restart_clock(step)
+    speed = f"{tokens_per_s:9.0f}" if tokens_per_s == tokens_per_s else f"{'--':>9}"
     return (f"step {step:>6}/{self.num_steps}  loss {loss:7.4f}  lr {lr:.3e}  "
-            f"grad_norm {grad_norm:8.3f}  {tokens_per_s:9.0f} tok/s  ETA {progress.hms(eta)}")
+            f"grad_norm {grad_norm:8.3f}  {speed} tok/s  ETA {progress.hms(eta)}")
