@@ -48,6 +48,7 @@ def measure(placement: str, depth: int, workdir: str) -> dict:
   sharp = analysis.sharpness(built, params, trained, built.eval_batches(_BATCHES.value),
                              _ITERS.value)
   return {"status": "completed", "step": int(label), "sharpness": sharp["hessian_top"],
+          "preconditioner": "(1 - b1^t)(sqrt(v_hat) + eps)",
           "precond_sharpness": sharp["adam_top"], "adam_edge": sharp["adam_edge"],
           "estimates": sharp["hessian_estimates"], "precond_estimates": sharp["adam_estimates"],
           "seconds": round(time.perf_counter() - t0, 1)}
