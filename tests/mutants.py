@@ -806,6 +806,11 @@ MUTANTS = [
       ("tests/test_sharpness.py::test_the_update_count_is_the_optimizers_not_the_training_steps",),
       "the sharpness's bias corrections and rate taken at the training step, skipped steps "
       "counted"),
+    M("restore_without_the_skip_wrapper", "lnjax/core/checkpoint.py",
+      "setup = build.run_setup(run, None)",
+      "setup = state_lib.make_setup(run.model, run.opt, run.train.num_steps, task=run.task)",
+      ("tests/test_analysis.py::test_analyze_restores_a_run_that_skips_spikes",),
+      "a run that skips spikes restored with a plain optimizer's state: analysis fails"),
 ]
 
 

@@ -43,7 +43,8 @@ def test_main_path_norms_follow_lemmas_1_and_2():
   assert pre[-1] > 4 * pre[0]
 
 
-def _smoke_run(tmp_path_factory, name: str, opt: dict | None = None, **model) -> str:
+def _smoke_run(tmp_path_factory, name: str, opt: dict | None = None, train_: dict | None = None,
+               **model) -> str:
   from lnjax.configs import common as config_lib
   from lnjax import tasks
   from lnjax.core import train
@@ -53,6 +54,7 @@ def _smoke_run(tmp_path_factory, name: str, opt: dict | None = None, **model) ->
   c.train.num_steps = 10
   c.model.update(model)
   c.opt.update(opt or {})
+  c.train.update(train_ or {})
   wd = str(tmp_path_factory.mktemp("analysis") / name)
   train.train_and_evaluate(c, wd, tasks=tasks.get)
   return wd
@@ -129,6 +131,18 @@ def test_the_report_reads_a_gated_ffns_gate_as_its_input_weight():
   suffix = report.ffn_input_suffix(gated)
   assert report.per_layer(gated, suffix) == {"lm": [(0, 1.0), (1, 3.0)]}
   assert report.ffn_input_suffix({"layer_0/ffn/wi/kernel": 1.0}) == "ffn/wi/kernel"
+
+
+def test_analyze_restores_a_run_that_skips_spikes(tmp_path_factory):
+  """`train.on_instability=skip` wraps the optimizer (health.skip_spikes): its checkpoints
+  hold the wrapper's state, which the analysis restores as the run saved it; the sharpness
+  takes Adam's count from the inner state."""
+  from lnjax.analysis import report as analyze
+
+  wd = _smoke_run(tmp_path_factory, "skip", train_={"on_instability": "skip"}, num_layers=1,
+                  d_model=4, num_heads=1, d_ff=8)
+  result, _ = analyze.analyze(wd, "latest", num_batches=1, sharpness_iters=3)
+  assert result["step"] == "10" and np.isfinite(result["sharpness"]["adam_top"])
 
 
 @pytest.mark.slow  # A 10-step run of a one-layer LM of width 4; its dense Hessian (844²).
