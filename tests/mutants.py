@@ -811,6 +811,10 @@ MUTANTS = [
       "setup = state_lib.make_setup(run.model, run.opt, run.train.num_steps, task=run.task)",
       ("tests/test_analysis.py::test_analyze_restores_a_run_that_skips_spikes",),
       "a run that skips spikes restored with a plain optimizer's state: analysis fails"),
+    M("prediction_goes_on_after_a_stopped_feature_run", "lnjax/sweep/predict.py",
+      'if summary["status"] == "preempted":', "if False:",
+      ("tests/test_predict.py::test_sigterm_stops_a_prediction_in_one_line_and_the_same_command_finishes_it",),
+      "`stability --predict` stopped by SIGTERM predicts from the cut-short run, exit 0"),
 ]
 
 

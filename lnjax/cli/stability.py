@@ -14,6 +14,7 @@ line on stderr); 1 a run failed (its error line; the same command retries it); 2
 refused input; 128 + signal when stopped (the runs saved).
 """
 
+import os
 import sys
 
 from lnjax.core import allocator
@@ -129,9 +130,7 @@ def main(argv):
                             [_WORKDIR.value, *([_STATE.value] if _STATE.value else [])],
                             own=[_WORKDIR.value])
     if _PREDICT.value:
-      from lnjax.sweep import predict
-      print("\n".join(predict.predict_cells(config_arg, fixed, placements, depths, warmups,
-                                            _WORKDIR.value)), flush=True)
+      _predict(config_arg, fixed, placements, depths, warmups)
       return
     stable = search.Stable(probe_steps, _DIVERGENCE.value, _MARGIN.value)
     s = stability.Search(config_arg, fixed, _WORKDIR.value, placements=placements,
@@ -166,6 +165,21 @@ def main(argv):
           f"{row['lowest_unstable_lr']:g} "
           "is unstable, widened down to --lr_min; no stable rate found, this cell's search "
           "stopped", file=sys.stderr, flush=True)
+
+
+def _predict(config_arg, fixed, placements, depths, warmups) -> None:
+  """--predict: the lines of lnjax/sweep/predict.py; stopped by SIGTERM (a feature run keeps
+  its checkpoint, the finished ones their records), exit 143 in one line, as lnjax.main."""
+  from lnjax.core import preemption
+  from lnjax.sweep import predict
+  try:
+    lines = predict.predict_cells(config_arg, fixed, placements, depths, warmups,
+                                  _WORKDIR.value)
+  except preemption.Preempted as e:
+    print(f"{PROG}: {e.signal}: stopped; the same command resumes (finished feature runs are "
+          "read again)", file=sys.stderr, flush=True)
+    os._exit(e.exit_code)  # (No teardown: a stop has a deadline; everything is written.)
+  print("\n".join(lines), flush=True)
 
 
 if __name__ == "__main__":

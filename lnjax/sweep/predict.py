@@ -44,16 +44,17 @@ def feature_config(config, placement: str, depth: int, steps: int = STEPS,
   return c
 
 
-def _layer_series(row: dict, stat: str) -> list[float]:
-  """Per layer (0, 1, ...) the largest of its sub-layers' `stat` in one metrics row."""
+def _layer_series(row: dict, stat: str) -> list[float] | None:
+  """Per layer (0, 1, ...) the largest of its sub-layers' `stat` in one metrics row; None
+  where the row has none finite (a step that diverged writes its statistics as null)."""
   layers: dict[int, float] = {}
   for name, value in row.items():
     parts = name.split("/")
-    if len(parts) >= 3 and parts[0] == "health" and parts[1].startswith("layer_") and (
-        parts[-1] == stat):
+    if value is not None and len(parts) >= 3 and parts[0] == "health" and parts[
+        1].startswith("layer_") and parts[-1] == stat and math.isfinite(value):
       i = int(parts[1][len("layer_"):])
       layers[i] = max(layers.get(i, -math.inf), float(value))
-  return [layers[i] for i in sorted(layers)]
+  return [layers[i] for i in sorted(layers)] or None
 
 
 def read_run(workdir: str) -> dict:
@@ -342,7 +343,7 @@ def predict_cells(config_arg: str, fixed: dict, placements, depths, warmups, wor
   ...,lr=R; a finished one is read again, not rerun), and a line per cell with the
   predicted highest stable rate and its interval."""
   from lnjax import sweep as sweep_lib, tasks
-  from lnjax.core import train as train_lib
+  from lnjax.core import preemption, train as train_lib
   model = model or Model.load()
   configs, notes = {}, []
   for p in placements:
@@ -363,9 +364,11 @@ def predict_cells(config_arg: str, fixed: dict, placements, depths, warmups, wor
 
   def run(config, p, d, rate, suffix):
     run_dir = os.path.join(workdir, "predict", f"norm={p},layers={d}{suffix}")
-    train_lib.train_and_evaluate(feature_config(config.copy_and_resolve_references(), p, d,
-                                                fitted["steps"], rate), run_dir,
-                                 tasks=tasks.get)
+    summary = train_lib.train_and_evaluate(feature_config(
+        config.copy_and_resolve_references(), p, d, fitted["steps"], rate), run_dir,
+        tasks=tasks.get)
+    if summary["status"] == "preempted":  # Its checkpoint kept: the same command resumes.
+      raise preemption.Preempted(preemption.requested() or "SIGTERM")
     return read_run(run_dir)
 
   for (p, d), config in configs.items():
