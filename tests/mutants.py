@@ -815,6 +815,11 @@ MUTANTS = [
       'if summary["status"] == "preempted":', "if False:",
       ("tests/test_predict.py::test_sigterm_stops_a_prediction_in_one_line_and_the_same_command_finishes_it",),
       "`stability --predict` stopped by SIGTERM predicts from the cut-short run, exit 0"),
+    M("prediction_checks_only_the_block_keys", "lnjax/sweep/predict.py",
+      'if key not in ("task",) + BLOCK_KEYS + SIZE_KEYS and key in mine and mine[key] != value:',
+      "if False:",
+      ("tests/test_predict.py::test_a_block_or_depth_the_fit_has_not_seen_is_refused",),
+      "a prediction for another β₁, ε, dtype or schedule than the fit's, without a word"),
 ]
 
 

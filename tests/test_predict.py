@@ -166,6 +166,10 @@ def _fitted(**over):
     ("size=small", {"model.pos_emb": "sinusoidal"}, "--predict: model.pos_emb=sinusoidal"),
     ("size=small", {"model.norm_kind": "rmsnorm"}, "--predict: model.norm_kind=rmsnorm"),
     ("size=small", {"model.num_layers": 48}, "--predict: --depths=48"),
+    ("size=small", {"opt.b1": 0.5}, "--predict: opt.b1=0.5"),  # Adam's threshold moves.
+    ("size=small", {"model.embed_norm": True}, "--predict: model.embed_norm=True"),
+    ("size=small", {"model.dtype": "bfloat16"}, "--predict: model.dtype=bfloat16"),
+    ("size=small", {"opt.schedule": "cosine"}, "--predict: opt.schedule=cosine"),
 ])
 def test_a_block_or_depth_the_fit_has_not_seen_is_refused(preset, overrides, message):
   config = lnjax.get_config("lm", preset).unlock()
@@ -188,6 +192,12 @@ def test_another_task_placement_or_warmup_is_refused_and_another_size_noted():
   with pytest.raises(errors.ConfigError, match="^--predict: --warmups=2000"):
     predict.check_fitted(model, small, "pre", 12, 2000)
   assert predict.check_fitted(model, small, "pre", 12, 0) == []
+  mine = small.unlock()  # The cell's own keys, and how values are computed: not the fit's.
+  mine.opt.learning_rate, mine.opt.warmup_steps, mine.model.scan_layers = 0.5, 100, True
+  assert predict.check_fitted(model, mine, "pre", 12, 0) == []
+  mine.opt.eps = 0.0
+  with pytest.raises(errors.ConfigError, match="^--predict: opt.eps=0.0"):  # The saved fit.
+    predict.check_fitted(predict.Model.load(), mine, "pre", 12, 0)
   notes = predict.check_fitted(model, lnjax.get_config("lm", "smoke"), "pre", 12, 0)
   assert "model.d_model=32 (fitted: 128)" in notes
 
