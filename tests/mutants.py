@@ -820,6 +820,10 @@ MUTANTS = [
       "if False:",
       ("tests/test_predict.py::test_a_block_or_depth_the_fit_has_not_seen_is_refused",),
       "a prediction for another β₁, ε, dtype or schedule than the fit's, without a word"),
+    M("adam_sharpness_counts_coordinates_never_moved", "lnjax/analysis/sharpness.py",
+      "nu > 0, (1 - b1 ** count)", "nu >= 0, (1 - b1 ** count)",
+      ("tests/test_sharpness.py::test_coordinates_without_a_gradient_are_left_out_of_adams_sharpness",),
+      "a parameter without a gradient yet (v̂ = 0) in P⁻¹H at 1/ε: λ_max swamped"),
 ]
 
 
