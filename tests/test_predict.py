@@ -217,6 +217,10 @@ def _stability(tmp_path, *flags):
      "lnjax.cli.stability: error: --predict: model.pos_emb=sinusoidal"),
     (["--config=configs/multi30k_de_en.py:smoke", "--placements=pre"],
      "lnjax.cli.stability: error: --predict: task=translation"),
+    (["--config=configs/lm.py:size=small", "--placements=pre", "--report_only"],
+     "lnjax.cli.stability: error: --predict runs no search"),
+    (["--config=configs/lm.py:size=small", "--placements=pre", "--workdir="],  # Not the cwd.
+     "lnjax.cli.stability: error: --workdir='' is invalid"),
 ])
 def test_the_commands_refusals_are_one_line_exit_2(tmp_path, flags, message):
   out = _stability(tmp_path, *flags)

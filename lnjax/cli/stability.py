@@ -125,6 +125,10 @@ def main(argv):
     if not 0 < _LR_MIN.value < _LR_MAX.value:
       raise errors.ConfigError(f"--lr_min={_LR_MIN.value:g} and --lr_max={_LR_MAX.value:g} "
                                "must satisfy 0 < lr_min < lr_max")
+    errors.check_path("--workdir", _WORKDIR.value)
+    if _PREDICT.value and (_REPORT_ONLY.value or _RANGE_FROM.value):
+      raise errors.ConfigError("--predict runs no search: it takes neither --report_only nor "
+                               "--range_tests_from")
     stability.check_inputs(config_arg, fixed, placements, depths, warmups)
     fileio.refuse_run_files("--workdir", _WORKDIR.value,
                             [_WORKDIR.value, *([_STATE.value] if _STATE.value else [])],
