@@ -100,8 +100,11 @@ def launch(s: stability.Search, runs: list[sweep_lib.Run]) -> int:
 
 
 def _ints(name: str, values) -> list[int]:
+  """The flag's integers, each once (in the order given); an empty list refused."""
+  if not values:
+    raise errors.ConfigError(f"--{name} is empty: give at least one value")
   try:
-    return [int(v) for v in values]
+    return list(dict.fromkeys(int(v) for v in values))
   except ValueError:
     raise errors.ConfigError(f"--{name}={','.join(values)}: integers expected") from None
 
@@ -114,7 +117,8 @@ def main(argv):
   config = _CONFIG.value
   try:
     placements = [p for p in _PLACEMENTS.value if p]
-    depths = _ints("depths", _DEPTHS.value or [config.model.num_layers])
+    depths = _ints("depths", [config.model.num_layers] if _DEPTHS.value is None else
+                   _DEPTHS.value)
     warmups = _ints("warmups", _WARMUPS.value)
     # (0 is a value, refused below, not "unset".)
     probe_steps = config.train.num_steps if _PROBE_STEPS.value is None else _PROBE_STEPS.value
