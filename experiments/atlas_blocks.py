@@ -150,7 +150,7 @@ def figure(path: str, older: dict, newer: dict, warmups=(0, 500),
   ax0.set_yticks(range(len(names)), [plotting.placement_label(p) for p in names])
   ax0.invert_yaxis()
   ax0.scatter([], [], color="none", edgecolor="0.4", marker="<", label="no stable rate (< lowest)")
-  ax0.legend(loc="upper left", fontsize=7)
+  ax0.legend(loc="lower left", fontsize=7)  # (The upper left holds Post-LN's bound.)
   fig.suptitle("The atlas on both blocks: configs/lm.py:size=small, 2 seeds, 300-step probes "
                f"({made})", fontsize=9)
   fig.tight_layout()
