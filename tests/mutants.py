@@ -824,6 +824,15 @@ MUTANTS = [
       "nu > 0, (1 - b1 ** count)", "nu >= 0, (1 - b1 ** count)",
       ("tests/test_sharpness.py::test_coordinates_without_a_gradient_are_left_out_of_adams_sharpness",),
       "a parameter without a gradient yet (v̂ = 0) in P⁻¹H at 1/ε: λ_max swamped"),
+    M("hf_tied_head_never_compared", "lnjax/hf/checkpoint.py",
+      "  _check_tied_copy(tensors, cfg, mapping)\n", "",
+      ("tests/test_hf_modern.py::test_a_tied_models_saved_head_is_read_only_where_it_copies_the_embedding",),
+      "a tied model's stored head that differs from its embedding silently replaced by it"),
+    M("gemma3_local_theta_ignored", "lnjax/hf/decoders.py",
+      '"sliding_attention": f.number("rope_local_base_freq", 10000.0, positive=True)}',
+      '"sliding_attention": default}',
+      ("tests/test_hf_modern.py::test_gemma3_with_two_rope_thetas_is_refused_naming_rope_parameters",),
+      "Gemma 3's transformers-4 config read with its global θ for the local layers too"),
 ]
 
 
