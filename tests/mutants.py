@@ -833,6 +833,15 @@ MUTANTS = [
       '"sliding_attention": default}',
       ("tests/test_hf_modern.py::test_gemma3_with_two_rope_thetas_is_refused_naming_rope_parameters",),
       "Gemma 3's transformers-4 config read with its global θ for the local layers too"),
+    M("health_counts_as_host_arrays", "lnjax/core/health.py",
+      "return np.broadcast_to(np.prod(shape[1:], dtype=np.int64), shape[:1])",
+      "return np.full(shape[:1], np.prod(shape[1:], dtype=int))",
+      ("tests/test_health.py::test_a_group_past_two_billion_entries_traces_without_a_host_array_of_its_size",),
+      "the health statistics' counts as host arrays as long as each parameter's leading axis"),
+    M("health_count_as_an_int32_argument", "lnjax/core/health.py",
+      "jnp.sqrt(s / float(max(n, 1)))", "jnp.sqrt(s / max(n, 1))",
+      ("tests/test_health.py::test_a_group_past_two_billion_entries_traces_without_a_host_array_of_its_size",),
+      "a group's entry count past 2³¹ passed to the step as an int32: an overflow"),
 ]
 
 
