@@ -1,5 +1,6 @@
 """Analysis tools: Jacobian spectral norms (paper §3)."""
 
+import json
 import os
 
 import jax
@@ -194,3 +195,17 @@ def test_analyze_reports_the_hessians_top_eigenvalue_and_adams(tmp_path_factory)
   assert sharp["sgd_edge"] == pytest.approx(1.5 / sharp["hessian_top"]) and "adam" not in sharp
   assert sharp["edge_fraction"] == pytest.approx(0.1 * sharp["hessian_top"] / 1.5)
   assert "SGD with Nesterov momentum 0.5 is stable" in open(os.path.join(out, "report.md")).read()
+
+
+def test_analysis_json_is_strict_json():
+  """A norm's input of zero (Gemma's padding embedding) gives √d/‖x‖ = inf, a diverged
+  checkpoint NaN losses: analysis.json writes them as null, which jq and JavaScript read,
+  not Python's bare NaN and Infinity."""
+  from lnjax.core import fileio
+
+  def refuse(word):
+    raise ValueError(word)
+  text = fileio.json_text({"loss": float("nan"), "jacobians": [1.0, float("inf"), -float("inf")],
+                           "norm": {"x": np.float64(2.5)}})
+  assert json.loads(text, parse_constant=refuse) == {"loss": None, "jacobians": [1.0, None, None],
+                                                     "norm": {"x": 2.5}}

@@ -19,7 +19,6 @@ DIR/analysis/<step>/: analysis.json, report.md and PNG plots of
 """
 
 import functools
-import json
 import os
 import re
 
@@ -100,7 +99,7 @@ def analyze(workdir: str, step: str = "latest", num_batches: int = 4, lr: float 
   if sharp is not None:
     result["sharpness"] = sharp
   fileio.makedirs(out)
-  fileio.write_text(os.path.join(out, "analysis.json"), json.dumps(result, indent=1))
+  fileio.write_text(os.path.join(out, "analysis.json"), fileio.json_text(result))
   _plots(result, out)
   _report(result, out)
   return result, out
