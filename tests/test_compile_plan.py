@@ -66,6 +66,8 @@ def test_the_mesh_flag_names_every_axis():
       "mesh.data": 1, "mesh.fsdp": 4, "mesh.model": 2}
   with pytest.raises(errors.ConfigError, match="--mesh"):
     compile_cli.mesh_override("tensor=2")
+  with pytest.raises(errors.ConfigError, match="axis data given twice"):  # Not the last one.
+    compile_cli.mesh_override("data=4,data=1")
 
 
 @pytest.mark.slow  # libtpu's start for a topology's devices: 6 s of the fast tier's 60.

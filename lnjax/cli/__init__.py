@@ -88,6 +88,16 @@ def number(name: str, low=None, high=None, *, low_open: bool = False) -> None:
   flags.register_validator(name, check)
 
 
+def int_list(name: str, values) -> list[int]:
+  """A list flag's integers, each once (in the order given); an empty list refused."""
+  if not values:
+    raise errors.ConfigError(f"--{name} is empty: give at least one value")
+  try:
+    return list(dict.fromkeys(int(v) for v in values))
+  except ValueError:
+    raise errors.ConfigError(f"--{name}={','.join(values)}: integers expected") from None
+
+
 def refuse_arguments(argv: list[str], prog: str = "lnjax") -> None:
   """For a command that takes flags only: any positional argument is one line, exit 2."""
   if len(argv) > 1:

@@ -41,12 +41,15 @@ _EVAL = flags.DEFINE_bool("eval", True, "Also compile the eval step (and transla
 
 def mesh_override(text: str) -> dict:
   """'fsdp=4,model=2' -> {'mesh.data': 1, 'mesh.fsdp': 4, 'mesh.model': 2}."""
-  values = {axis: 1 for axis in sharding.MESH_AXES}
+  values, given = {axis: 1 for axis in sharding.MESH_AXES}, set()
   for part in filter(None, text.split(",")):
     axis, _, size = part.partition("=")
     if axis.strip() not in values or not size.strip().lstrip("-").isdigit():
       raise errors.ConfigError(f"--mesh={text!r}: give AXIS=SIZE pairs, axes "
                                f"{', '.join(sharding.MESH_AXES)} (e.g. fsdp=4,model=2)")
+    if axis.strip() in given:
+      raise errors.ConfigError(f"--mesh={text!r}: axis {axis.strip()} given twice")
+    given.add(axis.strip())
     values[axis.strip()] = int(size)
   return {f"mesh.{axis}": size for axis, size in values.items()}
 

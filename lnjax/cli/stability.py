@@ -99,16 +99,6 @@ def launch(s: stability.Search, runs: list[sweep_lib.Run]) -> int:
                                **view).run()
 
 
-def _ints(name: str, values) -> list[int]:
-  """The flag's integers, each once (in the order given); an empty list refused."""
-  if not values:
-    raise errors.ConfigError(f"--{name} is empty: give at least one value")
-  try:
-    return list(dict.fromkeys(int(v) for v in values))
-  except ValueError:
-    raise errors.ConfigError(f"--{name}={','.join(values)}: integers expected") from None
-
-
 def main(argv):
   cli.refuse_arguments(argv, prog=PROG)
   # No INFO lines between the progress lines (gcsfs logs each read of a gs:// workdir).
@@ -117,9 +107,9 @@ def main(argv):
   config = _CONFIG.value
   try:
     placements = [p for p in _PLACEMENTS.value if p]
-    depths = _ints("depths", [config.model.num_layers] if _DEPTHS.value is None else
-                   _DEPTHS.value)
-    warmups = _ints("warmups", _WARMUPS.value)
+    depths = cli.int_list("depths", [config.model.num_layers] if _DEPTHS.value is None
+                          else _DEPTHS.value)
+    warmups = cli.int_list("warmups", _WARMUPS.value)
     # (0 is a value, refused below, not "unset".)
     probe_steps = config.train.num_steps if _PROBE_STEPS.value is None else _PROBE_STEPS.value
     range_steps = probe_steps if _RANGE_STEPS.value is None else _RANGE_STEPS.value
