@@ -134,6 +134,7 @@ def test_the_report_reads_a_gated_ffns_gate_as_its_input_weight():
   assert report.ffn_input_suffix({"layer_0/ffn/wi/kernel": 1.0}) == "ffn/wi/kernel"
 
 
+@pytest.mark.slow  # A 10-step training run (18 s).
 def test_analyze_restores_a_run_that_skips_spikes(tmp_path_factory):
   """`train.on_instability=skip` wraps the optimizer (health.skip_spikes): its checkpoints
   hold the wrapper's state, which the analysis restores as the run saved it; the sharpness
