@@ -20,7 +20,8 @@ FEATURES = {"2020": os.path.join(HERE, "edge_predictor", "features.json"),
 STEP = 2.0  # One search step: the atlas's --tolerance (its brackets end within 2×).
 DEPTH = 12
 # The health statistics read for a placement that moves (lnjax/sweep/predict.py features).
-WHY = {"init_first_share": "layer 0's share of the gradient at initialization",
+WHY = {"init_last_grad": "the last layer's gradient RMS at initialization",
+       "init_first_share": "layer 0's share of the gradient at initialization",
        "end_first_share": "layer 0's share of the gradient after 20 steps",
        "grad_growth": "the gradient's growth over 20 steps",
        "logit_growth": "the largest attention logit's growth over 20 steps",
@@ -62,7 +63,9 @@ def _features(block: str) -> dict:
 
 
 def why(placement: str) -> str:
-  """The health statistic of the first steps that changes most between the blocks."""
+  """The health statistic of the first steps that changes most between the blocks (log10;
+  a correlate, not a cause: the feature runs are the same 20 steps at lr 1e-3 without
+  warm-up on both blocks, for either warm-up's cell)."""
   older, newer = _features("2020"), _features("modern")
   key = f"{placement}/{DEPTH}"
   if key not in older or key not in newer:
@@ -71,7 +74,26 @@ def why(placement: str) -> str:
   b = predict.features(newer[key], DEPTH, 0)
   name = max(WHY, key=lambda n: abs(b[n] - a[n]))
   return (f"{WHY[name]}: 10^{a[name]:.2f} on the 2020 block, 10^{b[name]:.2f} on the "
-          "modern one (the largest change among the health statistics of its first steps)")
+          "modern one (of its first steps' health statistics, the one that changes most: a "
+          "correlate)")
+
+
+def _bracket_steps(older: dict, newer: dict) -> tuple[float, float | None]:
+  """How far the edge moved, in search steps, as far as both cells' brackets tell it: the
+  edge lies in [highest stable, lowest unstable) (below the lowest unstable where none was
+  stable); (least, most) in absolute steps, most None when unbounded."""
+  def bracket(c):
+    return c["highest_stable_lr"], c["lowest_unstable_lr"]
+  (a0, a1), (b0, b1) = bracket(older), bracket(newer)
+  log = lambda x: math.log(x) / math.log(STEP)
+  up = (b0 or 0) >= (a0 or 0)  # The direction of the point estimates.
+  if up:  # Least: the modern low end over the 2020 high end; most: the reverse.
+    least = log(b0 / a1) if b0 and a1 else 0.0
+    most = log(b1 / a0) if b1 and a0 else None
+  else:
+    least = log(a0 / b1) if a0 and b1 else 0.0
+    most = log(a1 / b0) if a1 and b0 else None
+  return max(least, 0.0), most
 
 
 def comparison(older: dict, newer: dict, warmups=(0, 500)) -> list[str]:
@@ -89,20 +111,24 @@ def comparison(older: dict, newer: dict, warmups=(0, 500)) -> list[str]:
       fmt = lambda v, cell: ("not yet" if v is None else f"{v:.3g}"
                              if cell["highest_stable_lr"] is not None
                              else f"< {cell['lowest_unstable_lr']:.3g}")
-      steps = math.log(b / a) / math.log(STEP) if a and b else None
-      # Where one block has no stable rate its edge is a bound, and so is the ratio.
-      unbounded = [c is not None and c["highest_stable_lr"] is None
-                   for c in (older.get((p, DEPTH, w)), newer.get((p, DEPTH, w)))]
-      sign = "> " if unbounded[0] and not unbounded[1] else (
-          "< " if unbounded[1] and not unbounded[0] else "")
-      out.append(f"| {plotting.placement_label(p)} | {w} | {fmt(a, older.get((p, DEPTH, w)))} | "
-                 f"{fmt(b, newer.get((p, DEPTH, w)))} | "
-                 + (f"{sign}{b / a:.2g}× | {sign}{steps:+.1f} |" if steps is not None
+      cells = older.get((p, DEPTH, w)), newer.get((p, DEPTH, w))
+      # Where one block has no stable rate its edge is a bound: the ratio is bounded by its
+      # lowest unstable rate (the halved one only ranks it); two bounds give no ratio.
+      bounded = [c is not None and c["highest_stable_lr"] is None for c in cells]
+      ratio = None
+      if a and b and not all(bounded):
+        ratio = (b if not bounded[1] else cells[1]["lowest_unstable_lr"]) / (
+            a if not bounded[0] else cells[0]["lowest_unstable_lr"])
+      steps = math.log(ratio) / math.log(STEP) if ratio else None
+      sign = "> " if bounded[0] else "< " if bounded[1] else ""
+      out.append(f"| {plotting.placement_label(p)} | {w} | {fmt(a, cells[0])} | "
+                 f"{fmt(b, cells[1])} | "
+                 + (f"{sign}{ratio:.2g}× | {sign}{steps:+.1f} |" if steps is not None
                     else "— | — |"))
-      if steps is not None:
+      if a and b:
         pairs.append((a, b))
-        if abs(steps) > 2:
-          moved.append((p, w, steps))
+      if steps is not None and abs(steps) > 2:
+        moved.append((p, w, steps, _bracket_steps(*cells)))
     if len(pairs) >= 3:
       rho = spearman(*zip(*pairs))
       correlations.append(f"warm-up {w}: Spearman's rank correlation {rho:.2f} over "
@@ -114,10 +140,11 @@ def comparison(older: dict, newer: dict, warmups=(0, 500)) -> list[str]:
   out.append("Placements that move more than two search steps (a step: the search's 2× "
              "tolerance):" if moved else "No placement measured on both blocks moves more "
              "than two search steps (a step: the search's 2× tolerance) so far.")
-  for p, w, steps in moved:
+  for p, w, steps, (low, high) in moved:
+    by = (f"{abs(steps):.1f} steps (from the brackets, {low:.1f} to {high:.1f})"
+          if high is not None else f"more than {low:.1f} steps (a bound: no stable rate)")
     out.append(f"- {plotting.placement_label(p)}, warm-up {w}: "
-               f"{'higher' if steps > 0 else 'lower'} on the modern block by "
-               f"{abs(steps):.1f} steps; {why(p)}")
+               f"{'higher' if steps > 0 else 'lower'} on the modern block by {by}; {why(p)}")
   return out
 
 
@@ -150,7 +177,7 @@ def figure(path: str, older: dict, newer: dict, warmups=(0, 500),
   ax0.set_yticks(range(len(names)), [plotting.placement_label(p) for p in names])
   ax0.invert_yaxis()
   ax0.scatter([], [], color="none", edgecolor="0.4", marker="<", label="no stable rate (< lowest)")
-  ax0.legend(loc="upper left", fontsize=7)
+  ax0.legend(loc="lower left", fontsize=7)  # (The upper left holds Post-LN's bound.)
   fig.suptitle("The atlas on both blocks: configs/lm.py:size=small, 2 seeds, 300-step probes "
                f"({made})", fontsize=9)
   fig.tight_layout()

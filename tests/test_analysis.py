@@ -1,5 +1,6 @@
 """Analysis tools: Jacobian spectral norms (paper §3)."""
 
+import json
 import os
 
 import jax
@@ -43,7 +44,8 @@ def test_main_path_norms_follow_lemmas_1_and_2():
   assert pre[-1] > 4 * pre[0]
 
 
-def _smoke_run(tmp_path_factory, name: str, opt: dict | None = None, **model) -> str:
+def _smoke_run(tmp_path_factory, name: str, opt: dict | None = None, train_: dict | None = None,
+               **model) -> str:
   from lnjax.configs import common as config_lib
   from lnjax import tasks
   from lnjax.core import train
@@ -53,6 +55,7 @@ def _smoke_run(tmp_path_factory, name: str, opt: dict | None = None, **model) ->
   c.train.num_steps = 10
   c.model.update(model)
   c.opt.update(opt or {})
+  c.train.update(train_ or {})
   wd = str(tmp_path_factory.mktemp("analysis") / name)
   train.train_and_evaluate(c, wd, tasks=tasks.get)
   return wd
@@ -131,6 +134,18 @@ def test_the_report_reads_a_gated_ffns_gate_as_its_input_weight():
   assert report.ffn_input_suffix({"layer_0/ffn/wi/kernel": 1.0}) == "ffn/wi/kernel"
 
 
+def test_analyze_restores_a_run_that_skips_spikes(tmp_path_factory):
+  """`train.on_instability=skip` wraps the optimizer (health.skip_spikes): its checkpoints
+  hold the wrapper's state, which the analysis restores as the run saved it; the sharpness
+  takes Adam's count from the inner state."""
+  from lnjax.analysis import report as analyze
+
+  wd = _smoke_run(tmp_path_factory, "skip", train_={"on_instability": "skip"}, num_layers=1,
+                  d_model=4, num_heads=1, d_ff=8)
+  result, _ = analyze.analyze(wd, "latest", num_batches=1, sharpness_iters=3)
+  assert result["step"] == "10" and np.isfinite(result["sharpness"]["adam_top"])
+
+
 @pytest.mark.slow  # A 10-step run of a one-layer LM of width 4; its dense Hessian (844²).
 def test_analyze_reports_the_hessians_top_eigenvalue_and_adams(tmp_path_factory):
   """`lnjax analyze --sharpness=N`: λ_max(H) and λ_max(P⁻¹H) against numpy's eigenvalues of
@@ -180,3 +195,17 @@ def test_analyze_reports_the_hessians_top_eigenvalue_and_adams(tmp_path_factory)
   assert sharp["sgd_edge"] == pytest.approx(1.5 / sharp["hessian_top"]) and "adam" not in sharp
   assert sharp["edge_fraction"] == pytest.approx(0.1 * sharp["hessian_top"] / 1.5)
   assert "SGD with Nesterov momentum 0.5 is stable" in open(os.path.join(out, "report.md")).read()
+
+
+def test_analysis_json_is_strict_json():
+  """A norm's input of zero (Gemma's padding embedding) gives √d/‖x‖ = inf, a diverged
+  checkpoint NaN losses: analysis.json writes them as null, which jq and JavaScript read,
+  not Python's bare NaN and Infinity."""
+  from lnjax.core import fileio
+
+  def refuse(word):
+    raise ValueError(word)
+  text = fileio.json_text({"loss": float("nan"), "jacobians": [1.0, float("inf"), -float("inf")],
+                           "norm": {"x": np.float64(2.5)}})
+  assert json.loads(text, parse_constant=refuse) == {"loss": None, "jacobians": [1.0, None, None],
+                                                     "norm": {"x": 2.5}}

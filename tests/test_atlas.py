@@ -163,3 +163,22 @@ def test_both_blocks_are_compared_by_rank_and_the_placements_that_move_are_named
   assert "lower on the modern block by 2.3 steps" in movers[0]
   assert "higher on the modern block by 3.6 steps" in movers[1]
   assert atlas_blocks.spearman([1, 2, 3, 4], [10, 20, 40, 30]) == pytest.approx(0.8)
+
+
+def test_a_cell_without_a_stable_rate_bounds_the_move_by_its_lowest_unstable_rate():
+  """2020 Post-LN learned at no rate tried (lowest unstable 1e-5, the search's floor): the
+  modern 2e-4 is more than 20× it, not 40× (the halved rate only ranks it); two bounds give
+  no ratio; a mover's range comes from both brackets."""
+  sys.path.insert(0, os.path.join(REPO, "experiments"))
+  import atlas_blocks
+  bound = {"highest_stable_lr": None, "lowest_unstable_lr": 1e-5}
+  older = {("post", 12, 0): bound, ("admin", 12, 0): bound,
+           ("ngpt", 12, 0): {"highest_stable_lr": 0.231, "lowest_unstable_lr": 0.445}}
+  newer = {("post", 12, 0): {"highest_stable_lr": 2e-4, "lowest_unstable_lr": 3.66e-4},
+           ("admin", 12, 0): bound,
+           ("ngpt", 12, 0): {"highest_stable_lr": 0.0552, "lowest_unstable_lr": 0.0937}}
+  text = "\n".join(atlas_blocks.comparison(older, newer, warmups=(0,)))
+  assert "| Post-LN | 0 | < 1e-05 | 0.0002 | > 20× | > +4.3 |" in text
+  assert "| Admin | 0 | < 1e-05 | < 1e-05 | — | — |" in text
+  assert "higher on the modern block by more than 4.3 steps (a bound" in text
+  assert "lower on the modern block by 2.1 steps (from the brackets, 1.3 to 3.0)" in text

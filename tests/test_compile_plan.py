@@ -260,6 +260,12 @@ def test_the_command_refuses_in_one_line_or_reports_a_model_too_large(tmp_path):
                        cwd=REPO, timeout=300)
   assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1, bad.stderr
   assert "v5e-8" in bad.stderr and not out.exists()
+  for flag, said in (("--topology=v5e:3x3", "not divisible by"),  # libtpu's reason alone.
+                     (f"--output={tmp_path}", "is a folder")):  # Before compiling.
+    bad = forkserver.run(base + ["--topology=v5e-4", flag], capture_output=True, text=True, cwd=REPO,
+                         timeout=300)
+    assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1, bad.stderr
+    assert said in bad.stderr and "pip install" not in bad.stderr, bad.stderr
   big = forkserver.run(base + ["--topology=v5e-4", "--mesh=data=4"], capture_output=True,
                        text=True, cwd=REPO, timeout=600)
   assert big.returncode == 1, big.stderr[-2000:]

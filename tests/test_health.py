@@ -487,3 +487,24 @@ def test_skip_mode_skips_the_garbage_updates(tmp_path, clean_run):
   assert all(r["train_skipped"] == 0 for r in records if "train_loss" in r and r["step"] < 160)
   assert [a["skipped_step"] for a in summary["instability_actions"]] == skipped
   assert _within_1_percent(summary, clean_run), (summary["eval_loss"], clean_run["eval_loss"])
+
+
+def test_a_group_past_two_billion_entries_traces_without_a_host_array_of_its_size():
+  """A 400B-parameter model's FFN: the counts behind each group's mean are numbers, not
+  host arrays as long as a parameter's leading axis (a 3·10⁹-row matrix once asked for 22
+  GiB of host memory while `lnjax compile` traced its step), and their sum, past 2³¹, is
+  no int32 argument."""
+  import tracemalloc
+  cfg = ModelConfig(num_layers=1, d_model=4, num_heads=1, d_ff=8, vocab_size=8, max_len=8)
+  stats = lambda t: health.rms_by_group(t, cfg, "grad_rms")
+  wide = {"layer_0": {"ffn": {"wo": {"kernel": jax.ShapeDtypeStruct((2, 1_100_000_000),
+                                                                    jnp.float32)}}}}
+  assert [v.shape for v in jax.eval_shape(stats, wide).values()] == [()]  # 2.2·10⁹ entries.
+  long = {"layer_0": {"ffn": {"wo": {"kernel": jax.ShapeDtypeStruct((50_000_000, 2),
+                                                                    jnp.float32)},
+                              "bias": jax.ShapeDtypeStruct((50_000_000,), jnp.float32)}}}
+  tracemalloc.start()
+  jax.eval_shape(stats, long)
+  peak = tracemalloc.get_traced_memory()[1]
+  tracemalloc.stop()
+  assert peak < 50e6, peak  # (The per-row counts alone would be 400 MB a leaf.)

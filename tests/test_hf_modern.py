@@ -329,6 +329,17 @@ def test_gemma3_with_two_rope_thetas_is_refused_naming_rope_parameters():
     hf.model_config(config, "Gemma3ForCausalLM")
   config["rope_parameters"]["full_attention"]["rope_theta"] = 1e4
   assert hf.model_config(config, "Gemma3ForCausalLM").rope_theta == 1e4
+  # transformers 4's format (Gemma 3's released config.json): rope_theta for the global
+  # layers, rope_local_base_freq for the local ones (10⁴ where absent, Gemma3TextConfig's).
+  legacy = {k: v for k, v in config.items() if k != "rope_parameters"}
+  legacy.update(rope_theta=1e6, rope_local_base_freq=1e4, rope_scaling=None)
+  with pytest.raises(hf.HFError, match="different RoPE θ"):
+    hf.model_config(legacy, "Gemma3ForCausalLM")
+  legacy.pop("rope_local_base_freq")
+  with pytest.raises(hf.HFError, match="different RoPE θ"):
+    hf.model_config(legacy, "Gemma3ForCausalLM")
+  legacy.update(rope_theta=1e6, rope_local_base_freq=1e6)
+  assert hf.model_config(legacy, "Gemma3ForCausalLM").rope_theta == 1e6
 
 
 def test_a_model_with_no_family_is_refused_on_export():
@@ -510,3 +521,31 @@ def test_the_analysis_asks_xla_cpu_for_its_memory_first_scheduler(monkeypatch):
   monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_concurrency_optimized_scheduler=true")
   hf_analyze.memory_first_scheduling()  # A user's own choice is kept.
   assert os.environ["XLA_FLAGS"] == "--xla_cpu_enable_concurrency_optimized_scheduler=true"
+
+
+def test_a_tied_models_saved_head_is_read_only_where_it_copies_the_embedding(tmp_path):
+  """tie_word_embeddings with lm_head.weight stored too: a copy of the embedding is left
+  unread; a different matrix is another model's head, refused in one line (transformers
+  would use it, lnjax the embedding: the logits would differ without a word)."""
+  import jax
+  from safetensors.numpy import save_file
+
+  from lnjax.hf import decoders
+  from lnjax.models import ModelConfig
+
+  cfg = ModelConfig(vocab_size=64, num_layers=1, d_model=16, num_heads=2, num_kv_heads=1,
+                    d_ff=32, max_len=MAX_LEN, pos_emb="rope", gated_ffn=True, activation="silu",
+                    norm_kind="rmsnorm", use_bias=False, dropout_rate=0.0, tie_embeddings=True)
+  shapes = hf._flat(jax.eval_shape(lambda: hf._init(hf.make_model("lm", cfg), "lm")))
+  rng = np.random.default_rng(0)
+  tensors = {hf_name: rng.standard_normal(hf._hf_shape(shapes[name].shape, how), np.float32)
+             for name, hf_name, how in hf.tensor_map("LlamaForCausalLM", cfg, "model.")}
+  (tmp_path / "config.json").write_text(json.dumps(
+      decoders.hf_config(cfg, "LlamaForCausalLM", decoders.FAMILIES["LlamaForCausalLM"], True)))
+  head = tensors["model.embed_tokens.weight"].copy()
+  save_file({**tensors, "lm_head.weight": head}, str(tmp_path / "model.safetensors"))
+  assert hf.read_folder(str(tmp_path)).cfg.tie_embeddings
+  save_file({**tensors, "lm_head.weight": head + 1.0}, str(tmp_path / "model.safetensors"))
+  with pytest.raises(hf.HFError, match="says tie_word_embeddings, but tensor 'lm_head.weight' "
+                     "differs from 'model.embed_tokens.weight'"):
+    hf.read_folder(str(tmp_path))

@@ -166,6 +166,10 @@ def _fitted(**over):
     ("size=small", {"model.pos_emb": "sinusoidal"}, "--predict: model.pos_emb=sinusoidal"),
     ("size=small", {"model.norm_kind": "rmsnorm"}, "--predict: model.norm_kind=rmsnorm"),
     ("size=small", {"model.num_layers": 48}, "--predict: --depths=48"),
+    ("size=small", {"opt.b1": 0.5}, "--predict: opt.b1=0.5"),  # Adam's threshold moves.
+    ("size=small", {"model.embed_norm": True}, "--predict: model.embed_norm=True"),
+    ("size=small", {"model.dtype": "bfloat16"}, "--predict: model.dtype=bfloat16"),
+    ("size=small", {"opt.schedule": "cosine"}, "--predict: opt.schedule=cosine"),
 ])
 def test_a_block_or_depth_the_fit_has_not_seen_is_refused(preset, overrides, message):
   config = lnjax.get_config("lm", preset).unlock()
@@ -188,6 +192,12 @@ def test_another_task_placement_or_warmup_is_refused_and_another_size_noted():
   with pytest.raises(errors.ConfigError, match="^--predict: --warmups=2000"):
     predict.check_fitted(model, small, "pre", 12, 2000)
   assert predict.check_fitted(model, small, "pre", 12, 0) == []
+  mine = small.unlock()  # The cell's own keys, and how values are computed: not the fit's.
+  mine.opt.learning_rate, mine.opt.warmup_steps, mine.model.scan_layers = 0.5, 100, True
+  assert predict.check_fitted(model, mine, "pre", 12, 0) == []
+  mine.opt.eps = 0.0
+  with pytest.raises(errors.ConfigError, match="^--predict: opt.eps=0.0"):  # The saved fit.
+    predict.check_fitted(predict.Model.load(), mine, "pre", 12, 0)
   notes = predict.check_fitted(model, lnjax.get_config("lm", "smoke"), "pre", 12, 0)
   assert "model.d_model=32 (fitted: 128)" in notes
 
@@ -207,6 +217,10 @@ def _stability(tmp_path, *flags):
      "lnjax.cli.stability: error: --predict: model.pos_emb=sinusoidal"),
     (["--config=configs/multi30k_de_en.py:smoke", "--placements=pre"],
      "lnjax.cli.stability: error: --predict: task=translation"),
+    (["--config=configs/lm.py:size=small", "--placements=pre", "--report_only"],
+     "lnjax.cli.stability: error: --predict runs no search"),
+    (["--config=configs/lm.py:size=small", "--placements=pre", "--workdir="],  # Not the cwd.
+     "lnjax.cli.stability: error: --workdir='' is invalid"),
 ])
 def test_the_commands_refusals_are_one_line_exit_2(tmp_path, flags, message):
   out = _stability(tmp_path, *flags)
@@ -249,3 +263,61 @@ def test_a_fit_that_reads_a_second_run_makes_the_command_run_it(tmp_path):
   x = predict.features(low, 6, 0, second=high)
   edge = float(lines[-1].split("lr ")[1].split()[0])
   assert edge == pytest.approx(model.predict(x)[0], rel=1e-2)
+
+
+def test_a_feature_run_that_diverged_keeps_its_last_finite_values(tmp_path):
+  """A step that diverged writes its health statistics as null (metrics.jsonl holds no
+  NaN): its layers are left out, and the features are those of the steps before it."""
+  rows = [{"step": 1, "train_loss": 4.2, "grad_norm": 1.0, "health/output_logit_max": 2.0,
+           **{f"health/layer_{i}/ffn/grad_rms": 0.1 * (i + 1) for i in range(3)},
+           **{f"health/layer_{i}/ffn/update_rms": 1e-3 for i in range(3)}},
+          {"step": 2, "train_loss": 3.9, "grad_norm": 2.0, "health/output_logit_max": 4.0,
+           **{f"health/layer_{i}/ffn/grad_rms": 0.2 * (i + 1) for i in range(3)},
+           **{f"health/layer_{i}/ffn/update_rms": 2e-3 for i in range(3)}},
+          {"step": 3, "train_loss": None, "grad_norm": None, "health/output_logit_max": None,
+           **{f"health/layer_{i}/ffn/grad_rms": None for i in range(3)},
+           **{f"health/layer_{i}/ffn/update_rms": None for i in range(3)}}]
+  with open(tmp_path / "metrics.jsonl", "w") as f:
+    f.writelines(json.dumps(r) + "\n" for r in rows)
+  with open(tmp_path / "summary.json", "w") as f:
+    json.dump({"status": "diverged"}, f)
+  record = predict.read_run(str(tmp_path))
+  assert record["grad_rms"] == [[0.1, 0.2, 0.3], [0.2, 0.4, 0.6], None]
+  x = predict.features(record, 3, 0)
+  assert x["grad_growth"] == pytest.approx(math.log10((0.3 + 0.6) / 2 / 0.3))  # Steps 1-2.
+  assert x["update_per_lr"] == pytest.approx(math.log10((1e-3 + 2e-3) / 2 / 1e-3))
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_prediction_in_one_line_and_the_same_command_finishes_it(tmp_path):
+  """SIGTERM during a feature run: exit 143 within 10 s, one line, no prediction printed
+  (a cut-short run would give a wrong one); the same command then predicts as if
+  uninterrupted (the stopped run resumes to its 20 steps)."""
+  import signal
+  import subprocess
+  import time
+  cmd = [sys.executable, "-m", "lnjax.cli.stability", f"--workdir={tmp_path / 'p'}",
+         "--predict", "--config=configs/lm.py:smoke", "--placements=post,pre", "--depths=6"]
+  metrics = tmp_path / "p" / "predict" / "norm=post,layers=6" / "metrics.jsonl"
+  proc = forkserver.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
+  try:
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None and not (
+        metrics.exists() and metrics.read_text().count("\n") >= 2):
+      time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    sent = time.time()
+    out, err = proc.communicate(timeout=120)
+    seconds = time.time() - sent
+  finally:
+    proc.kill()
+  assert proc.returncode == 143 and seconds < 10, (proc.returncode, seconds, err[-2000:])
+  assert "predicted highest stable lr" not in out
+  assert err.strip().splitlines()[-1].endswith("stopped; the same command resumes (finished "
+                                               "feature runs are read again)"), err[-2000:]
+  again = forkserver.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+  assert again.returncode == 0, again.stderr[-2000:]
+  assert len([l for l in again.stdout.splitlines() if "predicted highest" in l]) == 2
+  record = predict.read_run(str(metrics.parent))
+  assert record["step"] == list(range(1, predict.STEPS + 1)) and record["status"] == "completed"

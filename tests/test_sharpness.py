@@ -153,8 +153,43 @@ def test_the_reports_sharpness_follows_the_optimizer():
     assert out["hessian_top"] == pytest.approx(4.0, rel=1e-5)
     assert out["lr_at_step"] == pytest.approx(0.2)  # schedule(1): the 2nd update's rate.
     if name == "radam":
-      assert "adam_top" not in out and "not measured for RAdam" in out["adam"]
+      assert "adam_top" not in out and "RAdam's rectified steps" in out["adam"]
       continue
     p = sharpness.adam_precond(state, 0.9, 0.98, 1e-8)["w"]
     assert out["adam_top"] == pytest.approx(float(jnp.max(h / p)), rel=1e-4)
     assert out["edge_fraction"] == pytest.approx(0.2 * out["adam_top"] / 38, rel=1e-6)
+
+
+def test_coordinates_without_a_gradient_are_left_out_of_adams_sharpness():
+  """v̂ = 0 (never a gradient: a token absent from the training batches): ε alone would be
+  its √v̂ and its curvature ×1/ε would swamp λ_max(P⁻¹H); P = ∞ leaves it out."""
+  b1, b2, eps = 0.9, 0.98, 1e-8
+  tx = optax.adam(0.1, b1=b1, b2=b2, eps=eps)
+  params = {"w": jnp.ones(3)}
+  state = tx.init(params)
+  _, state = tx.update({"w": jnp.array([0.5, 0.2, 0.0])}, state, params)
+  p = sharpness.adam_precond(state, b1, b2, eps)["w"]
+  assert np.isinf(p[2]) and np.all(np.isfinite(p[:2]))
+  h = jnp.array([4.0, 1.0, 100.0])
+  lam, _ = sharpness.hessian_top(quadratic(jnp.diag(h)), params, precond={"w": p}, iters=3)
+  assert lam == pytest.approx(float(jnp.max(h[:2] / p[:2])), rel=1e-4)
+
+
+def test_the_report_claims_no_threshold_without_positive_curvature_or_finite_parameters():
+  import types
+
+  from lnjax.analysis import report
+  from lnjax.core import errors
+  from lnjax.core.optim import OptConfig
+
+  params = {"w": jnp.ones(2)}
+  tx = optax.sgd(0.1, momentum=0.9)
+  state = tx.update({"w": jnp.ones(2)}, tx.init(params), params)[1]
+  built = types.SimpleNamespace(run=types.SimpleNamespace(opt=OptConfig(name="sgd")),
+                                setup=types.SimpleNamespace(schedule=lambda c: 0.1))
+  concave = quadratic(-jnp.diag(jnp.array([2.0, 1.0])))
+  out = report._sharpness(built, params, (state, 1), concave, iters=2)
+  assert out["hessian_top"] < 0 and "no_threshold" in out and "sgd_edge" not in out
+  assert "no stability threshold" in report._sharpness_lines({"sharpness": out})[0]
+  with pytest.raises(errors.LnjaxError, match="not all finite"):
+    report._sharpness(built, {"w": jnp.array([1.0, jnp.nan])}, (state, 1), concave, iters=2)

@@ -596,3 +596,13 @@ def test_smoke_search_writes_its_results_and_a_killed_search_resumes(tmp_path, m
   stability.run_search(settled, launch)
   assert sorted(os.listdir(workdir / "runs")) == runs
   assert {p: _launches(workdir / "runs" / p) for p in probes} == launches
+
+
+def test_the_commands_lists_take_each_value_once_and_refuse_an_empty_one():
+  """`--warmups=0,0,500` measures two warm-ups (a line each, not three); `--depths=` is a
+  mistake to name, not the config's depth."""
+  from lnjax.cli import stability as command
+  from lnjax.core import errors
+  assert command._ints("warmups", ["0", "0", "500"]) == [0, 500]
+  with pytest.raises(errors.ConfigError, match="^--depths is empty"):
+    command._ints("depths", [])

@@ -19,7 +19,6 @@ DIR/analysis/<step>/: analysis.json, report.md and PNG plots of
 """
 
 import functools
-import json
 import os
 import re
 
@@ -100,7 +99,7 @@ def analyze(workdir: str, step: str = "latest", num_batches: int = 4, lr: float 
   if sharp is not None:
     result["sharpness"] = sharp
   fileio.makedirs(out)
-  fileio.write_text(os.path.join(out, "analysis.json"), json.dumps(result, indent=1))
+  fileio.write_text(os.path.join(out, "analysis.json"), fileio.json_text(result))
   _plots(result, out)
   _report(result, out)
   return result, out
@@ -122,10 +121,19 @@ def sharpness(built, params, trained, batches, iters: int) -> dict:
 
 
 def _sharpness(built, params, trained, loss, iters: int) -> dict:
-  from lnjax.analysis import sharpness as sharpness_lib
+  import jax
 
+  from lnjax.analysis import sharpness as sharpness_lib
+  from lnjax.core import errors
+
+  if not all(bool(jax.numpy.isfinite(x).all()) for x in jax.tree.leaves(params)):
+    raise errors.LnjaxError("--sharpness: the checkpoint's parameters are not all finite "
+                            "(a run that diverged): no Hessian; pick an earlier --step")
   top, estimates = sharpness_lib.hessian_top(loss, params, iters=iters)
   out = {"iters": iters, "hessian_top": top, "hessian_estimates": estimates}
+  if top <= 0:  # No positive curvature found (one iteration: a Rayleigh quotient): no edge.
+    out["no_threshold"] = f"λ_max(H) found ≤ 0 in {iters} iteration(s) (more iterations?)"
+    return out
   opt = built.run.opt
   # Where the run itself sits: its last update's rate η times λ over the threshold (Cohen et
   # al.'s edge of stability is 1).
@@ -141,7 +149,7 @@ def _sharpness(built, params, trained, loss, iters: int) -> dict:
       out["edge_fraction"] = lr_now * top / threshold
     return out
   if opt.name == "radam":  # Its rectified (or, early, unpreconditioned) steps are not Adam's.
-    out["adam"] = "not measured for RAdam: its steps are not Adam's preconditioned ones"
+    out["adam"] = "RAdam's rectified steps are not Adam's preconditioned ones"
     return out
   try:
     precond = sharpness_lib.adam_precond(trained[0], opt.b1, opt.b2,
@@ -153,6 +161,10 @@ def _sharpness(built, params, trained, loss, iters: int) -> dict:
     out["adam"] = "no optimizer state (the initialization, or an average of checkpoints)"
     return out
   top, estimates = sharpness_lib.hessian_top(loss, params, precond=precond, iters=iters)
+  out["adam_frozen"] = int(sum((x == float("inf")).sum() for x in jax.tree.leaves(precond)))
+  if top <= 0:
+    out["no_threshold"] = f"λ_max(P⁻¹H) found ≤ 0 in {iters} iteration(s)"
+    return out
   out.update(adam_top=top, adam_estimates=estimates, adam_edge=sharpness_lib.adam_edge(
       top, opt.b1), adam_threshold=sharpness_lib.adam_threshold(opt.b1),
              edge_fraction=lr_now * top / sharpness_lib.adam_threshold(opt.b1))
@@ -281,13 +293,17 @@ def _sharpness_lines(result: dict) -> list[str]:
   sharp = result.get("sharpness")
   if sharp is None:
     return []
-  line = (f"Sharpness ({sharp['iters']} Lanczos iterations): λ_max(H) = "
+  iterations = "iteration" if sharp["iters"] == 1 else "iterations"
+  line = (f"Sharpness ({sharp['iters']} Lanczos {iterations}): λ_max(H) = "
           f"{sharp['hessian_top']:.4g}")
   if "adam_top" in sharp:
     line += ("; under Adam's preconditioner P = (1 − β₁ᵗ)(√v̂ + ε), λ_max(P⁻¹H) = "
              f"{sharp['adam_top']:.4g}:"
              f" Adam is stable on the quadratic model below lr {sharp['adam_threshold']:.3g}/λ ="
              f" {sharp['adam_edge']:.3g} (Cohen et al., arXiv 2207.14484)")
+    if sharp.get("adam_frozen"):
+      line += (f"; {sharp['adam_frozen']:,} parameters without a gradient yet (v̂ = 0, "
+               "Adam has not moved them) left out of P⁻¹H")
   elif "sgd_edge" in sharp:
     how = (f"with {'Nesterov' if sharp['sgd_nesterov'] else 'heavy-ball'} momentum "
            f"{sharp['sgd_momentum']:g}" if sharp["sgd_momentum"] else "without momentum")
@@ -295,7 +311,8 @@ def _sharpness_lines(result: dict) -> list[str]:
              f"{sharp['sgd_threshold']:.3g}/λ = {sharp['sgd_edge']:.3g} (Cohen et al., arXiv "
              "2103.00065)")
   else:
-    line += f"; Adam's: not measured ({sharp['adam']})"
+    line += (f"; no stability threshold: {sharp['no_threshold']}" if "no_threshold" in sharp
+             else f"; Adam's: not measured ({sharp['adam']})")
   if "edge_fraction" in sharp:
     line += (f". The run's last update, at lr {sharp['lr_at_step']:.3g}, put η·λ at "
              f"{sharp['edge_fraction']:.3g}× that threshold (1: the edge of stability)")

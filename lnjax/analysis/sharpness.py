@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import scipy.linalg
 from jax.flatten_util import ravel_pytree
 
 
@@ -70,8 +71,11 @@ def adam_precond(opt_state, b1: float, b2: float, eps: float):
   count = int(adam.count)
   if count < 1:
     raise ValueError("Adam's preconditioner needs at least one update (its count is 0)")
-  return jax.tree.map(
-      lambda nu: (1 - b1 ** count) * (jnp.sqrt(nu / (1 - b2 ** count)) + eps), adam.nu)
+  # A coordinate whose second moment is 0 never had a gradient: Adam has not moved it, and
+  # ε alone would stand for its √v̂ (λ inflated by up to 1/ε, e.g. the embedding row of a
+  # token absent from the training batches). P = ∞ there leaves it out of P⁻¹H.
+  return jax.tree.map(lambda nu: jnp.where(
+      nu > 0, (1 - b1 ** count) * (jnp.sqrt(nu / (1 - b2 ** count)) + eps), jnp.inf), adam.nu)
 
 
 @functools.lru_cache(maxsize=2)  # The loss of the checkpoint measured: H and P⁻¹H share it.
@@ -113,8 +117,8 @@ def hessian_top(loss_fn, params, *, precond=None, iters: int = 20, seed: int = 0
       w = apply(params, scale, q)
       alphas.append(float(jnp.vdot(q, w)))
       w = _orthogonalize(basis, w)
-      tridiagonal = np.diag(alphas) + np.diag(betas, 1) + np.diag(betas, -1)
-      estimates.append(float(np.linalg.eigvalsh(tridiagonal)[-1]))
+      estimates.append(float(scipy.linalg.eigvalsh_tridiagonal(
+          np.asarray(alphas), np.asarray(betas), select="i", select_range=(k, k))[0]))
       beta = float(jnp.linalg.norm(w))
       if beta <= 1e-6 * max(abs(a) for a in alphas):  # An invariant subspace: exact.
         break

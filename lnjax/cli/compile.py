@@ -97,7 +97,8 @@ def format_report(r: dict) -> str:
     if s is None:
       continue
     if "argument_bytes" not in s:  # Out of memory: the compiler's count.
-      lines.append(f"  {step:<6} {s['verdict'].upper()}: needs {_gib(s['hbm_required_bytes'])}"
+      verdict = s["verdict"].upper().replace("GIB", "GiB")
+      lines.append(f"  {step:<6} {verdict}: needs {_gib(s['hbm_required_bytes'])}"
                    f" of {_gib(s['hbm_available_bytes'])} ({s['compiler_message']})")
       continue
     c = ", ".join(f"{k} {v['count']}×/{_gib(v['bytes'])}" for k, v in s["collectives"].items()
@@ -119,6 +120,12 @@ def main(argv):
   if _CONFIG.value is None:
     cli.fail("--config is required (e.g. --config=lm:smoke)", prog="lnjax compile")
   try:
+    if _OUTPUT.value is not None:  # Checked before the compile, not after it.
+      errors.check_path("--output", _OUTPUT.value)
+      if fileio.isdir(_OUTPUT.value):
+        raise errors.ConfigError(f"--output={_OUTPUT.value} is a folder: name a file (the "
+                                 "report's JSON)")
+      fileio.refuse_run_files("--output", _OUTPUT.value, [_OUTPUT.value])
     slice_ = tpu.parse_topology(_TOPOLOGY.value, _NUM_SLICES.value)
     config = _CONFIG.value.unlock()
     for key, value in (mesh_override(_MESH.value) if _MESH.value else {}).items():

@@ -14,6 +14,7 @@ line on stderr); 1 a run failed (its error line; the same command retries it); 2
 refused input; 128 + signal when stopped (the runs saved).
 """
 
+import os
 import sys
 
 from lnjax.core import allocator
@@ -99,8 +100,11 @@ def launch(s: stability.Search, runs: list[sweep_lib.Run]) -> int:
 
 
 def _ints(name: str, values) -> list[int]:
+  """The flag's integers, each once (in the order given); an empty list refused."""
+  if not values:
+    raise errors.ConfigError(f"--{name} is empty: give at least one value")
   try:
-    return [int(v) for v in values]
+    return list(dict.fromkeys(int(v) for v in values))
   except ValueError:
     raise errors.ConfigError(f"--{name}={','.join(values)}: integers expected") from None
 
@@ -113,7 +117,8 @@ def main(argv):
   config = _CONFIG.value
   try:
     placements = [p for p in _PLACEMENTS.value if p]
-    depths = _ints("depths", _DEPTHS.value or [config.model.num_layers])
+    depths = _ints("depths", [config.model.num_layers] if _DEPTHS.value is None else
+                   _DEPTHS.value)
     warmups = _ints("warmups", _WARMUPS.value)
     # (0 is a value, refused below, not "unset".)
     probe_steps = config.train.num_steps if _PROBE_STEPS.value is None else _PROBE_STEPS.value
@@ -124,14 +129,16 @@ def main(argv):
     if not 0 < _LR_MIN.value < _LR_MAX.value:
       raise errors.ConfigError(f"--lr_min={_LR_MIN.value:g} and --lr_max={_LR_MAX.value:g} "
                                "must satisfy 0 < lr_min < lr_max")
+    errors.check_path("--workdir", _WORKDIR.value)
+    if _PREDICT.value and (_REPORT_ONLY.value or _RANGE_FROM.value):
+      raise errors.ConfigError("--predict runs no search: it takes neither --report_only nor "
+                               "--range_tests_from")
     stability.check_inputs(config_arg, fixed, placements, depths, warmups)
     fileio.refuse_run_files("--workdir", _WORKDIR.value,
                             [_WORKDIR.value, *([_STATE.value] if _STATE.value else [])],
                             own=[_WORKDIR.value])
     if _PREDICT.value:
-      from lnjax.sweep import predict
-      print("\n".join(predict.predict_cells(config_arg, fixed, placements, depths, warmups,
-                                            _WORKDIR.value)), flush=True)
+      _predict(config_arg, fixed, placements, depths, warmups)
       return
     stable = search.Stable(probe_steps, _DIVERGENCE.value, _MARGIN.value)
     s = stability.Search(config_arg, fixed, _WORKDIR.value, placements=placements,
@@ -166,6 +173,21 @@ def main(argv):
           f"{row['lowest_unstable_lr']:g} "
           "is unstable, widened down to --lr_min; no stable rate found, this cell's search "
           "stopped", file=sys.stderr, flush=True)
+
+
+def _predict(config_arg, fixed, placements, depths, warmups) -> None:
+  """--predict: the lines of lnjax/sweep/predict.py; stopped by SIGTERM (a feature run keeps
+  its checkpoint, the finished ones their records), exit 143 in one line, as lnjax.main."""
+  from lnjax.core import preemption
+  from lnjax.sweep import predict
+  try:
+    lines = predict.predict_cells(config_arg, fixed, placements, depths, warmups,
+                                  _WORKDIR.value)
+  except preemption.Preempted as e:
+    print(f"{PROG}: {e.signal}: stopped; the same command resumes (finished feature runs are "
+          "read again)", file=sys.stderr, flush=True)
+    os._exit(e.exit_code)  # (No teardown: a stop has a deadline; everything is written.)
+  print("\n".join(lines), flush=True)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ import orbax.checkpoint as ocp
 from etils import epath
 from jax.sharding import Mesh
 
-from lnjax.core import errors, fileio, run as run_lib, sharding, state as state_lib
+from lnjax.core import build, errors, fileio, run as run_lib, sharding, state as state_lib
 
 CONFIG_FILE = "config.json"
 MANIFEST_FILE = "lnjax_manifest.json"
@@ -304,7 +304,7 @@ def restore_run(workdir: str, step: int | None = None, mesh: Mesh | None = None,
     raise errors.CheckpointError(f"{workdir} holds no {CONFIG_FILE}: not an lnjax workdir")
   run = run_lib.resolve_config(config, tasks=tasks)
   mesh = mesh or sharding.make_mesh(sharding.MeshConfig(data=1), jax.local_devices()[:1])
-  setup = state_lib.make_setup(run.model, run.opt, run.train.num_steps, task=run.task)
+  setup = build.run_setup(run, None)  # The optimizer it trained with (skip_spikes' state too).
   target = state_lib.abstract_state(setup, mesh)
   directory = os.path.join(fileio.abspath(workdir), folder)
   if not fileio.isdir(directory):  # (A manager would create the folder.)

@@ -16,6 +16,7 @@ Built-in `open()` never works on gs://: use `read_bytes`/`write_bytes` here.
 """
 
 import hashlib
+import json
 import os
 import shutil
 import socket
@@ -139,6 +140,22 @@ def write_bytes(path: str, data: bytes) -> None:
 
 def write_text(path: str, text: str) -> None:
   write_bytes(path, text.encode("utf-8"))
+
+
+def json_text(obj, indent: int = 1) -> str:
+  """Strict JSON (what jq and JavaScript read): a NaN or ±inf float, which Python's json
+  writes as the bare words NaN and Infinity, becomes null."""
+  import math
+
+  def finite(x):
+    if isinstance(x, float):
+      return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+      return {k: finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+      return [finite(v) for v in x]
+    return x
+  return json.dumps(finite(obj), indent=indent, allow_nan=False)
 
 
 def append_text(path: str, text: str) -> None:

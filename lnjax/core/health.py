@@ -81,9 +81,10 @@ def rms_by_group(tree, cfg, stat: str) -> dict[str, jax.Array]:
 
   def lead_counts(x):  # The entries behind each of lead_sums' values.
     shape = np.shape(x)
+    # (Views of one number: no host array as long as the parameter's leading axis.)
     if len(shape) <= 1:
-      return np.ones(shape, int)
-    return np.full(shape[:1], np.prod(shape[1:], dtype=int))
+      return np.broadcast_to(np.int64(1), shape)
+    return np.broadcast_to(np.prod(shape[1:], dtype=np.int64), shape[:1])
 
   sq, counts = _per_layer(jax.tree.map(lead_sums, tree), cfg), _per_layer(
       jax.tree.map(lead_counts, tree), cfg)
@@ -93,7 +94,8 @@ def rms_by_group(tree, cfg, stat: str) -> dict[str, jax.Array]:
     group = _group(_keys(path))
     s, total = sums.get(group, (0.0, 0))
     sums[group] = (s + jnp.sum(leaf), total + int(np.sum(n)))
-  return {f"{PREFIX}/{g}/{stat}": jnp.sqrt(s / max(n, 1)) for g, (s, n) in sums.items()}
+  # (The count as a float: a group past 2³¹ entries, a 400B model's FFN, overflows int32.)
+  return {f"{PREFIX}/{g}/{stat}": jnp.sqrt(s / float(max(n, 1))) for g, (s, n) in sums.items()}
 
 
 def sown_statistics(intermediates, cfg) -> dict[str, jax.Array]:

@@ -172,6 +172,10 @@ def topology_devices(slice_: Slice) -> list:
   os.environ.setdefault("TPU_ACCELERATOR_TYPE", slice_.product_name)
   os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
   from jax.experimental import topologies  # (JAX loads libtpu here, not at import.)
+  import importlib.util
+  if importlib.util.find_spec("libtpu") is None:
+    raise errors.ConfigError(f"--topology={slice_.name!r}: libtpu is not installed; install "
+                             "it with pip install 'libtpu==0.0.42.*' (requirements.txt)")
   try:
     topology = topologies.get_topology_desc(
         topology_name=slice_.libtpu_topology, platform="tpu",
@@ -182,8 +186,7 @@ def topology_devices(slice_: Slice) -> list:
     lines = [l for l in str(e).splitlines() if l.strip()]
     raise errors.ConfigError(
         f"--topology={slice_.name!r}: libtpu cannot describe {slice_.libtpu_topology} "
-        f"({lines[0] if lines else type(e).__name__}); install it with "
-        "pip install 'libtpu==0.0.42.*' (requirements.txt)") from None
+        f"({lines[0] if lines else type(e).__name__})") from None
   return list(topology.devices)
 
 

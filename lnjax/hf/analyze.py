@@ -10,7 +10,6 @@ profile (lnjax.analysis.removal); GPT-2 and the modern decoders measured one lay
 time (lnjax.analysis.layerwise: the same numbers, below 2× the weight bytes in memory).
 """
 
-import json
 import os
 import re
 import textwrap
@@ -198,7 +197,7 @@ def analyze(source: str, text_file: str | None, output: str | None = None,
                 tokenizer=None if tok is None else (tokenizer or "the model folder's"))
   out = output or os.path.join("hf_analysis", source.rstrip("/").split("/")[-1])
   fileio.makedirs(out)
-  fileio.write_text(os.path.join(out, "analysis.json"), json.dumps(result, indent=1))
+  fileio.write_text(os.path.join(out, "analysis.json"), fileio.json_text(result))
   report(result, out)
   _removal_report(result, out)
   return result, out

@@ -270,6 +270,7 @@ def read_folder(folder: str, dtype: str | None = None) -> Imported:
   model = make_model(task, cfg)
   _check_tensors(folder, architecture, cfg, tensors, mapping,
                  _flat(jax.eval_shape(lambda: _init(model, task))))
+  _check_tied_copy(tensors, cfg, mapping)
   target = np.float32 if dtype == "float32" else jax.numpy.bfloat16
   flat, last = {}, (None, None)
   for name, hf_name, how in mapping:  # One tensor in host memory at a time.
@@ -311,6 +312,20 @@ def _check_tensors(folder, architecture, cfg, tensors, mapping, shapes) -> None:
     if hf_name not in used and not _ignorable(hf_name, cfg):
       raise HFError(f"{tensors.file(hf_name)}: tensor {hf_name!r} is not supported "
                     f"({architecture} as lnjax imports it has no such weight)")
+
+
+def _check_tied_copy(tensors: weights.TensorIndex, cfg: ModelConfig, mapping) -> None:
+  """A tied model's output matrix saved anyway is left unread, as the embedding it copies;
+  one that differs from the embedding is another model's head (config.json says tied, the
+  weights say not): refused, not silently replaced by the embedding."""
+  head = "lm_head.weight"
+  embedding = dict((name, hf) for name, hf, _ in mapping).get("embed.embedding")
+  if not cfg.tie_embeddings or head not in tensors or embedding not in tensors:
+    return
+  if not np.array_equal(tensors.read(head), tensors.read(embedding)):
+    raise HFError(f"{tensors.file(head)}: config.json says tie_word_embeddings, but tensor "
+                  f"{head!r} differs from {embedding!r}: set tie_word_embeddings to false "
+                  "to import the stored head")
 
 
 def _hf_shape(shape, how):

@@ -191,6 +191,9 @@ def _rope_theta(f: Fields, family: Family) -> float:
     nested = {k: Fields(v if isinstance(v, dict) else {"rope_type": v}, f"config.json: {key}.{k}")
               for k, v in params.items() if k in ("full_attention", "sliding_attention")}
     thetas = {k: _one_rope(g, default) for k, g in nested.items()}
+    if not nested:  # transformers 4's format: the local layers' θ apart (its default 10⁴).
+      thetas = {"full_attention": _one_rope(Fields(params, f"config.json: {key}"), default),
+                "sliding_attention": f.number("rope_local_base_freq", 10000.0, positive=True)}
     if len(set(thetas.values())) > 1:
       raise HFError(f"config.json: {key} gives the local and global layers different RoPE θ "
                     f"({thetas}); lnjax has one model.rope_theta")

@@ -24,7 +24,7 @@ REMAT_POLICIES = ("none", "nothing_saveable", "dots_saveable", "dots_with_no_bat
 class ModelConfig:
   """Sizes use the math's letters: L layers, D model width, H heads, F FFN width, V vocab."""
 
-  vocab_size: int = 0  # V; 0 = taken from the tokenizer at run time.
+  vocab_size: int = 0  # V (< 2³¹: token ids are int32); 0 = taken from the tokenizer at run time.
   num_layers: int = 4  # L
   d_model: int = 128  # D
   num_heads: int = 4  # H
@@ -107,7 +107,7 @@ class ModelConfig:
                                f"model.dtype='bfloat16', not {self.dtype!r}")
     for key in ("num_layers", "d_model", "num_heads", "d_ff", "max_len"):
       errors.check_range(f"model.{key}", getattr(self, key), low=1)
-    errors.check_range("model.vocab_size", self.vocab_size, low=0)
+    errors.check_range("model.vocab_size", self.vocab_size, low=0, high=2**31 - 1)  # int32 ids.
     errors.check_range("model.dropout_rate", self.dropout_rate, low=0.0, high=1.0, high_open=True)
     errors.check_range(
         "model.attention_dropout_rate", self.attention_dropout_rate, low=0.0, high=1.0, high_open=True)

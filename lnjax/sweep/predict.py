@@ -44,16 +44,17 @@ def feature_config(config, placement: str, depth: int, steps: int = STEPS,
   return c
 
 
-def _layer_series(row: dict, stat: str) -> list[float]:
-  """Per layer (0, 1, ...) the largest of its sub-layers' `stat` in one metrics row."""
+def _layer_series(row: dict, stat: str) -> list[float] | None:
+  """Per layer (0, 1, ...) the largest of its sub-layers' `stat` in one metrics row; None
+  where the row has none finite (a step that diverged writes its statistics as null)."""
   layers: dict[int, float] = {}
   for name, value in row.items():
     parts = name.split("/")
-    if len(parts) >= 3 and parts[0] == "health" and parts[1].startswith("layer_") and (
-        parts[-1] == stat):
+    if value is not None and len(parts) >= 3 and parts[0] == "health" and parts[
+        1].startswith("layer_") and parts[-1] == stat and math.isfinite(value):
       i = int(parts[1][len("layer_"):])
       layers[i] = max(layers.get(i, -math.inf), float(value))
-  return [layers[i] for i in sorted(layers)]
+  return [layers[i] for i in sorted(layers)] or None
 
 
 def read_run(workdir: str) -> dict:
@@ -92,7 +93,14 @@ BLOCK_KEYS = ("model.pos_emb", "model.activation", "model.gated_ffn", "model.nor
               "model.final_logit_softcap", "model.sliding_window", "model.norm_unit_offset",
               "model.tie_embeddings", "opt.name")
 SIZE_KEYS = ("model.d_model", "model.num_heads", "model.d_ff", "data.name", "data.tokenizer",
-             "data.batch_size", "data.seq_len")
+             "data.batch_size", "data.seq_len", "model.vocab_size", "model.max_len")
+# Every other model.* and opt.* key is recorded too and must match (β₁, ε, dtype, dropout,
+# the embedding's scale...: each changes the edge), but for the cell's own and those that
+# change how a value is computed, not the value.
+CELL_KEYS = ("model.norm_position", "model.num_layers", "opt.learning_rate",
+             "opt.warmup_steps")
+HOW_KEYS = ("model.attention_impl", "model.remat_policy", "model.scan_layers",
+            "model.weight_grad")
 BLOCK_DEFAULTS = {"model.gated_ffn": False, "model.num_kv_heads": 0,
                   "model.attn_logit_softcap": 0.0, "model.final_logit_softcap": 0.0,
                   "model.sliding_window": 0, "model.norm_unit_offset": False}
@@ -108,8 +116,13 @@ def _get(config, key: str):
 
 
 def describe_config(config) -> dict:
-  """The keys a fit records of its config: task, block and size."""
-  return {"task": config.task, **{k: _get(config, k) for k in BLOCK_KEYS + SIZE_KEYS}}
+  """The keys a fit records of its config: task, block, size, and the rest of the model's
+  and optimizer's (as JSON has them: tuples as lists)."""
+  named = BLOCK_KEYS + SIZE_KEYS + CELL_KEYS + HOW_KEYS
+  rest = {f"{section}.{k}": v for section in ("model", "opt") for k, v in config[section].items()
+          if f"{section}.{k}" not in named}
+  return json.loads(json.dumps({"task": config.task, **{
+      k: _get(config, k) for k in BLOCK_KEYS + SIZE_KEYS}, **rest}))
 
 
 def check_fitted(model: "Model", config, placement: str, depth: int, warmup: int) -> list[str]:
@@ -124,6 +137,10 @@ def check_fitted(model: "Model", config, placement: str, depth: int, warmup: int
       raise errors.ConfigError(f"--predict: {key}={mine[key]}: {where} with "
                                f"{key}={fitted['keys'][key]}; no prediction for another "
                                "task or block")
+  for key, value in fitted["keys"].items():
+    if key not in ("task",) + BLOCK_KEYS + SIZE_KEYS and key in mine and mine[key] != value:
+      raise errors.ConfigError(f"--predict: {key}={mine[key]}: {where} with {key}={value}; "
+                               "no prediction for another setting of the model or optimizer")
   if placement not in fitted["placements"]:
     raise errors.ConfigError(f"--predict: placement {placement}: {where} with "
                              f"{', '.join(fitted['placements'])}")
@@ -342,7 +359,7 @@ def predict_cells(config_arg: str, fixed: dict, placements, depths, warmups, wor
   ...,lr=R; a finished one is read again, not rerun), and a line per cell with the
   predicted highest stable rate and its interval."""
   from lnjax import sweep as sweep_lib, tasks
-  from lnjax.core import train as train_lib
+  from lnjax.core import preemption, train as train_lib
   model = model or Model.load()
   configs, notes = {}, []
   for p in placements:
@@ -363,9 +380,11 @@ def predict_cells(config_arg: str, fixed: dict, placements, depths, warmups, wor
 
   def run(config, p, d, rate, suffix):
     run_dir = os.path.join(workdir, "predict", f"norm={p},layers={d}{suffix}")
-    train_lib.train_and_evaluate(feature_config(config.copy_and_resolve_references(), p, d,
-                                                fitted["steps"], rate), run_dir,
-                                 tasks=tasks.get)
+    summary = train_lib.train_and_evaluate(feature_config(
+        config.copy_and_resolve_references(), p, d, fitted["steps"], rate), run_dir,
+        tasks=tasks.get)
+    if summary["status"] == "preempted":  # Its checkpoint kept: the same command resumes.
+      raise preemption.Preempted(preemption.requested() or "SIGTERM")
     return read_run(run_dir)
 
   for (p, d), config in configs.items():
