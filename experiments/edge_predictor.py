@@ -226,9 +226,9 @@ def costs(cells: dict, features: dict, second: dict | None = None) -> dict:
   """Training steps and seconds: the search's (probes, and each range test once for both
   warm-ups) against the feature runs' (one per placement and depth, for both warm-ups; two
   with `second`, the 10× runs, where the predictor reads them)."""
-  search_steps = sum(c["probe_steps_trained"] for c in cells.values())
-  search_steps += sum({(c["placement"], c["depth"]): c["range_test_steps"] or 0
-                       for c in cells.values()}.values())
+  range_steps = sum({(c["placement"], c["depth"]): c["range_test_steps"] or 0
+                     for c in cells.values()}.values())
+  search_steps = sum(c["probe_steps_trained"] for c in cells.values()) + range_steps
   seconds = [p.get("seconds") for c in cells.values() for p in c["probes"]]
   timed = [s for s in seconds if s is not None]
   used = {f"{c['placement']}/{c['depth']}" for c in cells.values()}
@@ -241,7 +241,8 @@ def costs(cells: dict, features: dict, second: dict | None = None) -> dict:
   per_step = float(np.median(pace)) if pace else float("nan")
   search_runs = sum(c["probe_runs"] for c in cells.values()) + len(
       {(c["placement"], c["depth"]) for c in cells.values() if c["range_test_steps"]})
-  return {"search_steps": search_steps, "feature_steps": feature_steps,
+  return {"search_steps": search_steps, "range_steps": range_steps,
+          "feature_steps": feature_steps,
           "search_runs": search_runs, "feature_runs": len(features),
           "search_probes_timed": len(timed), "search_probes": len(seconds),
           "search_seconds_timed": sum(timed),
@@ -324,13 +325,12 @@ def main(argv):
   for label, names in ONE_RUN.items():
     nested(label, every, {label: names})
   ranged = [i for i, x in enumerate(rows) if "log_range_lo" in x]
-  range_steps = sum({k[:2]: cells[k]["range_test_steps"] or 0
-                     for k in sub(keys, ranged)}.values())
-  search_steps = sum(cells[k]["probe_steps_trained"] for k in sub(keys, ranged)) + range_steps
+  spent = costs({k: cells[k] for k in sub(keys, ranged)}, features)
   for label, names in RANGE_TEST.items():
     held_r, _ = predict.nested(sub(rows, ranged), sub(edges, ranged), {label: names}, LAMBDAS,
                                sub(groups, ranged))
-    results[f"{label}; {search_steps / range_steps:.0f}× fewer steps than the search"] = (
+    results[f"{label}; {spent['search_steps'] / spent['range_steps']:.0f}× fewer steps than "
+            "the search"] = (
         ranged, held_r)
   results["nearest placement (health features)"] = (every, nearest(rows, edges, groups, HEALTH))
   modes = failure_modes(cells, keys)

@@ -270,3 +270,25 @@ def run_command_lines(argvs: list, env=None, cwd=None, timeout: int = 600) -> li
   runs = [forkserver.run([sys.executable, "-m", *map(str, argv)], capture_output=True,
                          text=True, env=env, cwd=cwd, timeout=timeout) for argv in argvs]
   return [(r.returncode, r.stdout, r.stderr) for r in runs]
+
+
+def signal_when(argv: list, ready, sig=None, env=None, stderr=subprocess.PIPE,
+                timeout: int = 600) -> tuple:
+  """Starts `argv` from the repository (forked as the tests' command lines are), waits until
+  `ready()` holds or it ends, sends `sig` (SIGTERM by default). Returns (exit code, stdout,
+  stderr, seconds from the signal to the exit); `stderr=subprocess.STDOUT` merges the two."""
+  import signal
+  import time
+  proc = forkserver.Popen(argv, cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=stderr,
+                          env=env)
+  try:
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None and not ready():
+      time.sleep(0.05)
+    proc.send_signal(sig or signal.SIGTERM)
+    sent = time.time()
+    out, err = proc.communicate(timeout=300)
+    seconds = time.time() - sent
+  finally:
+    proc.kill()
+  return proc.returncode, out, err, seconds

@@ -802,7 +802,7 @@ MUTANTS = [
       ("tests/test_sharpness.py::test_adams_update_is_its_first_moment_over_the_preconditioner",),
       "Adam's preconditioner without 1 − β₁ᵗ, which divides its update as P does"),
     M("sharpness_counts_training_steps_not_updates", "lnjax/analysis/sharpness.py",
-      "return int(counted[0].count) if counted else step", "return step",
+      "return int(counted.count) if counted is not None else step", "return step",
       ("tests/test_sharpness.py::test_the_update_count_is_the_optimizers_not_the_training_steps",),
       "the sharpness's bias corrections and rate taken at the training step, skipped steps "
       "counted"),

@@ -14,6 +14,7 @@ import lnjax
 from lnjax.core import errors
 from lnjax.sweep import predict
 import forkserver
+from conftest import signal_when
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -293,26 +294,12 @@ def test_sigterm_stops_a_prediction_in_one_line_and_the_same_command_finishes_it
   """SIGTERM during a feature run: exit 143 within 10 s, one line, no prediction printed
   (a cut-short run would give a wrong one); the same command then predicts as if
   uninterrupted (the stopped run resumes to its 20 steps)."""
-  import signal
-  import subprocess
-  import time
   cmd = [sys.executable, "-m", "lnjax.cli.stability", f"--workdir={tmp_path / 'p'}",
          "--predict", "--config=configs/lm.py:smoke", "--placements=post,pre", "--depths=6"]
   metrics = tmp_path / "p" / "predict" / "norm=post,layers=6" / "metrics.jsonl"
-  proc = forkserver.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True)
-  try:
-    deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None and not (
-        metrics.exists() and metrics.read_text().count("\n") >= 2):
-      time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
-    sent = time.time()
-    out, err = proc.communicate(timeout=120)
-    seconds = time.time() - sent
-  finally:
-    proc.kill()
-  assert proc.returncode == 143 and seconds < 10, (proc.returncode, seconds, err[-2000:])
+  code, out, err, seconds = signal_when(
+      cmd, lambda: metrics.exists() and metrics.read_text().count("\n") >= 2, timeout=300)
+  assert code == 143 and seconds < 10, (code, seconds, err[-2000:])
   assert "predicted highest stable lr" not in out
   assert err.strip().splitlines()[-1].endswith("stopped; the same command resumes (finished "
                                                "feature runs are read again)"), err[-2000:]

@@ -17,6 +17,7 @@ import time
 
 import pytest
 import forkserver
+from conftest import signal_when
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STOP_SECONDS = 10  # The most a stop may take, from the signal to the process's exit.
@@ -254,21 +255,10 @@ def test_a_stop_while_xla_compiles_a_later_step_keeps_the_last_checkpoint(tmp_pa
           "--config.train.checkpoint_every_steps=1", "--config.train.log_every_steps=4",
           f"--workdir={tmp_path / 'deep'}"]  # (The forward pass: longer than the 2 s grace.)
   wd = tmp_path / "deep"
-  proc = forkserver.Popen([sys.executable, "-m", "lnjax.main", *deep], cwd=REPO, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          env={**os.environ, "JAX_ENABLE_COMPILATION_CACHE": "false"})
-  try:
-    deadline = time.time() + 600
-    while time.time() < deadline and proc.poll() is None and not os.path.exists(
-        wd / "checkpoints" / "3"):
-      time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
-    sent = time.time()
-    out, _ = proc.communicate(timeout=300)
-    seconds = time.time() - sent
-  finally:
-    proc.kill()
-  assert proc.returncode == 143 and seconds < STOP_SECONDS, (seconds, out[-2000:])
+  code, out, _, seconds = signal_when(
+      [sys.executable, "-m", "lnjax.main", *deep], lambda: os.path.exists(wd / "checkpoints" / "3"),
+      env={**os.environ, "JAX_ENABLE_COMPILATION_CACHE": "false"}, stderr=subprocess.STDOUT)
+  assert code == 143 and seconds < STOP_SECONDS, (seconds, out[-2000:])
   assert FORCED in out, out[-2000:]
   assert max(int(s) for s in os.listdir(wd / "checkpoints")) == 3
   from lnjax import tasks

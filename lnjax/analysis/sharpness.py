@@ -44,21 +44,24 @@ def adam_edge(sharpness: float, b1: float) -> float:
   return adam_threshold(b1) / sharpness
 
 
+def _first_state(opt_state, kinds):
+  """The first of `opt_state`'s transforms' states that is one of `kinds`, else None."""
+  found = [s for s in jax.tree.leaves(opt_state, is_leaf=lambda s: isinstance(s, kinds))
+           if isinstance(s, kinds)]
+  return found[0] if found else None
+
+
 def adam_state(opt_state) -> optax.ScaleByAdamState | None:
   """The (first) ScaleByAdamState in `opt_state`; None for an optimizer without one."""
-  adam = [s for s in jax.tree.leaves(opt_state, is_leaf=lambda s: isinstance(
-      s, optax.ScaleByAdamState)) if isinstance(s, optax.ScaleByAdamState)]
-  return adam[0] if adam else None
+  return _first_state(opt_state, optax.ScaleByAdamState)
 
 
 def update_count(opt_state, step: int) -> int:
   """The optimizer's own count of updates (Adam's, or its schedule's): the training step
   counts skipped steps too (`train.on_instability=skip` leaves the optimizer state as it
   was), the schedule and the bias corrections do not. `step` where the state keeps none."""
-  counted = [s for s in jax.tree.leaves(opt_state, is_leaf=lambda s: isinstance(
-      s, (optax.ScaleByAdamState, optax.ScaleByScheduleState))) if isinstance(
-          s, (optax.ScaleByAdamState, optax.ScaleByScheduleState))]
-  return int(counted[0].count) if counted else step
+  counted = _first_state(opt_state, (optax.ScaleByAdamState, optax.ScaleByScheduleState))
+  return int(counted.count) if counted is not None else step
 
 
 def adam_precond(opt_state, b1: float, b2: float, eps: float):
