@@ -45,11 +45,12 @@ MODELS = {
         hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
         intermediate_size=64, query_pre_attn_scalar=24, attn_logit_softcapping=2.0,
         final_logit_softcapping=3.0, sliding_window=3, tie_word_embeddings=True), "sandwich"),
-    # Gemma 3's text model: QK-norm with (1 + w), local and global layers of one θ, untied.
+    # Gemma 3's text model: QK-norm with (1 + w), local and global layers of one θ, untied;
+    # an attention soft-cap in config.json, which transformers' Gemma 3 does not apply.
     "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", dict(
         hidden_size=32, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
         intermediate_size=64, sliding_window=4, layer_types=["sliding_attention", "full_attention"],
-        tie_word_embeddings=False, rope_parameters={
+        attn_logit_softcapping=2.0, tie_word_embeddings=False, rope_parameters={
             "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
             "full_attention": {"rope_type": "default", "rope_theta": 10000.0}}), "sandwich"),
     # GQA 3 (the K-norm over 1 head's 16 features, the Q-norm over 48), untied.
@@ -224,6 +225,10 @@ LNJAX_MODELS = {
                               num_kv_heads=2, query_scale=0.25, attn_logit_softcap=2.0,
                               final_logit_softcap=3.0, sliding_window=3,
                               attention_pattern="local,global"),
+    # Global layers only: written with a window (max_len) that no layer uses, as
+    # Gemma3TextModel builds its sliding-window mask even then.
+    "Gemma3ForCausalLM": dict(norm_position="sandwich", norm_unit_offset=True, qk_norm=True,
+                              activation="gelu", num_kv_heads=1, head_dim=12),
     "Olmo2ForCausalLM": dict(norm_position="olmo2", num_kv_heads=2, rope_theta=5e5),
 }
 
@@ -351,6 +356,44 @@ def test_a_model_with_no_family_is_refused_on_export():
   with pytest.raises(hf.HFError, match="model.attn_logit_softcap=5.0 does not map onto "
                      "LlamaForCausalLM"):
     hf.to_hf("lm", cfg, params)
+
+
+def test_gemma3s_attention_soft_cap_is_left_unapplied_as_transformers_leaves_it():
+  """Gemma3Attention passes no softcap to its attention function (transformers 5.24), so
+  a Gemma 3 config.json's attn_logit_softcapping changes nothing there: imported as no
+  cap, and an lnjax model with one is not written as Gemma 3. Gemma 2 applies both."""
+  gemma3 = hf.model_config(base_config("Gemma3ForCausalLM"), "Gemma3ForCausalLM")
+  assert (gemma3.attn_logit_softcap, gemma3.final_logit_softcap) == (0.0, 30.0)
+  gemma2 = hf.model_config(base_config("Gemma2ForCausalLM"), "Gemma2ForCausalLM")
+  assert (gemma2.attn_logit_softcap, gemma2.final_logit_softcap) == (50.0, 30.0)
+  options = {**LNJAX_MODELS["Gemma3ForCausalLM"], "attn_logit_softcap": 5.0}
+  cfg, _, params = lnjax_model(**options)
+  with pytest.raises(hf.HFError, match="model.attn_logit_softcap=5.0 does not map onto "
+                     "Gemma3ForCausalLM: transformers' Gemma 3 applies no attention-logit"):
+    hf.to_hf("lm", cfg, params)
+
+
+@pytest.mark.slow
+def test_a_gemma2_without_local_layers_exports_a_folder_transformers_runs(tmp_path):
+  """Gemma2Model builds its sliding-window mask on every call and fails on a null
+  sliding_window: a model of global layers only is written with the window max_len,
+  which no layer uses, and reads back as global."""
+  import transformers
+
+  options = dict(LNJAX_MODELS["Gemma2ForCausalLM"], sliding_window=0,
+                 attention_pattern="global")
+  cfg, model, params = lnjax_model(**options)
+  config, tensors = hf.to_hf("lm", cfg, params)
+  assert config["layer_types"] == ["full_attention"] * 2 and config["sliding_window"] == MAX_LEN
+  hf.write_folder(str(tmp_path), config, tensors)
+  theirs_model = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path)).eval()
+  ids, mask = padded_batch(3)
+  real = mask.astype(bool)
+  ours = np.asarray(hf.logits(hf.Imported("", "Gemma2ForCausalLM", "lm", cfg, model, params,
+                                          {}), ids, mask))
+  np.testing.assert_allclose(ours[real], theirs(theirs_model, ids, mask)[real], atol=1e-4, rtol=0)
+  back = hf.read_folder(str(tmp_path))
+  assert (back.cfg.attention_pattern, back.cfg.sliding_window) == ("global", 0)
 
 
 def test_sharded_bfloat16_folder_is_read_in_bfloat16_tensor_by_tensor(tmp_path):

@@ -142,9 +142,12 @@ def model_config(config: dict, architecture: str):
   if family.gemma:
     if f.flag("use_bidirectional_attention", False):
       raise f.refuse("use_bidirectional_attention", True, "false: lnjax's LM is causal")
+    attn_cap = f.number("attn_logit_softcapping", 0.0)
     options.update(norm_unit_offset=True,
                    query_scale=f.number("query_pre_attn_scalar", 256, positive=True) ** -0.5,
-                   attn_logit_softcap=f.number("attn_logit_softcapping", 0.0),
+                   # Gemma3Attention keeps attn_logit_softcapping but passes no softcap to
+                   # its attention function (transformers 5.24): Gemma 3 has no such cap.
+                   attn_logit_softcap=0.0 if family.model_type == "gemma3_text" else attn_cap,
                    final_logit_softcap=f.number("final_logit_softcapping", 0.0))
   return ModelConfig(**options)
 
@@ -260,6 +263,9 @@ def _check_exportable(cfg, architecture: str, family: Family) -> None:
       require(key, not getattr(cfg, key), "it has no logit soft-capping (Gemma 2 has)")
     require("query_scale", cfg.query_scale in (0.0, cfg.head_size**-0.5),
             "its attention scale is head_dim^-1/2")
+  if family.model_type == "gemma3_text":  # (see model_config)
+    require("attn_logit_softcap", not cfg.attn_logit_softcap,
+            "transformers' Gemma 3 applies no attention-logit soft-cap (Gemma 2 does)")
   if family.gemma and cfg.query_scale:
     scalar = cfg.query_scale**-2
     require("query_scale", abs(scalar - round(scalar)) < 1e-6 * scalar,
@@ -299,7 +305,10 @@ def hf_config(cfg, architecture: str, family: Family, tied: bool) -> dict:
     config["mlp_bias"] = cfg.use_bias
   if family.windows:
     types = layer_types(cfg)
-    config.update(layer_types=types, sliding_window=cfg.sliding_window or None)
+    # Gemma2Model and Gemma3TextModel build a sliding-window mask on every call, which
+    # fails on a null window: with no local layer, the window is max_len, used by none.
+    window = cfg.sliding_window or (cfg.max_len if family.gemma else None)
+    config.update(layer_types=types, sliding_window=window)
     if family.model_type == "qwen3":
       config.update(use_sliding_window=bool(cfg.sliding_window), max_window_layers=cfg.num_layers)
   if family.gemma:
