@@ -53,6 +53,11 @@ MODELS = {
         attn_logit_softcapping=2.0, tie_word_embeddings=False, rope_parameters={
             "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
             "full_attention": {"rope_type": "default", "rope_theta": 10000.0}}), "sandwich"),
+    # Gemma 3 of local layers only (sliding_window_pattern 6) and Gemma3TextConfig's own
+    # θ, 10⁶ global and 10⁴ local: one θ for the layers it has.
+    "gemma3_local": ("Gemma3TextConfig", "Gemma3ForCausalLM", dict(
+        hidden_size=32, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+        intermediate_size=64, sliding_window=4), "sandwich"),
     # GQA 3 (the K-norm over 1 head's 16 features, the Q-norm over 48), untied.
     "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", dict(
         hidden_size=48, num_attention_heads=3, num_key_value_heads=1, intermediate_size=64,
@@ -326,7 +331,8 @@ def test_a_config_lnjax_cannot_carry_is_refused_in_one_line(tmp_path, case):
 def test_gemma3_with_two_rope_thetas_is_refused_naming_rope_parameters():
   from test_hf_modern import base_config
 
-  config = base_config("Gemma3ForCausalLM", rope_parameters={
+  config = base_config("Gemma3ForCausalLM", layer_types=["sliding_attention",
+                                                         "full_attention"], rope_parameters={
       "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
       "full_attention": {"rope_type": "default", "rope_theta": 1e6}})
   with pytest.raises(hf.HFError, match="config.json: rope_parameters gives the local and "
@@ -345,6 +351,25 @@ def test_gemma3_with_two_rope_thetas_is_refused_naming_rope_parameters():
     hf.model_config(legacy, "Gemma3ForCausalLM")
   legacy.update(rope_theta=1e6, rope_local_base_freq=1e6)
   assert hf.model_config(legacy, "Gemma3ForCausalLM").rope_theta == 1e6
+
+
+def test_gemma3s_theta_is_each_layer_types_as_transformers_defaults_it():
+  """Gemma3TextConfig (transformers 5.24): an entry of rope_parameters without rope_theta,
+  or a layer type without an entry, takes rope_theta (global) or rope_local_base_freq
+  (local), else 10⁶ global and 10⁴ local; only the model's own layer types count."""
+  both = ["sliding_attention", "full_attention"]
+  for rope in ({"full_attention": {"rope_type": "default", "rope_theta": 1e6}},
+               {"full_attention": {"rope_type": "default"},
+                "sliding_attention": {"rope_type": "default"}}, None):
+    config = base_config("Gemma3ForCausalLM", layer_types=both, rope_parameters=rope)
+    with pytest.raises(hf.HFError, match=r"different RoPE θ \({'full_attention': 1000000.0, "
+                       r"'sliding_attention': 10000.0}\)"):
+      hf.model_config(config, "Gemma3ForCausalLM")
+  local = base_config("Gemma3ForCausalLM", rope_parameters=None)  # 2 local layers (of 6)
+  assert hf.model_config(local, "Gemma3ForCausalLM").rope_theta == 1e4
+  glob = base_config("Gemma3ForCausalLM", layer_types=["full_attention"] * 2,
+                     rope_parameters={"sliding_attention": {"rope_type": "linear"}})
+  assert hf.model_config(glob, "Gemma3ForCausalLM").rope_theta == 1e6
 
 
 def test_a_model_with_no_family_is_refused_on_export():

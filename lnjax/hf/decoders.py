@@ -129,6 +129,7 @@ def model_config(config: dict, architecture: str):
   act = ACTIVATIONS[f.choice(family.activation_key, tuple(ACTIVATIONS),
                              "gelu_pytorch_tanh" if family.gemma else "silu")]
   pattern, window = _attention_pattern(f, family, num_layers)
+  theta = _rope_theta(f, family, set(pattern.split(",")))
   options = dict(
       vocab_size=f.integer("vocab_size"), num_layers=num_layers, d_model=d, num_heads=h,
       num_kv_heads=g, head_dim=head_dim, d_ff=f.integer("intermediate_size"),
@@ -136,7 +137,7 @@ def model_config(config: dict, architecture: str):
       norm_kind="rmsnorm", norm_eps=f.number("rms_norm_eps", 1e-6, positive=True),
       qk_norm=family.qk_norm, dropout_rate=0.0,
       attention_dropout_rate=f.number("attention_dropout", 0.0),
-      activation=act, gated_ffn=True, pos_emb="rope", rope_theta=_rope_theta(f, family),
+      activation=act, gated_ffn=True, pos_emb="rope", rope_theta=theta,
       tie_embeddings=f.flag("tie_word_embeddings", family.gemma), use_bias=bias,
       scale_embeddings=family.gemma, sliding_window=window, attention_pattern=pattern)
   if family.gemma:
@@ -183,25 +184,44 @@ def _attention_pattern(f: Fields, family: Family, num_layers: int) -> tuple[str,
   return ",".join(kinds[:period]), window if "local" in kinds else 0
 
 
-def _rope_theta(f: Fields, family: Family) -> float:
+def _rope_theta(f: Fields, family: Family, kinds: set[str]) -> float:
   """RoPE's θ from rope_parameters (transformers 5) or rope_theta and rope_scaling (older
   config.json files); any rope_type but 'default' is refused: lnjax's RoPE has no
-  frequency scaling (linear, dynamic, yarn, llama3, longrope)."""
+  frequency scaling (linear, dynamic, yarn, llama3, longrope). `kinds`: the model's
+  layers' attention ('local', 'global'), whose θ Gemma 3 gives apart."""
+  if family.model_type == "gemma3_text":
+    return _gemma3_rope_theta(f, kinds)
   params = f.obj("rope_scaling") or f.obj("rope_parameters") or {}
   key = "rope_scaling" if f.get("rope_scaling") else "rope_parameters"
   default = f.number("rope_theta", 10000.0, positive=True)
-  if family.model_type == "gemma3_text":
-    nested = {k: Fields(v if isinstance(v, dict) else {"rope_type": v}, f"config.json: {key}.{k}")
-              for k, v in params.items() if k in ("full_attention", "sliding_attention")}
-    thetas = {k: _one_rope(g, default) for k, g in nested.items()}
-    if not nested:  # transformers 4's format: the local layers' θ apart (its default 10⁴).
-      thetas = {"full_attention": _one_rope(Fields(params, f"config.json: {key}"), default),
-                "sliding_attention": f.number("rope_local_base_freq", 10000.0, positive=True)}
-    if len(set(thetas.values())) > 1:
-      raise HFError(f"config.json: {key} gives the local and global layers different RoPE θ "
-                    f"({thetas}); lnjax has one model.rope_theta")
-    return next(iter(thetas.values()), default)
   return _one_rope(Fields(params, f"config.json: {key}"), default)
+
+
+def _gemma3_rope_theta(f: Fields, kinds: set[str]) -> float:
+  """Gemma 3's one θ, read as Gemma3TextConfig.convert_rope_params_to_dict reads it
+  (transformers 5.24): rope_parameters holds one entry per layer type, a legacy
+  rope_scaling updates the full-attention one, and an entry without rope_theta takes
+  rope_theta (full) or rope_local_base_freq (sliding), else its default_theta, 10⁶ global
+  and 10⁴ local. Only the types of the model's layers count (Gemma3RotaryEmbedding)."""
+  params = f.obj("rope_parameters") or {}
+  key = "rope_parameters" if params else "rope_theta/rope_local_base_freq"
+  defaults = {"full_attention": f.number("rope_theta", 1e6, positive=True),
+              "sliding_attention": f.number("rope_local_base_freq", 10000.0, positive=True)}
+  thetas = {}
+  for kind, default in defaults.items():
+    if _LAYER_TYPES[kind] not in kinds:
+      continue
+    entry = params.get(kind, {})
+    entry = dict(entry) if isinstance(entry, dict) else {"rope_type": entry}
+    where = f"config.json: rope_parameters.{kind}"
+    if kind == "full_attention" and f.obj("rope_scaling"):
+      entry.update(f.obj("rope_scaling"))
+      where = "config.json: rope_scaling"
+    thetas[kind] = _one_rope(Fields(entry, where), default)
+  if len(set(thetas.values())) > 1:
+    raise HFError(f"config.json: {key} gives the local and global layers different RoPE θ "
+                  f"({thetas}); lnjax has one model.rope_theta")
+  return next(iter(thetas.values()))
 
 
 def _one_rope(g: Fields, default: float) -> float:
