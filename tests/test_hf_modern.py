@@ -383,6 +383,57 @@ def test_a_model_with_no_family_is_refused_on_export():
     hf.to_hf("lm", cfg, params)
 
 
+def test_fields_config_json_leaves_out_are_read_as_transformers_defaults_them():
+  """A hand-written config.json may leave fields out: each is then its configuration
+  class's default (transformers 5.24), not one lnjax default for every family."""
+  def read(architecture, *absent, **changes):
+    config = {k: v for k, v in base_config(architecture, **changes).items() if k not in absent}
+    return hf.model_config(config, architecture)
+
+  assert read("Qwen3ForCausalLM", "head_dim").head_size == 128  # Qwen3Config
+  assert read("Gemma2ForCausalLM", "head_dim").head_size == 256  # Gemma2Config
+  assert read("LlamaForCausalLM", "head_dim").head_size == 32 // 4  # LlamaConfig: D / H
+  assert read("Olmo2ForCausalLM", "rms_norm_eps").norm_eps == 1e-5  # Olmo2Config
+  assert read("LlamaForCausalLM", "rms_norm_eps").norm_eps == 1e-6
+  gemma = read("Gemma2ForCausalLM", "sliding_window")  # Gemma2Config: 4096
+  assert (gemma.attention_pattern, gemma.sliding_window) == ("local,global", 4096)
+  qwen = read("Qwen3ForCausalLM", "layer_types", use_sliding_window=True, max_window_layers=1)
+  assert (qwen.attention_pattern, qwen.sliding_window) == ("global,local", 4096)
+
+
+@pytest.mark.slow
+def test_a_folder_without_head_dim_and_eps_fields_imports_as_transformers_reads_it(tmp_path):
+  """Qwen3 of 128-wide heads (Qwen3Config's default) and OLMo 2 (ε 1e-5, Olmo2Config's)
+  saved by transformers, head_dim and rms_norm_eps then taken out of config.json:
+  transformers reads the folder with its defaults, and lnjax gives its logits."""
+  import torch
+  import transformers
+
+  for name, fields in (("Qwen3", dict(num_attention_heads=2, num_key_value_heads=1)),
+                       ("Olmo2", dict(num_attention_heads=4, num_key_value_heads=2))):
+    config = getattr(transformers, f"{name}Config")(
+        vocab_size=VOCAB, num_hidden_layers=1, hidden_size=32, intermediate_size=48,
+        max_position_embeddings=MAX_LEN, pad_token_id=0, bos_token_id=None, eos_token_id=None,
+        **fields)
+    folder = tmp_path / name
+    getattr(transformers, f"{name}ForCausalLM")(config).save_pretrained(folder)
+    config = json.loads((folder / "config.json").read_text())
+    config = {k: v for k, v in config.items() if k not in ("head_dim", "rms_norm_eps")}
+    (folder / "config.json").write_text(json.dumps(config))
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # (a small embedding: ε shows in the norms of q and k)
+      for p in model.parameters():
+        p.copy_(torch.randn(p.shape, generator=gen) * 0.2)
+      model.model.embed_tokens.weight.mul_(0.01)
+    model.save_pretrained(folder)
+    (folder / "config.json").write_text(json.dumps(config))
+    ids, mask = padded_batch(5)
+    real = mask.astype(bool)
+    np.testing.assert_allclose(np.asarray(hf.logits(hf.read_folder(str(folder)), ids, mask))[real],
+                               theirs(model, ids, mask)[real], atol=1e-4, rtol=0)
+
+
 def test_gemma3s_attention_soft_cap_is_left_unapplied_as_transformers_leaves_it():
   """Gemma3Attention passes no softcap to its attention function (transformers 5.24), so
   a Gemma 3 config.json's attn_logit_softcapping changes nothing there: imported as no

@@ -59,18 +59,24 @@ class Family:
   windows: bool = False  # sliding-window layers (layer_types)
   mlp_bias: bool = False  # a separate mlp_bias field (Llama)
   activation_key: str = "hidden_act"
+  # What its configuration class gives a field config.json leaves out (transformers 5.24):
+  head_dim: int = 0  # 0 = hidden_size / num_attention_heads
+  rms_norm_eps: float = 1e-6
+  sliding_window: int | None = None
 
 
 FAMILIES = {
     "LlamaForCausalLM": Family("llama", "pre", _PRE_NORMS, mlp_bias=True),
     "Qwen3ForCausalLM": Family("qwen3", "pre", _PRE_NORMS + _QK_NORM, qk_norm=True,
-                               windows=True),
+                               windows=True, head_dim=128, sliding_window=4096),
     "Gemma2ForCausalLM": Family("gemma2", "sandwich", _SANDWICH_NORMS, gemma=True,
-                                windows=True, activation_key="hidden_activation"),
+                                windows=True, activation_key="hidden_activation",
+                                head_dim=256, sliding_window=4096),
     "Gemma3ForCausalLM": Family("gemma3_text", "sandwich", _SANDWICH_NORMS + _QK_NORM,
                                 gemma=True, qk_norm=True, windows=True,
-                                activation_key="hidden_activation"),
-    "Olmo2ForCausalLM": Family("olmo2", "olmo2", _OLMO2_NORMS + _QK_NORM),
+                                activation_key="hidden_activation", head_dim=256,
+                                sliding_window=4096),
+    "Olmo2ForCausalLM": Family("olmo2", "olmo2", _OLMO2_NORMS + _QK_NORM, rms_norm_eps=1e-5),
 }
 # transformers.activations.ACT2FN names <-> model.activation.
 ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu", "gelu_new": "gelu",
@@ -117,7 +123,7 @@ def model_config(config: dict, architecture: str):
   if h % g:
     raise HFError(f"config.json: num_attention_heads={h} is not a multiple of "
                   f"num_key_value_heads={g}")
-  head_dim = f.integer("head_dim", d // h)
+  head_dim = f.integer("head_dim", family.head_dim or d // h)
   num_layers = f.integer("num_hidden_layers")
   bias = f.flag("attention_bias", False)
   if family.mlp_bias and f.flag("mlp_bias", False) != bias:
@@ -134,7 +140,7 @@ def model_config(config: dict, architecture: str):
       vocab_size=f.integer("vocab_size"), num_layers=num_layers, d_model=d, num_heads=h,
       num_kv_heads=g, head_dim=head_dim, d_ff=f.integer("intermediate_size"),
       max_len=f.integer("max_position_embeddings"), norm_position=family.norm_position,
-      norm_kind="rmsnorm", norm_eps=f.number("rms_norm_eps", 1e-6, positive=True),
+      norm_kind="rmsnorm", norm_eps=f.number("rms_norm_eps", family.rms_norm_eps, positive=True),
       qk_norm=family.qk_norm, dropout_rate=0.0,
       attention_dropout_rate=f.number("attention_dropout", 0.0),
       activation=act, gated_ffn=True, pos_emb="rope", rope_theta=theta,
@@ -156,7 +162,7 @@ def model_config(config: dict, architecture: str):
 def _attention_pattern(f: Fields, family: Family, num_layers: int) -> tuple[str, int]:
   """(model.attention_pattern, model.sliding_window) of layer_types: the shortest cycle
   that gives every layer its type ('local,global' for Gemma 2's alternation)."""
-  window = f.get("sliding_window")
+  window = f.config.get("sliding_window", family.sliding_window)  # (null: none)
   if family.model_type == "qwen3" and not f.flag("use_sliding_window", False):
     window = None  # (Qwen3Config: no window unless use_sliding_window)
   types = f.strings("layer_types", num_layers)
@@ -166,7 +172,7 @@ def _attention_pattern(f: Fields, family: Family, num_layers: int) -> tuple[str,
     return "global", 0
   if window is None:
     return "global", 0
-  window = f.integer("sliding_window")
+  window = f.integer("sliding_window", window)
   if types is None:  # What the configuration classes fill in when none is written.
     every = {"qwen3": 0, "gemma2": 2, "gemma3_text": f.integer("sliding_window_pattern", 6)}
     n = every[family.model_type]
