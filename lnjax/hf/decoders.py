@@ -59,6 +59,7 @@ class Family:
   windows: bool = False  # sliding-window layers (layer_types)
   mlp_bias: bool = False  # a separate mlp_bias field (Llama)
   activation_key: str = "hidden_act"
+  rms_norm_eps: float = 1e-6  # rms_norm_eps where config.json has none (its config class's)
 
 
 FAMILIES = {
@@ -70,7 +71,7 @@ FAMILIES = {
     "Gemma3ForCausalLM": Family("gemma3_text", "sandwich", _SANDWICH_NORMS + _QK_NORM,
                                 gemma=True, qk_norm=True, windows=True,
                                 activation_key="hidden_activation"),
-    "Olmo2ForCausalLM": Family("olmo2", "olmo2", _OLMO2_NORMS + _QK_NORM),
+    "Olmo2ForCausalLM": Family("olmo2", "olmo2", _OLMO2_NORMS + _QK_NORM, rms_norm_eps=1e-5),
 }
 # transformers.activations.ACT2FN names <-> model.activation.
 ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu", "gelu_new": "gelu",
@@ -133,7 +134,7 @@ def model_config(config: dict, architecture: str):
       vocab_size=f.integer("vocab_size"), num_layers=num_layers, d_model=d, num_heads=h,
       num_kv_heads=g, head_dim=head_dim, d_ff=f.integer("intermediate_size"),
       max_len=f.integer("max_position_embeddings"), norm_position=family.norm_position,
-      norm_kind="rmsnorm", norm_eps=f.number("rms_norm_eps", 1e-6, positive=True),
+      norm_kind="rmsnorm", norm_eps=f.number("rms_norm_eps", family.rms_norm_eps, positive=True),
       qk_norm=family.qk_norm, dropout_rate=0.0,
       attention_dropout_rate=f.number("attention_dropout", 0.0),
       activation=act, gated_ffn=True, pos_emb="rope", rope_theta=_rope_theta(f, family),
