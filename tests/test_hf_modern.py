@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from lnjax.hf import checkpoint as hf
+from lnjax.hf import decoders
 from conftest import (assert_layer_removal_is_the_block_passing_its_input_on, edit_hf_config,
                       import_benchmark)
 
@@ -370,6 +371,49 @@ def test_gemma3s_theta_is_each_layer_types_as_transformers_defaults_it():
   glob = base_config("Gemma3ForCausalLM", layer_types=["full_attention"] * 2,
                      rope_parameters={"sliding_attention": {"rope_type": "linear"}})
   assert hf.model_config(glob, "Gemma3ForCausalLM").rope_theta == 1e6
+
+
+CONFIG_CLASSES = {"LlamaForCausalLM": "LlamaConfig", "Qwen3ForCausalLM": "Qwen3Config",
+                  "Gemma2ForCausalLM": "Gemma2Config", "Gemma3ForCausalLM": "Gemma3TextConfig",
+                  "Olmo2ForCausalLM": "Olmo2Config"}
+
+
+@pytest.mark.slow  # (imports transformers for its configuration classes)
+@pytest.mark.parametrize("architecture, fields", [
+    ("Qwen3ForCausalLM", dict(use_sliding_window=True, sliding_window=4, max_window_layers=2)),
+    ("Gemma2ForCausalLM", dict(sliding_window=4)),
+    ("Gemma3ForCausalLM", dict(sliding_window=4, sliding_window_pattern=3, rope_parameters={
+        kind: {"rope_type": "default", "rope_theta": 1e4}  # (one θ: lnjax has one)
+        for kind in ("full_attention", "sliding_attention")}))])
+def test_layer_types_left_out_are_filled_in_as_transformers_does(architecture, fields):
+  """A config.json without layer_types (as older transformers wrote them): each of 7 layers
+  local or global as transformers' own configuration class fills them in, the oracle here:
+  Qwen3's layers from max_window_layers on local, Gemma 2's alternation (layer 0 local),
+  Gemma 3's every sliding_window_pattern-th layer global. One off in either rule moves
+  every window to the neighbouring layer, which the imported-logits tests (whose configs
+  list layer_types) would not see."""
+  import transformers
+
+  theirs = getattr(transformers, CONFIG_CLASSES[architecture])(num_hidden_layers=7, **fields)
+  config = base_config(architecture, num_hidden_layers=7, **fields)
+  assert "layer_types" not in config
+  cfg = hf.model_config(config, architecture)
+  assert decoders.layer_types(cfg) == theirs.layer_types
+  assert cfg.sliding_window == 4
+
+
+@pytest.mark.slow  # (imports transformers for its configuration classes)
+@pytest.mark.parametrize("architecture", list(CONFIG_CLASSES))
+def test_a_config_without_rms_norm_eps_reads_its_familys_default(architecture):
+  """rms_norm_eps left out of config.json: the ε of transformers' own configuration class
+  for that family (from_pretrained's, so the logits stay transformers'): 1e-6, but OLMo 2's
+  1e-5 (Olmo2Config)."""
+  import transformers
+
+  expected = getattr(transformers, CONFIG_CLASSES[architecture])().rms_norm_eps
+  config = base_config(architecture)
+  config.pop("rms_norm_eps")
+  assert hf.model_config(config, architecture).norm_eps == expected
 
 
 def test_a_model_with_no_family_is_refused_on_export():
