@@ -443,6 +443,13 @@ def test_fields_config_json_leaves_out_are_read_as_transformers_defaults_them():
   assert (gemma.attention_pattern, gemma.sliding_window) == ("local,global", 4096)
   qwen = read("Qwen3ForCausalLM", "layer_types", use_sliding_window=True, max_window_layers=1)
   assert (qwen.attention_pattern, qwen.sliding_window) == ("global,local", 4096)
+  # Gemma2Config's soft-caps 50 and 30 where the keys are absent; an explicit null is none.
+  gemma = read("Gemma2ForCausalLM", "attn_logit_softcapping", "final_logit_softcapping")
+  assert (gemma.attn_logit_softcap, gemma.final_logit_softcap) == (50.0, 30.0)
+  gemma = read("Gemma2ForCausalLM", attn_logit_softcapping=None, final_logit_softcapping=None)
+  assert (gemma.attn_logit_softcap, gemma.final_logit_softcap) == (0.0, 0.0)
+  gemma = read("Gemma3ForCausalLM", "final_logit_softcapping")  # Gemma3TextConfig: None
+  assert gemma.final_logit_softcap == 0.0
 
 
 @pytest.mark.slow

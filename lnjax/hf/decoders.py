@@ -63,6 +63,7 @@ class Family:
   head_dim: int = 0  # 0 = hidden_size / num_attention_heads
   rms_norm_eps: float = 1e-6
   sliding_window: int | None = None
+  softcaps: tuple[float, float] = (0.0, 0.0)  # attention's and the final logits' (0: none)
 
 
 FAMILIES = {
@@ -71,7 +72,7 @@ FAMILIES = {
                                windows=True, head_dim=128, sliding_window=4096),
     "Gemma2ForCausalLM": Family("gemma2", "sandwich", _SANDWICH_NORMS, gemma=True,
                                 windows=True, activation_key="hidden_activation",
-                                head_dim=256, sliding_window=4096),
+                                head_dim=256, sliding_window=4096, softcaps=(50.0, 30.0)),
     "Gemma3ForCausalLM": Family("gemma3_text", "sandwich", _SANDWICH_NORMS + _QK_NORM,
                                 gemma=True, qk_norm=True, windows=True,
                                 activation_key="hidden_activation", head_dim=256,
@@ -149,13 +150,16 @@ def model_config(config: dict, architecture: str):
   if family.gemma:
     if f.flag("use_bidirectional_attention", False):
       raise f.refuse("use_bidirectional_attention", True, "false: lnjax's LM is causal")
-    attn_cap = f.number("attn_logit_softcapping", 0.0)
+    attn_cap, final_cap = (0.0 if key in f.config and f.config[key] is None  # null: none
+                           else f.number(key, default) for key, default in zip(
+                               ("attn_logit_softcapping", "final_logit_softcapping"),
+                               family.softcaps))
     options.update(norm_unit_offset=True,
                    query_scale=f.number("query_pre_attn_scalar", 256, positive=True) ** -0.5,
                    # Gemma3Attention keeps attn_logit_softcapping but passes no softcap to
                    # its attention function (transformers 5.24): Gemma 3 has no such cap.
                    attn_logit_softcap=0.0 if family.model_type == "gemma3_text" else attn_cap,
-                   final_logit_softcap=f.number("final_logit_softcapping", 0.0))
+                   final_logit_softcap=final_cap)
   return ModelConfig(**options)
 
 
