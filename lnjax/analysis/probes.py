@@ -80,7 +80,7 @@ def norm_inputs(setup, params, batch, *, num_tokens: int = 8):
   def interceptor(next_fun, args, kwargs, context):
     out = next_fun(*args, **kwargs)
     module = context.module
-    if context.method_name == "__call__" and isinstance(module, tuple(norms.NORMS.values())):
+    if context.method_name == "__call__" and isinstance(module, norms.MODULES):
       records["/".join(module.path)] = (module, args[0], out)
     return out
 
@@ -130,7 +130,9 @@ def ln_jacobians(norm_records: dict, *, iters: int = 30) -> dict:
   compiled = {}
 
   def batched(module):
-    key = (type(module), module.eps, module.dtype)
+    # The module's type and fields (ε, dtype, the (1 + w) gain, DyT's α₀) but its name.
+    key = (type(module), *(getattr(module, f.name) for f in dataclasses.fields(module)
+                           if f.name not in ("parent", "name")))
     if key not in compiled:
       one = lambda p, x: spectral_norm(lambda v: module.apply({"params": p}, v[None])[0], x,
                                        iters=iters)

@@ -219,17 +219,22 @@ def _plots(result: dict, out: str):
       ax.legend(fontsize=8)
   ax = axes[3]
   jac = result["norm_jacobians"]
-  ax.loglog([v["sqrt_d_over_norm"] for v in jac.values()],
-            [v["spectral_norm"] for v in jac.values()], "o", label="a norm layer")
-  lim = [min(v["sqrt_d_over_norm"] for v in jac.values()) * 0.8,
-         max(v["sqrt_d_over_norm"] for v in jac.values()) * 1.25]
-  ax.loglog(lim, lim, "k--", label="y = x")
-  ax.set_xlabel("√d / ‖x − μ‖ at the norm's input (dimensionless)")
-  ax.set_ylabel("‖J_norm(x)‖₂ (spectral norm)")
   ax.set_title("norm Jacobians at their inputs")
-  plotting.plain_log_ticks(ax)
-  ax.grid(alpha=0.3, which="both")
-  ax.legend(fontsize=8)
+  if jac:
+    ax.loglog([v["sqrt_d_over_norm"] for v in jac.values()],
+              [v["spectral_norm"] for v in jac.values()], "o", label="a norm layer")
+    lim = [min(v["sqrt_d_over_norm"] for v in jac.values()) * 0.8,
+           max(v["sqrt_d_over_norm"] for v in jac.values()) * 1.25]
+    ax.loglog(lim, lim, "k--", label="y = x")
+    ax.set_xlabel("√d / ‖x − μ‖ at the norm's input (dimensionless)")
+    ax.set_ylabel("‖J_norm(x)‖₂ (spectral norm)")
+    plotting.plain_log_ticks(ax)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+  else:  # nGPT: its x/‖x‖ is a function, no norm module with parameters.
+    ax.text(0.5, 0.5, "no norm layers\n(no LayerNorm, RMSNorm, ScaleNorm, DyT or Derf)",
+            ha="center", va="center", transform=ax.transAxes)
+    ax.set_axis_off()
   fig.suptitle(figure_title(result))
   fig.tight_layout()
   size = (f"{plotting.layers(result['num_layers'])}, d_model {result['d_model']}; "

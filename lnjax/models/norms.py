@@ -124,6 +124,9 @@ def unit(x, axis: int = -1):
 
 NORMS = {"layernorm": LayerNorm, "rmsnorm": RMSNorm, "scalenorm": ScaleNorm}
 NORM_KINDS = tuple(NORMS)
+# Every norm module a model may hold: model.norm_kind's and the point-wise DyT and Derf
+# (norm_position dyt, derf), which the analysis finds by their modules' calls.
+MODULES = (*NORMS.values(), DyT, Derf)
 
 
 def make_norm(kind: str, eps: float, dtype, name: str | None = None,
