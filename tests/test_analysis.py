@@ -266,3 +266,22 @@ def test_analyze_finds_pointwise_norms_and_plots_without_any(tmp_path_factory, p
   for j in result["norm_jacobians"].values():
     # At init γ = 1, α = 0.5, s = 0: ‖J‖₂ = max_i 0.5·erf'(0.5 x_i) ≤ 1/√π.
     assert 0.3 < j["spectral_norm"] <= 1 / np.sqrt(np.pi) + 1e-6
+
+
+def test_rmsnorm_jacobian_reference_is_uncentred():
+  """At unit gain RMSNorm's Jacobian is (√d/‖x‖)(I − x̂x̂ᵀ), ‖J‖₂ = √d/‖x‖ exactly: the
+  reference beside it takes no mean off x (LN's √d/‖x − μ‖ would, wrongly, for x with a
+  mean); LayerNorm's stays centred."""
+  import flax.linen as nn
+  from lnjax.analysis import probes
+  from lnjax.models import norms
+  x = jax.random.normal(jax.random.key(0), (4, 8)) + 1.5  # A large mean: the two differ.
+  records = {}
+  for name, module in (("rms", norms.RMSNorm(eps=1e-12)), ("ln", norms.LayerNorm(eps=1e-12))):
+    params = nn.unbox(module.init(jax.random.key(1), x[:1])["params"])
+    records[name] = {"tokens": np.asarray(x), "d": 8, "module": module, "params": params}
+  got = probes.ln_jacobians(records, iters=100)
+  for j in got.values():
+    assert j["spectral_norm"] == pytest.approx(j["sqrt_d_over_norm"], rel=1e-3)
+  assert got["rms"]["sqrt_d_over_norm"] == pytest.approx(
+      float(np.mean(np.sqrt(8) / np.linalg.norm(np.asarray(x), axis=-1))), rel=1e-6)

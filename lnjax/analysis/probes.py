@@ -6,7 +6,8 @@ Given a Setup, parameters and a few real batches:
   norm_inputs      ‖x‖²/d of every norm's input and output (the main path before and after
                    each norm), averaged over real tokens
   ln_jacobians     ‖J_norm(x)‖₂ of every norm at its actual input (power iteration), beside
-                   √d/‖x − μ‖ (the paper's approximation for LayerNorm)
+                   √d/‖x − μ‖ (the paper's approximation for LayerNorm; μ = 0 for
+                   RMSNorm and ScaleNorm, which do not centre)
   update_ratios    ‖Δw‖/‖w‖ of one optimizer step at a given learning rate, per weight
 """
 
@@ -123,7 +124,8 @@ def _params_at(params, path: str):
 
 
 def ln_jacobians(norm_records: dict, *, iters: int = 30) -> dict:
-  """{path: {'spectral_norm': mean over tokens, 'sqrt_d_over_norm': mean √d/‖x − μ‖}}.
+  """{path: {'spectral_norm': mean over tokens, 'sqrt_d_over_norm': mean √d/‖x − μ‖}}
+  (μ = 0 for RMSNorm and ScaleNorm).
 
   One compiled power iteration per kind of norm and width, vmapped over the tokens, with
   the norm's parameters as an argument: a 12-layer model's 30 norms compile once."""
@@ -143,7 +145,11 @@ def ln_jacobians(norm_records: dict, *, iters: int = 30) -> dict:
   for path, r in norm_records.items():
     xs = np.asarray(r["tokens"], np.float32)
     sigmas = batched(r["module"])(r["params"], jnp.asarray(xs))
-    approx = np.sqrt(r["d"]) / np.linalg.norm(xs - xs.mean(-1, keepdims=True), axis=-1)
+    # The unit-gain norm's ‖J‖₂: LN's (I − 11ᵀ/d − ŷŷᵀ/d)·√d/‖x − μ‖ centres, RMSNorm's
+    # and ScaleNorm's (I − x̂x̂ᵀ)·√d/‖x‖ do not (μ = 0); the point-wise norms get LN's.
+    centred = not isinstance(r["module"], (norms.RMSNorm, norms.ScaleNorm))
+    mu = xs.mean(-1, keepdims=True) if centred else 0.0
+    approx = np.sqrt(r["d"]) / np.linalg.norm(xs - mu, axis=-1)
     out[path] = {"spectral_norm": float(np.mean(np.asarray(sigmas))),
                  "sqrt_d_over_norm": float(np.mean(approx))}
   return out
