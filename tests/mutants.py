@@ -240,6 +240,22 @@ MUTANTS = [
       "erf(ax + shift)", "erf(ax)",
       ("tests/test_placements.py::test_derf_replaces_every_norm_by_a_scaled_erf",),
       "Derf without its learned shift s"),
+    M("analysis_jacobian_cache_by_eps", "lnjax/analysis/probes.py",
+      """    key = (type(module), *(getattr(module, f.name) for f in dataclasses.fields(module)
+                           if f.name not in ("parent", "name")))""",
+      """    key = (type(module), getattr(module, "eps", None), module.dtype)""",
+      ("tests/test_analysis.py::test_norm_jacobians_of_every_norm_module_match_the_dense_jacobian",),
+      "the norms' Jacobians compiled once per (type, ε, dtype): an RMSNorm with Gemma's (1 + w) "
+      "gain measured as the plain one met first"),
+    M("analysis_pointwise_norms_unseen", "lnjax/models/norms.py",
+      "MODULES = (*NORMS.values(), DyT, Derf)", "MODULES = tuple(NORMS.values())",
+      ("tests/test_analysis.py::test_analyze_finds_pointwise_norms_and_plots_without_any",),
+      "lnjax analyze blind to Derf's and DyT's norms: an empty norm table"),
+    M("analysis_rmsnorm_reference_centred", "lnjax/analysis/probes.py",
+      "centred = not isinstance(r[\"module\"], (norms.RMSNorm, norms.ScaleNorm))",
+      "centred = True",
+      ("tests/test_analysis.py::test_rmsnorm_jacobian_reference_is_uncentred",),
+      "an RMSNorm's Jacobian reference taken as LayerNorm's √d/‖x − μ‖"),
     # ---- Reliability round 3 (issue 28)
     M("export_output_unguarded", "lnjax/inference/export.py",
       'fileio.refuse_run_files("--output", output, [os.path.join(output, name) for name in',
