@@ -250,15 +250,21 @@ def test_norm_jacobians_of_every_norm_module_match_the_dense_jacobian():
 @pytest.mark.parametrize("placement", ["derf", "ngpt"])
 def test_analyze_finds_pointwise_norms_and_plots_without_any(tmp_path_factory, placement):
   """Derf's (and DyT's) point-wise norms are measured like LN's: every one found, with its
-  own Jacobian (not the identity's 1); nGPT, whose x/‖x‖ is no norm module, still gets its
-  report and plot rather than a traceback on an empty Jacobian panel."""
+  own Jacobian (not the identity's 1); nGPT's x/‖x‖ on the stream, q and k too, its
+  Jacobian (I − x̂x̂ᵀ)/‖x‖ of spectral norm 1/‖x‖ (once missed: an empty table and a
+  traceback on the empty Jacobian panel)."""
   from lnjax.analysis import report as analyze
   wd = _smoke_run(tmp_path_factory, placement, norm_position=placement)
   result, out = analyze.analyze(wd, "init", num_batches=1, lr=1e-3)
   for name in ("analysis.json", "report.md", "gradients.png"):
     assert os.path.exists(os.path.join(out, name))
   if placement == "ngpt":
-    assert result["norms"] == {}
+    want = {"embed_unit", *(f"layer_{i}/{n}" for i in range(2) for n in (
+        "self_attn_unit", "self_attn_out_unit", "ffn_unit", "ffn_out_unit",
+        "self_attn/qk_scale/query_unit", "self_attn/qk_scale/key_unit"))}
+    assert set(result["norms"]) == want == set(result["norm_jacobians"])
+    for j in result["norm_jacobians"].values():
+      assert j["spectral_norm"] == pytest.approx(j["sqrt_d_over_norm"], rel=1e-3)
     return
   want = {"final_norm", *(f"layer_{i}/{n}" for i in range(2)
                           for n in ("self_attn_norm", "ffn_norm"))}

@@ -119,13 +119,15 @@ def summarize_norms(records: dict, params, batch, *, num_tokens: int = 8) -> dic
 def _params_at(params, path: str):
   node = params
   for part in path.split("/"):
+    if part not in node:  # A norm without parameters (nGPT's x/‖x‖).
+      return {}
     node = node[part]
   return node
 
 
 def ln_jacobians(norm_records: dict, *, iters: int = 30) -> dict:
   """{path: {'spectral_norm': mean over tokens, 'sqrt_d_over_norm': mean √d/‖x − μ‖}}
-  (μ = 0 for RMSNorm and ScaleNorm).
+  (μ = 0 for RMSNorm and ScaleNorm; nGPT's x/‖x‖: 1/‖x‖).
 
   One compiled power iteration per kind of norm and width, vmapped over the tokens, with
   the norm's parameters as an argument: a 12-layer model's 30 norms compile once."""
@@ -147,9 +149,11 @@ def ln_jacobians(norm_records: dict, *, iters: int = 30) -> dict:
     sigmas = batched(r["module"])(r["params"], jnp.asarray(xs))
     # The unit-gain norm's ‖J‖₂: LN's (I − 11ᵀ/d − ŷŷᵀ/d)·√d/‖x − μ‖ centres, RMSNorm's
     # and ScaleNorm's (I − x̂x̂ᵀ)·√d/‖x‖ do not (μ = 0); the point-wise norms get LN's.
-    centred = not isinstance(r["module"], (norms.RMSNorm, norms.ScaleNorm))
+    # nGPT's x/‖x‖: (I − x̂x̂ᵀ)/‖x‖, no √d.
+    centred = not isinstance(r["module"], (norms.RMSNorm, norms.ScaleNorm, norms.Unit))
     mu = xs.mean(-1, keepdims=True) if centred else 0.0
-    approx = np.sqrt(r["d"]) / np.linalg.norm(xs - mu, axis=-1)
+    root_d = 1.0 if isinstance(r["module"], norms.Unit) else np.sqrt(r["d"])
+    approx = root_d / np.linalg.norm(xs - mu, axis=-1)
     out[path] = {"spectral_norm": float(np.mean(np.asarray(sigmas))),
                  "sqrt_d_over_norm": float(np.mean(approx))}
   return out

@@ -231,8 +231,8 @@ def _plots(result: dict, out: str):
     plotting.plain_log_ticks(ax)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
-  else:  # nGPT: its x/‖x‖ is a function, no norm module with parameters.
-    ax.text(0.5, 0.5, "no norm layers\n(no LayerNorm, RMSNorm, ScaleNorm, DyT or Derf)",
+  else:  # (a model without norms)
+    ax.text(0.5, 0.5, "no norm layers",
             ha="center", va="center", transform=ax.transAxes)
     ax.set_axis_off()
   fig.suptitle(figure_title(result))
@@ -285,7 +285,8 @@ def _report(result: dict, out: str) -> None:
   for key in w1:
     lines.append(f"| {key} | {w1[key]:.4g} | {w2.get(key, float('nan')):.4g} | "
                  f"{ur.get(key, float('nan')):.3g} |")
-  lines += ["", "| norm | ‖x‖²/d in | ‖y‖²/d out | ‖J‖₂ | √d/‖x − μ‖ (μ = 0: RMSNorm) |",
+  lines += ["", "| norm | ‖x‖²/d in | ‖y‖²/d out | ‖J‖₂ | "
+            "√d/‖x − μ‖ (μ = 0: RMSNorm; nGPT: 1/‖x‖) |",
             "|---|---|---|---|---|"]
   for path, r in result["norms"].items():
     j = result["norm_jacobians"][path]
