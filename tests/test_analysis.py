@@ -210,3 +210,84 @@ def test_analysis_json_is_strict_json():
                            "norm": {"x": np.float64(2.5)}})
   assert json.loads(text, parse_constant=refuse) == {"loss": None, "jacobians": [1.0, None, None],
                                                      "norm": {"x": 2.5}}
+
+
+def _norm_record(module, x_NxD, seed: int):
+  """probes.summarize_norms' record of `module` (unbound) at input vectors x, its parameters
+  drawn at random around their init (so a (1 + w) gain, α and the shift all matter)."""
+  import flax.linen as nn
+  params = nn.unbox(module.init(jax.random.key(seed), x_NxD[:1])["params"])
+  keys = iter(jax.random.split(jax.random.key(seed + 1), len(params)))
+  params = {k: v + 0.3 * jax.random.normal(next(keys), v.shape) for k, v in params.items()}
+  return {"tokens": np.asarray(x_NxD), "d": x_NxD.shape[-1], "module": module,
+          "params": params}
+
+
+def test_norm_jacobians_of_every_norm_module_match_the_dense_jacobian():
+  """probes.ln_jacobians of RMSNorm with and without Gemma's (1 + w) gain, DyT and Derf
+  (which have no ε) in one call: each is its own module's ‖J‖₂, checked against the
+  singular values of jax.jacfwd's dense Jacobian (point-wise Derf: diag(γ α erf'(αx + s)))."""
+  from lnjax.analysis import probes
+  from lnjax.models import norms
+  x = jax.random.normal(jax.random.key(0), (3, 16)) * 2.0 + 0.5
+  modules = {"rms": norms.RMSNorm(), "rms_offset": norms.RMSNorm(unit_offset=True),
+             "ln": norms.LayerNorm(), "dyt": norms.DyT(), "derf": norms.Derf(),
+             "derf_offset": norms.Derf(unit_offset=True)}
+  records = {k: _norm_record(m, x, i) for i, (k, m) in enumerate(modules.items())}
+  got = probes.ln_jacobians(records, iters=100)
+  for name, r in records.items():
+    fn = lambda v, r=r: r["module"].apply({"params": r["params"]}, v[None])[0]
+    dense = [np.linalg.svd(np.asarray(jax.jacfwd(fn)(v)), compute_uv=False)[0] for v in x]
+    assert got[name]["spectral_norm"] == pytest.approx(np.mean(dense), rel=1e-3), name
+  p, a = records["derf"]["params"], x
+  erf_prime = 2 / np.sqrt(np.pi) * np.exp(-np.square(p["alpha"] * a + p["shift"]))
+  exact = np.max(np.abs(p["scale"] * p["alpha"] * erf_prime), -1)
+  assert got["derf"]["spectral_norm"] == pytest.approx(float(np.mean(exact)), rel=1e-3)
+  assert got["derf"]["spectral_norm"] != pytest.approx(1.0, rel=0.05)  # not the identity's
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("placement", ["derf", "ngpt"])
+def test_analyze_finds_pointwise_norms_and_plots_without_any(tmp_path_factory, placement):
+  """Derf's (and DyT's) point-wise norms are measured like LN's: every one found, with its
+  own Jacobian (not the identity's 1); nGPT's x/‖x‖ on the stream, q and k too, its
+  Jacobian (I − x̂x̂ᵀ)/‖x‖ of spectral norm 1/‖x‖ (once missed: an empty table and a
+  traceback on the empty Jacobian panel)."""
+  from lnjax.analysis import report as analyze
+  wd = _smoke_run(tmp_path_factory, placement, norm_position=placement)
+  result, out = analyze.analyze(wd, "init", num_batches=1, lr=1e-3)
+  for name in ("analysis.json", "report.md", "gradients.png"):
+    assert os.path.exists(os.path.join(out, name))
+  if placement == "ngpt":
+    want = {"embed_unit", *(f"layer_{i}/{n}" for i in range(2) for n in (
+        "self_attn_unit", "self_attn_out_unit", "ffn_unit", "ffn_out_unit",
+        "self_attn/qk_scale/query_unit", "self_attn/qk_scale/key_unit"))}
+    assert set(result["norms"]) == want == set(result["norm_jacobians"])
+    for j in result["norm_jacobians"].values():
+      assert j["spectral_norm"] == pytest.approx(j["sqrt_d_over_norm"], rel=1e-3)
+    return
+  want = {"final_norm", *(f"layer_{i}/{n}" for i in range(2)
+                          for n in ("self_attn_norm", "ffn_norm"))}
+  assert set(result["norms"]) == want == set(result["norm_jacobians"])
+  for j in result["norm_jacobians"].values():
+    # At init γ = 1, α = 0.5, s = 0: ‖J‖₂ = max_i 0.5·erf'(0.5 x_i) ≤ 1/√π.
+    assert 0.3 < j["spectral_norm"] <= 1 / np.sqrt(np.pi) + 1e-6
+
+
+def test_rmsnorm_jacobian_reference_is_uncentred():
+  """At unit gain RMSNorm's Jacobian is (√d/‖x‖)(I − x̂x̂ᵀ), ‖J‖₂ = √d/‖x‖ exactly: the
+  reference beside it takes no mean off x (LN's √d/‖x − μ‖ would, wrongly, for x with a
+  mean); LayerNorm's stays centred."""
+  import flax.linen as nn
+  from lnjax.analysis import probes
+  from lnjax.models import norms
+  x = jax.random.normal(jax.random.key(0), (4, 8)) + 1.5  # A large mean: the two differ.
+  records = {}
+  for name, module in (("rms", norms.RMSNorm(eps=1e-12)), ("ln", norms.LayerNorm(eps=1e-12))):
+    params = nn.unbox(module.init(jax.random.key(1), x[:1])["params"])
+    records[name] = {"tokens": np.asarray(x), "d": 8, "module": module, "params": params}
+  got = probes.ln_jacobians(records, iters=100)
+  for j in got.values():
+    assert j["spectral_norm"] == pytest.approx(j["sqrt_d_over_norm"], rel=1e-3)
+  assert got["rms"]["sqrt_d_over_norm"] == pytest.approx(
+      float(np.mean(np.sqrt(8) / np.linalg.norm(np.asarray(x), axis=-1))), rel=1e-6)

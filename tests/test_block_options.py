@@ -106,6 +106,47 @@ def test_attention_options_against_numpy(impl):
   np.testing.assert_allclose(got, expected, atol=2e-5)
 
 
+def test_rotary_attention_with_head_norms_against_numpy():
+  """Today's decoder's attention (Llama/Qwen3/Gemma's order): each head's q and k
+  RMS-normalized over d_h with random gains, then rotated (transformers' rotate_half: the
+  pair (i, i + d_h/2) by p·θ^(-2i/d_h), Su et al., arXiv 2104.09864), then scored at the
+  default 1/√d_h; H = 4, G = 2, d_h = 4 ≠ D/H, θ = 100, 6 positions. In numpy: keys not
+  rotated, the norm after the rotation, tiled K/V heads, the scale from D/H or θ
+  inverted each differ by far more than the tolerance."""
+  heads, kv_heads, dh, theta, t = 4, 2, 4, 100.0, 6
+  attn = layers.Attention(heads, use_bias=False, causal=True, num_kv_heads=kv_heads,
+                          head_dim=dh, rope_theta=theta,
+                          qk_norm=lambda name: norms.RMSNorm(name=name))
+  x = jax.random.normal(jax.random.key(7), (2, t, 8))
+  bias = layers.causal_bias(t)
+  params = nn.unbox(attn.init(jax.random.key(8), x, x, bias, True)["params"])
+  rng = np.random.default_rng(0)
+  for name in ("query_norm", "key_norm"):
+    params[name]["scale"] = jnp.asarray(rng.uniform(0.5, 1.5, dh), jnp.float32)
+  p = jax.tree.map(np.asarray, params)
+  got = attn.apply({"params": params}, x, x, bias, True)
+
+  x = np.asarray(x)
+  def heads_of(y, n):  # [B, T, n·d_h] -> [B, n, T, d_h]
+    return y.reshape(2, t, n, dh).transpose(0, 2, 1, 3)
+  def rms(y, g):
+    return y / np.sqrt(np.mean(y * y, -1, keepdims=True) + 1e-6) * g
+  freqs = theta ** (-np.arange(0, dh, 2) / dh)
+  angles = np.arange(t)[:, None] * np.concatenate([freqs, freqs])  # [T, d_h]
+  def rotate(y):
+    half = np.concatenate([-y[..., dh // 2:], y[..., :dh // 2]], -1)
+    return y * np.cos(angles) + half * np.sin(angles)
+  q = rotate(rms(heads_of(x @ p["query"]["kernel"], heads), p["query_norm"]["scale"]))
+  k = rotate(rms(heads_of(x @ p["key"]["kernel"], kv_heads), p["key_norm"]["scale"]))
+  k = np.repeat(k, heads // kv_heads, 1)
+  v = np.repeat(heads_of(x @ p["value"]["kernel"], kv_heads), heads // kv_heads, 1)
+  s = q @ k.transpose(0, 1, 3, 2) / np.sqrt(dh)
+  s = np.where(np.tril(np.ones((t, t), bool)), s, -np.inf)
+  w = np.exp(s - s.max(-1, keepdims=True))
+  out = ((w / w.sum(-1, keepdims=True)) @ v).transpose(0, 2, 1, 3).reshape(2, t, heads * dh)
+  np.testing.assert_allclose(got, out @ p["out"]["kernel"], atol=2e-5)
+
+
 def test_gqa_equals_multi_head_attention_with_repeated_key_value_weights():
   """G = 2 key/value heads for H = 4 query heads equal MHA whose K and V weights repeat
   each K/V head's columns for the H/G = 2 query heads it serves (transformers' repeat_kv)."""

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from lnjax.hf import checkpoint as hf
+from lnjax.hf import decoders
 from conftest import (assert_layer_removal_is_the_block_passing_its_input_on, edit_hf_config,
                       import_benchmark)
 
@@ -45,13 +46,19 @@ MODELS = {
         hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
         intermediate_size=64, query_pre_attn_scalar=24, attn_logit_softcapping=2.0,
         final_logit_softcapping=3.0, sliding_window=3, tie_word_embeddings=True), "sandwich"),
-    # Gemma 3's text model: QK-norm with (1 + w), local and global layers of one θ, untied.
+    # Gemma 3's text model: QK-norm with (1 + w), local and global layers of one θ, untied;
+    # an attention soft-cap in config.json, which transformers' Gemma 3 does not apply.
     "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", dict(
         hidden_size=32, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
         intermediate_size=64, sliding_window=4, layer_types=["sliding_attention", "full_attention"],
-        tie_word_embeddings=False, rope_parameters={
+        attn_logit_softcapping=2.0, tie_word_embeddings=False, rope_parameters={
             "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
             "full_attention": {"rope_type": "default", "rope_theta": 10000.0}}), "sandwich"),
+    # Gemma 3 of local layers only (sliding_window_pattern 6) and Gemma3TextConfig's own
+    # θ, 10⁶ global and 10⁴ local: one θ for the layers it has.
+    "gemma3_local": ("Gemma3TextConfig", "Gemma3ForCausalLM", dict(
+        hidden_size=32, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+        intermediate_size=64, sliding_window=4), "sandwich"),
     # GQA 3 (the K-norm over 1 head's 16 features, the Q-norm over 48), untied.
     "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", dict(
         hidden_size=48, num_attention_heads=3, num_key_value_heads=1, intermediate_size=64,
@@ -224,6 +231,10 @@ LNJAX_MODELS = {
                               num_kv_heads=2, query_scale=0.25, attn_logit_softcap=2.0,
                               final_logit_softcap=3.0, sliding_window=3,
                               attention_pattern="local,global"),
+    # Global layers only: written with a window (max_len) that no layer uses, as
+    # Gemma3TextModel builds its sliding-window mask even then.
+    "Gemma3ForCausalLM": dict(norm_position="sandwich", norm_unit_offset=True, qk_norm=True,
+                              activation="gelu", num_kv_heads=1, head_dim=12),
     "Olmo2ForCausalLM": dict(norm_position="olmo2", num_kv_heads=2, rope_theta=5e5),
 }
 
@@ -321,7 +332,8 @@ def test_a_config_lnjax_cannot_carry_is_refused_in_one_line(tmp_path, case):
 def test_gemma3_with_two_rope_thetas_is_refused_naming_rope_parameters():
   from test_hf_modern import base_config
 
-  config = base_config("Gemma3ForCausalLM", rope_parameters={
+  config = base_config("Gemma3ForCausalLM", layer_types=["sliding_attention",
+                                                         "full_attention"], rope_parameters={
       "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
       "full_attention": {"rope_type": "default", "rope_theta": 1e6}})
   with pytest.raises(hf.HFError, match="config.json: rope_parameters gives the local and "
@@ -342,6 +354,68 @@ def test_gemma3_with_two_rope_thetas_is_refused_naming_rope_parameters():
   assert hf.model_config(legacy, "Gemma3ForCausalLM").rope_theta == 1e6
 
 
+def test_gemma3s_theta_is_each_layer_types_as_transformers_defaults_it():
+  """Gemma3TextConfig (transformers 5.24): an entry of rope_parameters without rope_theta,
+  or a layer type without an entry, takes rope_theta (global) or rope_local_base_freq
+  (local), else 10⁶ global and 10⁴ local; only the model's own layer types count."""
+  both = ["sliding_attention", "full_attention"]
+  for rope in ({"full_attention": {"rope_type": "default", "rope_theta": 1e6}},
+               {"full_attention": {"rope_type": "default"},
+                "sliding_attention": {"rope_type": "default"}}, None):
+    config = base_config("Gemma3ForCausalLM", layer_types=both, rope_parameters=rope)
+    with pytest.raises(hf.HFError, match=r"different RoPE θ \({'full_attention': 1000000.0, "
+                       r"'sliding_attention': 10000.0}\)"):
+      hf.model_config(config, "Gemma3ForCausalLM")
+  local = base_config("Gemma3ForCausalLM", rope_parameters=None)  # 2 local layers (of 6)
+  assert hf.model_config(local, "Gemma3ForCausalLM").rope_theta == 1e4
+  glob = base_config("Gemma3ForCausalLM", layer_types=["full_attention"] * 2,
+                     rope_parameters={"sliding_attention": {"rope_type": "linear"}})
+  assert hf.model_config(glob, "Gemma3ForCausalLM").rope_theta == 1e6
+
+
+CONFIG_CLASSES = {"LlamaForCausalLM": "LlamaConfig", "Qwen3ForCausalLM": "Qwen3Config",
+                  "Gemma2ForCausalLM": "Gemma2Config", "Gemma3ForCausalLM": "Gemma3TextConfig",
+                  "Olmo2ForCausalLM": "Olmo2Config"}
+
+
+@pytest.mark.slow  # (imports transformers for its configuration classes)
+@pytest.mark.parametrize("architecture, fields", [
+    ("Qwen3ForCausalLM", dict(use_sliding_window=True, sliding_window=4, max_window_layers=2)),
+    ("Gemma2ForCausalLM", dict(sliding_window=4)),
+    ("Gemma3ForCausalLM", dict(sliding_window=4, sliding_window_pattern=3, rope_parameters={
+        kind: {"rope_type": "default", "rope_theta": 1e4}  # (one θ: lnjax has one)
+        for kind in ("full_attention", "sliding_attention")}))])
+def test_layer_types_left_out_are_filled_in_as_transformers_does(architecture, fields):
+  """A config.json without layer_types (as older transformers wrote them): each of 7 layers
+  local or global as transformers' own configuration class fills them in, the oracle here:
+  Qwen3's layers from max_window_layers on local, Gemma 2's alternation (layer 0 local),
+  Gemma 3's every sliding_window_pattern-th layer global. One off in either rule moves
+  every window to the neighbouring layer, which the imported-logits tests (whose configs
+  list layer_types) would not see."""
+  import transformers
+
+  theirs = getattr(transformers, CONFIG_CLASSES[architecture])(num_hidden_layers=7, **fields)
+  config = base_config(architecture, num_hidden_layers=7, **fields)
+  assert "layer_types" not in config
+  cfg = hf.model_config(config, architecture)
+  assert decoders.layer_types(cfg) == theirs.layer_types
+  assert cfg.sliding_window == 4
+
+
+@pytest.mark.slow  # (imports transformers for its configuration classes)
+@pytest.mark.parametrize("architecture", list(CONFIG_CLASSES))
+def test_a_config_without_rms_norm_eps_reads_its_familys_default(architecture):
+  """rms_norm_eps left out of config.json: the ε of transformers' own configuration class
+  for that family (from_pretrained's, so the logits stay transformers'): 1e-6, but OLMo 2's
+  1e-5 (Olmo2Config)."""
+  import transformers
+
+  expected = getattr(transformers, CONFIG_CLASSES[architecture])().rms_norm_eps
+  config = base_config(architecture)
+  config.pop("rms_norm_eps")
+  assert hf.model_config(config, architecture).norm_eps == expected
+
+
 def test_a_model_with_no_family_is_refused_on_export():
   cfg, _, params = lnjax_model(norm_position="peri")
   with pytest.raises(hf.HFError, match="model.norm_position='peri' with qk_norm=False, "
@@ -351,6 +425,102 @@ def test_a_model_with_no_family_is_refused_on_export():
   with pytest.raises(hf.HFError, match="model.attn_logit_softcap=5.0 does not map onto "
                      "LlamaForCausalLM"):
     hf.to_hf("lm", cfg, params)
+
+
+def test_fields_config_json_leaves_out_are_read_as_transformers_defaults_them():
+  """A hand-written config.json may leave fields out: each is then its configuration
+  class's default (transformers 5.24), not one lnjax default for every family."""
+  def read(architecture, *absent, **changes):
+    config = {k: v for k, v in base_config(architecture, **changes).items() if k not in absent}
+    return hf.model_config(config, architecture)
+
+  assert read("Qwen3ForCausalLM", "head_dim").head_size == 128  # Qwen3Config
+  assert read("Gemma2ForCausalLM", "head_dim").head_size == 256  # Gemma2Config
+  assert read("LlamaForCausalLM", "head_dim").head_size == 32 // 4  # LlamaConfig: D / H
+  assert read("Olmo2ForCausalLM", "rms_norm_eps").norm_eps == 1e-5  # Olmo2Config
+  assert read("LlamaForCausalLM", "rms_norm_eps").norm_eps == 1e-6
+  gemma = read("Gemma2ForCausalLM", "sliding_window")  # Gemma2Config: 4096
+  assert (gemma.attention_pattern, gemma.sliding_window) == ("local,global", 4096)
+  qwen = read("Qwen3ForCausalLM", "layer_types", use_sliding_window=True, max_window_layers=1)
+  assert (qwen.attention_pattern, qwen.sliding_window) == ("global,local", 4096)
+  # Gemma2Config's soft-caps 50 and 30 where the keys are absent; an explicit null is none.
+  gemma = read("Gemma2ForCausalLM", "attn_logit_softcapping", "final_logit_softcapping")
+  assert (gemma.attn_logit_softcap, gemma.final_logit_softcap) == (50.0, 30.0)
+  gemma = read("Gemma2ForCausalLM", attn_logit_softcapping=None, final_logit_softcapping=None)
+  assert (gemma.attn_logit_softcap, gemma.final_logit_softcap) == (0.0, 0.0)
+  gemma = read("Gemma3ForCausalLM", "final_logit_softcapping")  # Gemma3TextConfig: None
+  assert gemma.final_logit_softcap == 0.0
+
+
+@pytest.mark.slow
+def test_a_folder_without_head_dim_and_eps_fields_imports_as_transformers_reads_it(tmp_path):
+  """Qwen3 of 128-wide heads (Qwen3Config's default) and OLMo 2 (ε 1e-5, Olmo2Config's)
+  saved by transformers, head_dim and rms_norm_eps then taken out of config.json:
+  transformers reads the folder with its defaults, and lnjax gives its logits."""
+  import torch
+  import transformers
+
+  for name, fields in (("Qwen3", dict(num_attention_heads=2, num_key_value_heads=1)),
+                       ("Olmo2", dict(num_attention_heads=4, num_key_value_heads=2))):
+    config = getattr(transformers, f"{name}Config")(
+        vocab_size=VOCAB, num_hidden_layers=1, hidden_size=32, intermediate_size=48,
+        max_position_embeddings=MAX_LEN, pad_token_id=0, bos_token_id=None, eos_token_id=None,
+        **fields)
+    folder = tmp_path / name
+    getattr(transformers, f"{name}ForCausalLM")(config).save_pretrained(folder)
+    config = json.loads((folder / "config.json").read_text())
+    config = {k: v for k, v in config.items() if k not in ("head_dim", "rms_norm_eps")}
+    (folder / "config.json").write_text(json.dumps(config))
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # (a small embedding: ε shows in the norms of q and k)
+      for p in model.parameters():
+        p.copy_(torch.randn(p.shape, generator=gen) * 0.2)
+      model.model.embed_tokens.weight.mul_(0.01)
+    model.save_pretrained(folder)
+    (folder / "config.json").write_text(json.dumps(config))
+    ids, mask = padded_batch(5)
+    real = mask.astype(bool)
+    np.testing.assert_allclose(np.asarray(hf.logits(hf.read_folder(str(folder)), ids, mask))[real],
+                               theirs(model, ids, mask)[real], atol=1e-4, rtol=0)
+
+
+def test_gemma3s_attention_soft_cap_is_left_unapplied_as_transformers_leaves_it():
+  """Gemma3Attention passes no softcap to its attention function (transformers 5.24), so
+  a Gemma 3 config.json's attn_logit_softcapping changes nothing there: imported as no
+  cap, and an lnjax model with one is not written as Gemma 3. Gemma 2 applies both."""
+  gemma3 = hf.model_config(base_config("Gemma3ForCausalLM"), "Gemma3ForCausalLM")
+  assert (gemma3.attn_logit_softcap, gemma3.final_logit_softcap) == (0.0, 30.0)
+  gemma2 = hf.model_config(base_config("Gemma2ForCausalLM"), "Gemma2ForCausalLM")
+  assert (gemma2.attn_logit_softcap, gemma2.final_logit_softcap) == (50.0, 30.0)
+  options = {**LNJAX_MODELS["Gemma3ForCausalLM"], "attn_logit_softcap": 5.0}
+  cfg, _, params = lnjax_model(**options)
+  with pytest.raises(hf.HFError, match="model.attn_logit_softcap=5.0 does not map onto "
+                     "Gemma3ForCausalLM: transformers' Gemma 3 applies no attention-logit"):
+    hf.to_hf("lm", cfg, params)
+
+
+@pytest.mark.slow
+def test_a_gemma2_without_local_layers_exports_a_folder_transformers_runs(tmp_path):
+  """Gemma2Model builds its sliding-window mask on every call and fails on a null
+  sliding_window: a model of global layers only is written with the window max_len,
+  which no layer uses, and reads back as global."""
+  import transformers
+
+  options = dict(LNJAX_MODELS["Gemma2ForCausalLM"], sliding_window=0,
+                 attention_pattern="global")
+  cfg, model, params = lnjax_model(**options)
+  config, tensors = hf.to_hf("lm", cfg, params)
+  assert config["layer_types"] == ["full_attention"] * 2 and config["sliding_window"] == MAX_LEN
+  hf.write_folder(str(tmp_path), config, tensors)
+  theirs_model = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path)).eval()
+  ids, mask = padded_batch(3)
+  real = mask.astype(bool)
+  ours = np.asarray(hf.logits(hf.Imported("", "Gemma2ForCausalLM", "lm", cfg, model, params,
+                                          {}), ids, mask))
+  np.testing.assert_allclose(ours[real], theirs(theirs_model, ids, mask)[real], atol=1e-4, rtol=0)
+  back = hf.read_folder(str(tmp_path))
+  assert (back.cfg.attention_pattern, back.cfg.sliding_window) == ("global", 0)
 
 
 def test_sharded_bfloat16_folder_is_read_in_bfloat16_tensor_by_tensor(tmp_path):

@@ -32,6 +32,7 @@ import pytest
 from lnjax import tasks
 from lnjax.configs import common as config_lib
 from lnjax.core import checkpoint, metrics, run as run_lib, train
+import forkserver
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 8
@@ -63,7 +64,7 @@ class _Run:
         [f for f in os.environ.get("XLA_FLAGS", "").split()
          if not f.startswith("--xla_force_host_platform_device_count")]
         + ["--xla_force_host_platform_device_count=4"])}
-    self.procs = [subprocess.Popen(
+    self.procs = [forkserver.Popen(  # (Forked as the tests' command lines are.)
         [sys.executable, "-m", "lnjax.main", "--config=configs/lm.py:smoke",
          f"--workdir={workdir}", *flags, f"--coordinator_address=127.0.0.1:{port}",
          "--num_processes=2", f"--process_id={i}"], cwd=REPO, env=env,

@@ -655,6 +655,28 @@ def test_derf_replaces_every_norm_by_a_scaled_erf(block):
   _check_pre_ln_layout(_acts(model, params, TOKENS), params, cfg.num_layers, _derf)
 
 
+@pytest.mark.parametrize("position", ["dyt", "derf"])
+def test_dyt_and_derf_take_the_unit_offset_gain(position):
+  """model.norm_unit_offset under DyT and Derf, as under the norms it replaces: every
+  point-wise norm's γ stored as w, init 0, and applied as 1 + w, so that its output is
+  (1 + w) ⊙ f(α·x [+ s]) + β (numpy, at random w, α, s, β). A DyT or Derf built without
+  the option would store γ itself, init 1, and read a stored w as the gain."""
+  def dyt(x, p):
+    return np.tanh(float(p["alpha"]) * x) * np.asarray(p["scale"]) + np.asarray(p["bias"])
+
+  _, model, params = _lm(norm_position=position, norm_unit_offset=True)
+  gains = [v for path, v in jax.tree_util.tree_flatten_with_path(params)[0]
+           if path[-1].key == "scale"]
+  assert len(gains) == 2 * CFG.num_layers + 1 and all(not np.any(g) for g in gains)
+  params = _randomize(random_norms(params), ["alpha"])
+  if position == "derf":
+    params = _randomize(params, ["shift"], seed=1, low=-0.5, high=0.5)
+  one_plus_w = jax.tree_util.tree_map_with_path(
+      lambda path, v: 1 + v if path[-1].key == "scale" else v, params)
+  f = dyt if position == "dyt" else _derf
+  _check_pre_ln_layout(_acts(model, params, TOKENS), one_plus_w, CFG.num_layers, f)
+
+
 NGPT_SCALES = ["self_attn_alpha", "ffn_alpha", "qk_scale", "hidden_scale", "logit_scale"]
 
 

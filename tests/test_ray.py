@@ -37,6 +37,7 @@ import time
 
 import pytest
 
+import forkserver
 import test_gcs
 import test_stability
 from lnjax.sweep import launcher, ray_backend
@@ -200,12 +201,15 @@ def _config(tmp) -> str:
 
 
 def _sweep(cluster, config, sweep, root, *flags, wait=True, timeout=300, niceness=0):
-  """The sweep's launcher, at `niceness` (`nice -n NICENESS python -m lnjax.cli.sweep`)."""
+  """The sweep's launcher, at `niceness` (`nice -n NICENESS python -m lnjax.cli.sweep`);
+  at niceness 0 forked as the tests' command lines are (tests/forkserver.py: the launcher
+  loads the config, so JAX and Flax, which the fork server has imported)."""
   cmd = [sys.executable, "-m", "lnjax.cli.sweep", f"--config={config}", f"--sweep={sweep}",
          f"--workdir={root}", "--backend=ray", f"--ray_address={cluster.address}", *flags]
-  proc = subprocess.Popen(cmd, cwd=REPO, env=cluster.local, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                          preexec_fn=lambda: os.nice(niceness))
+  nice = {"preexec_fn": lambda: os.nice(niceness)} if niceness else {}
+  proc = (subprocess.Popen if niceness else forkserver.Popen)(
+      cmd, cwd=REPO, env=cluster.local, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+      text=True, start_new_session=True, **nice)
   if not wait:
     return proc
   try:
@@ -271,7 +275,7 @@ def test_a_stability_search_sends_its_probe_as_a_ray_task(cluster, tmp_path):
   """`lnjax stability --backend=ray`: a search with one probe left runs it on the cluster
   (test_stability.one_probe_left)."""
   state, workdir = test_stability.one_probe_left(tmp_path)
-  out = subprocess.run(
+  out = forkserver.run(
       [sys.executable, "-m", "lnjax.cli.stability", "--backend=ray",
        f"--ray_address={cluster.address}", *test_stability.ONE_PROBE_FLAGS,
        f"--workdir={workdir}", f"--state={state}"],
@@ -330,13 +334,14 @@ def test_a_sweep_in_a_bucket_reports_there_and_a_relaunch_starts_none(cluster, g
 def test_a_run_on_two_nodes_equals_the_run_in_one_process(cluster, reference):
   """--nodes_per_run=2: one process per node (a STRICT_SPREAD placement group), joined by
   jax.distributed, against the same run in one process on 8 devices (trained meanwhile,
-  beside the cluster: its start-up overlaps the sweep's)."""
+  beside the cluster: its start-up overlaps the sweep's; forked as the tests' command
+  lines are)."""
   tmp = reference["tmp"]
   one = os.path.join(tmp, "mp_one")
   flags = [f"--config.{k}={v}" for k, v in MP.items()]
   env = {**os.environ, "JAX_PLATFORMS": "cpu"}  # 8 virtual devices (tests/conftest.py).
   with open(os.path.join(tmp, "mp_one.log"), "w+") as log:
-    single = subprocess.Popen([sys.executable, "-m", "lnjax.main",
+    single = forkserver.Popen([sys.executable, "-m", "lnjax.main",
                                f"--config={reference['config']}", f"--workdir={one}", *flags,
                                "--config.mesh.fsdp=4"], cwd=REPO, env=env, stdout=log,
                               stderr=subprocess.STDOUT)

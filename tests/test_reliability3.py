@@ -135,6 +135,8 @@ def test_translate_reads_undecodable_lines_as_empty_ones(tmp_path):
 def test_checkpoint_specs_take_ascii_digits_only(spec):
   with pytest.raises(errors.LnjaxError, match="must be best, latest, a step or avg:N"):
     averaging.parse_spec(spec)
+  with pytest.raises(errors.LnjaxError, match="--step=.* must be init, best, latest, a step"):
+    averaging.parse_spec(spec, "--step")  # lnjax analyze's flag, which also takes init.
   assert averaging.parse_spec("20") == ("step", 20)
   assert averaging.parse_spec("avg:3") == ("avg", 3)
 
@@ -149,7 +151,7 @@ def test_a_superscript_checkpoint_is_one_line(tmp_path):
 
   wd = _run_workdir(tmp_path / "run")
   _one_line_error(_cli("lnjax.cli.analyze", f"--workdir={wd}", "--step=²"),
-                  "must be best, latest")
+                  "must be init, best, latest")
   before = _files(wd)
   for refused in (lambda: translate.translate_run(wd, [], "²"),
                   lambda: export.export(wd, str(tmp_path / "export"), "²")):

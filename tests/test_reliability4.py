@@ -61,6 +61,15 @@ def test_translation_without_an_evaluation_split_is_refused_before_anything_is_w
   assert not wd.exists()
 
 
+def test_the_fine_tuning_config_outside_its_driver_names_the_driver():
+  """configs/glue.py's finetune section belongs to `lnjax finetune` (one run per seed from a
+  pre-trained BERT run); `lnjax train` and `lnjax compile` said "unknown config key finetune"."""
+  from configs import glue
+  with pytest.raises(errors.ConfigError, match="finetune section is lnjax finetune's.*run "
+                                               "`lnjax finetune"):
+    run_lib.resolve_config(glue.get_config("smoke"), tasks=tasks.get)
+
+
 @pytest.mark.slow
 def test_logits_refuses_ids_outside_the_vocabulary():
   """JAX clamps an out-of-range gather: run.logits([100000, -5]) gave logits of the last

@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+import forkserver
 import test_stability
 from lnjax.sweep import launcher
 
@@ -120,7 +121,7 @@ def _sweep(env, config, root):
   env = {**env, "PYTHONUNBUFFERED": "1",  # One CPU device per run (not conftest's 8).
          "XLA_FLAGS": " ".join(f for f in os.environ.get("XLA_FLAGS", "").split()
                                if not f.startswith("--xla_force_host_platform_device_count"))}
-  return subprocess.Popen(
+  return forkserver.Popen(  # (Forked: the launcher loads the config, so JAX and Flax.)
       [sys.executable, "-m", "lnjax.cli.sweep", "--backend=slurm", f"--config={config}",
        "--sweep=all", f"--workdir={root}", "--refresh_seconds=0.5"],
       cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -217,7 +218,7 @@ def test_a_stability_search_sends_its_probe_as_a_slurm_job(slurm_env, tmp_path):
   env = {**slurm_env, "XLA_FLAGS": " ".join(
       f for f in os.environ.get("XLA_FLAGS", "").split()
       if not f.startswith("--xla_force_host_platform_device_count"))}
-  out = subprocess.run(
+  out = forkserver.run(
       [sys.executable, "-m", "lnjax.cli.stability", "--backend=slurm",
        *test_stability.ONE_PROBE_FLAGS, f"--workdir={workdir}", f"--state={state}"],
       cwd=REPO, env=env, capture_output=True, text=True, timeout=600)

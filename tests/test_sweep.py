@@ -17,6 +17,7 @@ import pytest
 from lnjax import sweep
 from lnjax.core import errors
 from lnjax.sweep import launcher, report
+import forkserver
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LM = os.path.join(REPO, "configs", "lm.py")
@@ -237,9 +238,10 @@ def test_dry_run_prints_each_runs_command_and_launches_nothing(tmp_path):
   config = _config_file(tmp_path, "sweep.product(sweep.axis('model.norm_position', ['post', "
                         "'pre']), sweep.axis('opt.learning_rate', [1e-3, 1e-2]))")
   root = tmp_path / "dry"
-  r = subprocess.run([sys.executable, "-m", "lnjax.cli.sweep", f"--config={config}", "--sweep=all",
-                      f"--workdir={root}", "--dry_run", "--config.train.num_steps=7"],
-                     cwd=REPO, capture_output=True, text=True, timeout=120)
+  r = forkserver.run([sys.executable, "-m", "lnjax.cli.sweep", f"--config={config}",
+                      "--sweep=all", f"--workdir={root}", "--dry_run",
+                      "--config.train.num_steps=7"], cwd=REPO, capture_output=True, text=True,
+                     timeout=120)
   assert r.returncode == 0, r.stderr[-2000:]
   lines = r.stdout.splitlines()
   assert lines[0::2] == ["norm=post,lr=0.001", "norm=post,lr=0.01", "norm=pre,lr=0.001",
@@ -373,7 +375,7 @@ def _launch(config, root, *extra):
          "XLA_FLAGS": " ".join(
              f for f in os.environ.get("XLA_FLAGS", "").split()
              if not f.startswith("--xla_force_host_platform_device_count"))}
-  return subprocess.Popen(
+  return forkserver.Popen(  # (Forked: the launcher loads the config, so JAX and Flax.)
       [sys.executable, "-m", "lnjax.cli.sweep", f"--config={config}", "--sweep=all",
        f"--workdir={root}", *extra, *([] if any(a.startswith("--parallel") for a in extra)
                                        else [f"--parallel={min(2, len(os.sched_getaffinity(0)))}"])],
@@ -452,9 +454,9 @@ def test_killed_sweep_finishes_on_relaunch_without_redoing_finished_runs(tmp_pat
   assert re.search(r"seed=1,steps=200 +completed +200/200", table), table
 
   # --report on what the real runs wrote: states, results and plots.
-  r = subprocess.run([sys.executable, "-m", "lnjax.cli.sweep", f"--config={config}", "--sweep=all",
-                      f"--workdir={root}", "--report"], cwd=REPO, capture_output=True,
-                     text=True, timeout=300)
+  r = forkserver.run([sys.executable, "-m", "lnjax.cli.sweep", f"--config={config}",
+                      "--sweep=all", f"--workdir={root}", "--report"], cwd=REPO,
+                     capture_output=True, text=True, timeout=300)
   assert r.returncode == 0, r.stderr[-2000:]
   with open(root / "results.csv") as f:
     rows = {row["name"]: row for row in csv.DictReader(f)}

@@ -436,7 +436,7 @@ def _norm_calls(apply) -> tuple[dict, dict]:
   def interceptor(next_fun, args, kwargs, context):
     out = next_fun(*args, **kwargs)
     module = context.module
-    if context.method_name == "__call__" and isinstance(module, tuple(norms.NORMS.values())):
+    if context.method_name == "__call__" and isinstance(module, norms.MODULES):
       path = "/".join(module.path)
       found[path] = (args[0], out)
       modules[path] = module.clone(parent=None, name=None)

@@ -6,7 +6,8 @@ Given a Setup, parameters and a few real batches:
   norm_inputs      ‖x‖²/d of every norm's input and output (the main path before and after
                    each norm), averaged over real tokens
   ln_jacobians     ‖J_norm(x)‖₂ of every norm at its actual input (power iteration), beside
-                   √d/‖x − μ‖ (the paper's approximation for LayerNorm)
+                   √d/‖x − μ‖ (the paper's approximation for LayerNorm; μ = 0 for
+                   RMSNorm and ScaleNorm, which do not centre)
   update_ratios    ‖Δw‖/‖w‖ of one optimizer step at a given learning rate, per weight
 """
 
@@ -80,7 +81,7 @@ def norm_inputs(setup, params, batch, *, num_tokens: int = 8):
   def interceptor(next_fun, args, kwargs, context):
     out = next_fun(*args, **kwargs)
     module = context.module
-    if context.method_name == "__call__" and isinstance(module, tuple(norms.NORMS.values())):
+    if context.method_name == "__call__" and isinstance(module, norms.MODULES):
       records["/".join(module.path)] = (module, args[0], out)
     return out
 
@@ -118,19 +119,24 @@ def summarize_norms(records: dict, params, batch, *, num_tokens: int = 8) -> dic
 def _params_at(params, path: str):
   node = params
   for part in path.split("/"):
+    if part not in node:  # A norm without parameters (nGPT's x/‖x‖).
+      return {}
     node = node[part]
   return node
 
 
 def ln_jacobians(norm_records: dict, *, iters: int = 30) -> dict:
-  """{path: {'spectral_norm': mean over tokens, 'sqrt_d_over_norm': mean √d/‖x − μ‖}}.
+  """{path: {'spectral_norm': mean over tokens, 'sqrt_d_over_norm': mean √d/‖x − μ‖}}
+  (μ = 0 for RMSNorm and ScaleNorm; nGPT's x/‖x‖: 1/‖x‖).
 
   One compiled power iteration per kind of norm and width, vmapped over the tokens, with
   the norm's parameters as an argument: a 12-layer model's 30 norms compile once."""
   compiled = {}
 
   def batched(module):
-    key = (type(module), module.eps, module.dtype)
+    # The module's type and fields (ε, dtype, the (1 + w) gain, DyT's α₀) but its name.
+    key = (type(module), *(getattr(module, f.name) for f in dataclasses.fields(module)
+                           if f.name not in ("parent", "name")))
     if key not in compiled:
       one = lambda p, x: spectral_norm(lambda v: module.apply({"params": p}, v[None])[0], x,
                                        iters=iters)
@@ -141,7 +147,13 @@ def ln_jacobians(norm_records: dict, *, iters: int = 30) -> dict:
   for path, r in norm_records.items():
     xs = np.asarray(r["tokens"], np.float32)
     sigmas = batched(r["module"])(r["params"], jnp.asarray(xs))
-    approx = np.sqrt(r["d"]) / np.linalg.norm(xs - xs.mean(-1, keepdims=True), axis=-1)
+    # The unit-gain norm's ‖J‖₂: LN's (I − 11ᵀ/d − ŷŷᵀ/d)·√d/‖x − μ‖ centres, RMSNorm's
+    # and ScaleNorm's (I − x̂x̂ᵀ)·√d/‖x‖ do not (μ = 0); the point-wise norms get LN's.
+    # nGPT's x/‖x‖: (I − x̂x̂ᵀ)/‖x‖, no √d.
+    centred = not isinstance(r["module"], (norms.RMSNorm, norms.ScaleNorm, norms.Unit))
+    mu = xs.mean(-1, keepdims=True) if centred else 0.0
+    root_d = 1.0 if isinstance(r["module"], norms.Unit) else np.sqrt(r["d"])
+    approx = root_d / np.linalg.norm(xs - mu, axis=-1)
     out[path] = {"spectral_norm": float(np.mean(np.asarray(sigmas))),
                  "sqrt_d_over_norm": float(np.mean(approx))}
   return out

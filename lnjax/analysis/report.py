@@ -11,7 +11,7 @@ DIR/analysis/<step>/: analysis.json, report.md and PNG plots of
     (encoder and decoder separately), L the mean per-token NLL;
   - ‖x‖²/d of every norm's input and output (the main path before and after each norm);
   - each norm's Jacobian spectral norm at its actual inputs (power iteration with
-    jvp/vjp) beside √d/‖x − μ‖;
+    jvp/vjp) beside √d/‖x − μ‖ (μ = 0 for RMSNorm and ScaleNorm);
   - ‖Δw‖/‖w‖ of one step of the run's optimizer at learning rate `--lr`;
   - with `--sharpness=N`, the Hessian's largest eigenvalue, raw and under Adam's
     preconditioner from the checkpoint's optimizer state, by N Lanczos iterations, and the
@@ -219,17 +219,22 @@ def _plots(result: dict, out: str):
       ax.legend(fontsize=8)
   ax = axes[3]
   jac = result["norm_jacobians"]
-  ax.loglog([v["sqrt_d_over_norm"] for v in jac.values()],
-            [v["spectral_norm"] for v in jac.values()], "o", label="a norm layer")
-  lim = [min(v["sqrt_d_over_norm"] for v in jac.values()) * 0.8,
-         max(v["sqrt_d_over_norm"] for v in jac.values()) * 1.25]
-  ax.loglog(lim, lim, "k--", label="y = x")
-  ax.set_xlabel("√d / ‖x − μ‖ at the norm's input (dimensionless)")
-  ax.set_ylabel("‖J_norm(x)‖₂ (spectral norm)")
   ax.set_title("norm Jacobians at their inputs")
-  plotting.plain_log_ticks(ax)
-  ax.grid(alpha=0.3, which="both")
-  ax.legend(fontsize=8)
+  if jac:
+    ax.loglog([v["sqrt_d_over_norm"] for v in jac.values()],
+              [v["spectral_norm"] for v in jac.values()], "o", label="a norm layer")
+    lim = [min(v["sqrt_d_over_norm"] for v in jac.values()) * 0.8,
+           max(v["sqrt_d_over_norm"] for v in jac.values()) * 1.25]
+    ax.loglog(lim, lim, "k--", label="y = x")
+    ax.set_xlabel("√d / ‖x − μ‖ at the norm's input (μ = 0 for RMSNorm)")
+    ax.set_ylabel("‖J_norm(x)‖₂ (spectral norm)")
+    plotting.plain_log_ticks(ax)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+  else:  # (a model without norms)
+    ax.text(0.5, 0.5, "no norm layers",
+            ha="center", va="center", transform=ax.transAxes)
+    ax.set_axis_off()
   fig.suptitle(figure_title(result))
   fig.tight_layout()
   size = (f"{plotting.layers(result['num_layers'])}, d_model {result['d_model']}; "
@@ -280,7 +285,9 @@ def _report(result: dict, out: str) -> None:
   for key in w1:
     lines.append(f"| {key} | {w1[key]:.4g} | {w2.get(key, float('nan')):.4g} | "
                  f"{ur.get(key, float('nan')):.3g} |")
-  lines += ["", "| norm | ‖x‖²/d in | ‖y‖²/d out | ‖J‖₂ | √d/‖x − μ‖ |", "|---|---|---|---|---|"]
+  lines += ["", "| norm | ‖x‖²/d in | ‖y‖²/d out | ‖J‖₂ | "
+            "√d/‖x − μ‖ (μ = 0: RMSNorm; nGPT: 1/‖x‖) |",
+            "|---|---|---|---|---|"]
   for path, r in result["norms"].items():
     j = result["norm_jacobians"][path]
     lines.append(f"| {path} | {r['in_sq']:.3f} | {r['out_sq']:.3f} | {j['spectral_norm']:.4f} | "

@@ -100,9 +100,8 @@ def format_report(r: dict) -> str:
     if s is None:
       continue
     if "argument_bytes" not in s:  # Out of memory: the compiler's count.
-      verdict = s["verdict"].upper().replace("GIB", "GiB")
-      lines.append(f"  {step:<6} {verdict}: needs {_gib(s['hbm_required_bytes'])}"
-                   f" of {_gib(s['hbm_available_bytes'])} ({s['compiler_message']})")
+      lines.append(f"  {step:<6} DOES NOT FIT, {s['verdict']}: needs "
+                   f"{_gib(s['hbm_required_bytes'])} of {_gib(s['hbm_available_bytes'])} ({s['compiler_message']})")
       continue
     c = ", ".join(f"{k} {v['count']}×/{_gib(v['bytes'])}" for k, v in s["collectives"].items()
                   if v["count"])

@@ -48,7 +48,8 @@ def parse_spec(spec: str, flag: str = "--checkpoint") -> tuple[str, int | None]:
     return "step", int(spec)
   if isinstance(spec, str) and re.fullmatch(r"avg:0*[1-9][0-9]*", spec):
     return "avg", int(spec[4:])
-  raise errors.LnjaxError(f"{flag}={spec!r} must be best, latest, a step or avg:N "
+  init = "init, " if flag == "--step" else ""  # lnjax analyze's --step also takes init.
+  raise errors.LnjaxError(f"{flag}={spec!r} must be {init}best, latest, a step or avg:N "
                           "(the mean of the last N checkpoints' parameters)")
 
 

@@ -59,18 +59,25 @@ class Family:
   windows: bool = False  # sliding-window layers (layer_types)
   mlp_bias: bool = False  # a separate mlp_bias field (Llama)
   activation_key: str = "hidden_act"
+  # What its configuration class gives a field config.json leaves out (transformers 5.24):
+  head_dim: int = 0  # 0 = hidden_size / num_attention_heads
+  rms_norm_eps: float = 1e-6
+  sliding_window: int | None = None
+  softcaps: tuple[float, float] = (0.0, 0.0)  # attention's and the final logits' (0: none)
 
 
 FAMILIES = {
     "LlamaForCausalLM": Family("llama", "pre", _PRE_NORMS, mlp_bias=True),
     "Qwen3ForCausalLM": Family("qwen3", "pre", _PRE_NORMS + _QK_NORM, qk_norm=True,
-                               windows=True),
+                               windows=True, head_dim=128, sliding_window=4096),
     "Gemma2ForCausalLM": Family("gemma2", "sandwich", _SANDWICH_NORMS, gemma=True,
-                                windows=True, activation_key="hidden_activation"),
+                                windows=True, activation_key="hidden_activation",
+                                head_dim=256, sliding_window=4096, softcaps=(50.0, 30.0)),
     "Gemma3ForCausalLM": Family("gemma3_text", "sandwich", _SANDWICH_NORMS + _QK_NORM,
                                 gemma=True, qk_norm=True, windows=True,
-                                activation_key="hidden_activation"),
-    "Olmo2ForCausalLM": Family("olmo2", "olmo2", _OLMO2_NORMS + _QK_NORM),
+                                activation_key="hidden_activation", head_dim=256,
+                                sliding_window=4096),
+    "Olmo2ForCausalLM": Family("olmo2", "olmo2", _OLMO2_NORMS + _QK_NORM, rms_norm_eps=1e-5),
 }
 # transformers.activations.ACT2FN names <-> model.activation.
 ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu", "gelu_new": "gelu",
@@ -117,7 +124,7 @@ def model_config(config: dict, architecture: str):
   if h % g:
     raise HFError(f"config.json: num_attention_heads={h} is not a multiple of "
                   f"num_key_value_heads={g}")
-  head_dim = f.integer("head_dim", d // h)
+  head_dim = f.integer("head_dim", family.head_dim or d // h)
   num_layers = f.integer("num_hidden_layers")
   bias = f.flag("attention_bias", False)
   if family.mlp_bias and f.flag("mlp_bias", False) != bias:
@@ -129,30 +136,37 @@ def model_config(config: dict, architecture: str):
   act = ACTIVATIONS[f.choice(family.activation_key, tuple(ACTIVATIONS),
                              "gelu_pytorch_tanh" if family.gemma else "silu")]
   pattern, window = _attention_pattern(f, family, num_layers)
+  theta = _rope_theta(f, family, set(pattern.split(",")))
   options = dict(
       vocab_size=f.integer("vocab_size"), num_layers=num_layers, d_model=d, num_heads=h,
       num_kv_heads=g, head_dim=head_dim, d_ff=f.integer("intermediate_size"),
       max_len=f.integer("max_position_embeddings"), norm_position=family.norm_position,
-      norm_kind="rmsnorm", norm_eps=f.number("rms_norm_eps", 1e-6, positive=True),
+      norm_kind="rmsnorm", norm_eps=f.number("rms_norm_eps", family.rms_norm_eps, positive=True),
       qk_norm=family.qk_norm, dropout_rate=0.0,
       attention_dropout_rate=f.number("attention_dropout", 0.0),
-      activation=act, gated_ffn=True, pos_emb="rope", rope_theta=_rope_theta(f, family),
+      activation=act, gated_ffn=True, pos_emb="rope", rope_theta=theta,
       tie_embeddings=f.flag("tie_word_embeddings", family.gemma), use_bias=bias,
       scale_embeddings=family.gemma, sliding_window=window, attention_pattern=pattern)
   if family.gemma:
     if f.flag("use_bidirectional_attention", False):
       raise f.refuse("use_bidirectional_attention", True, "false: lnjax's LM is causal")
+    attn_cap, final_cap = (0.0 if key in f.config and f.config[key] is None  # null: none
+                           else f.number(key, default) for key, default in zip(
+                               ("attn_logit_softcapping", "final_logit_softcapping"),
+                               family.softcaps))
     options.update(norm_unit_offset=True,
                    query_scale=f.number("query_pre_attn_scalar", 256, positive=True) ** -0.5,
-                   attn_logit_softcap=f.number("attn_logit_softcapping", 0.0),
-                   final_logit_softcap=f.number("final_logit_softcapping", 0.0))
+                   # Gemma3Attention keeps attn_logit_softcapping but passes no softcap to
+                   # its attention function (transformers 5.24): Gemma 3 has no such cap.
+                   attn_logit_softcap=0.0 if family.model_type == "gemma3_text" else attn_cap,
+                   final_logit_softcap=final_cap)
   return ModelConfig(**options)
 
 
 def _attention_pattern(f: Fields, family: Family, num_layers: int) -> tuple[str, int]:
   """(model.attention_pattern, model.sliding_window) of layer_types: the shortest cycle
   that gives every layer its type ('local,global' for Gemma 2's alternation)."""
-  window = f.get("sliding_window")
+  window = f.config.get("sliding_window", family.sliding_window)  # (null: none)
   if family.model_type == "qwen3" and not f.flag("use_sliding_window", False):
     window = None  # (Qwen3Config: no window unless use_sliding_window)
   types = f.strings("layer_types", num_layers)
@@ -162,7 +176,7 @@ def _attention_pattern(f: Fields, family: Family, num_layers: int) -> tuple[str,
     return "global", 0
   if window is None:
     return "global", 0
-  window = f.integer("sliding_window")
+  window = f.integer("sliding_window", window)
   if types is None:  # What the configuration classes fill in when none is written.
     every = {"qwen3": 0, "gemma2": 2, "gemma3_text": f.integer("sliding_window_pattern", 6)}
     n = every[family.model_type]
@@ -180,25 +194,44 @@ def _attention_pattern(f: Fields, family: Family, num_layers: int) -> tuple[str,
   return ",".join(kinds[:period]), window if "local" in kinds else 0
 
 
-def _rope_theta(f: Fields, family: Family) -> float:
+def _rope_theta(f: Fields, family: Family, kinds: set[str]) -> float:
   """RoPE's θ from rope_parameters (transformers 5) or rope_theta and rope_scaling (older
   config.json files); any rope_type but 'default' is refused: lnjax's RoPE has no
-  frequency scaling (linear, dynamic, yarn, llama3, longrope)."""
+  frequency scaling (linear, dynamic, yarn, llama3, longrope). `kinds`: the model's
+  layers' attention ('local', 'global'), whose θ Gemma 3 gives apart."""
+  if family.model_type == "gemma3_text":
+    return _gemma3_rope_theta(f, kinds)
   params = f.obj("rope_scaling") or f.obj("rope_parameters") or {}
   key = "rope_scaling" if f.get("rope_scaling") else "rope_parameters"
   default = f.number("rope_theta", 10000.0, positive=True)
-  if family.model_type == "gemma3_text":
-    nested = {k: Fields(v if isinstance(v, dict) else {"rope_type": v}, f"config.json: {key}.{k}")
-              for k, v in params.items() if k in ("full_attention", "sliding_attention")}
-    thetas = {k: _one_rope(g, default) for k, g in nested.items()}
-    if not nested:  # transformers 4's format: the local layers' θ apart (its default 10⁴).
-      thetas = {"full_attention": _one_rope(Fields(params, f"config.json: {key}"), default),
-                "sliding_attention": f.number("rope_local_base_freq", 10000.0, positive=True)}
-    if len(set(thetas.values())) > 1:
-      raise HFError(f"config.json: {key} gives the local and global layers different RoPE θ "
-                    f"({thetas}); lnjax has one model.rope_theta")
-    return next(iter(thetas.values()), default)
   return _one_rope(Fields(params, f"config.json: {key}"), default)
+
+
+def _gemma3_rope_theta(f: Fields, kinds: set[str]) -> float:
+  """Gemma 3's one θ, read as Gemma3TextConfig.convert_rope_params_to_dict reads it
+  (transformers 5.24): rope_parameters holds one entry per layer type, a legacy
+  rope_scaling updates the full-attention one, and an entry without rope_theta takes
+  rope_theta (full) or rope_local_base_freq (sliding), else its default_theta, 10⁶ global
+  and 10⁴ local. Only the types of the model's layers count (Gemma3RotaryEmbedding)."""
+  params = f.obj("rope_parameters") or {}
+  key = "rope_parameters" if params else "rope_theta/rope_local_base_freq"
+  defaults = {"full_attention": f.number("rope_theta", 1e6, positive=True),
+              "sliding_attention": f.number("rope_local_base_freq", 10000.0, positive=True)}
+  thetas = {}
+  for kind, default in defaults.items():
+    if _LAYER_TYPES[kind] not in kinds:
+      continue
+    entry = params.get(kind, {})
+    entry = dict(entry) if isinstance(entry, dict) else {"rope_type": entry}
+    where = f"config.json: rope_parameters.{kind}"
+    if kind == "full_attention" and f.obj("rope_scaling"):
+      entry.update(f.obj("rope_scaling"))
+      where = "config.json: rope_scaling"
+    thetas[kind] = _one_rope(Fields(entry, where), default)
+  if len(set(thetas.values())) > 1:
+    raise HFError(f"config.json: {key} gives the local and global layers different RoPE θ "
+                  f"({thetas}); lnjax has one model.rope_theta")
+  return next(iter(thetas.values()))
 
 
 def _one_rope(g: Fields, default: float) -> float:
@@ -260,6 +293,9 @@ def _check_exportable(cfg, architecture: str, family: Family) -> None:
       require(key, not getattr(cfg, key), "it has no logit soft-capping (Gemma 2 has)")
     require("query_scale", cfg.query_scale in (0.0, cfg.head_size**-0.5),
             "its attention scale is head_dim^-1/2")
+  if family.model_type == "gemma3_text":  # (see model_config)
+    require("attn_logit_softcap", not cfg.attn_logit_softcap,
+            "transformers' Gemma 3 applies no attention-logit soft-cap (Gemma 2 does)")
   if family.gemma and cfg.query_scale:
     scalar = cfg.query_scale**-2
     require("query_scale", abs(scalar - round(scalar)) < 1e-6 * scalar,
@@ -299,7 +335,10 @@ def hf_config(cfg, architecture: str, family: Family, tied: bool) -> dict:
     config["mlp_bias"] = cfg.use_bias
   if family.windows:
     types = layer_types(cfg)
-    config.update(layer_types=types, sliding_window=cfg.sliding_window or None)
+    # Gemma2Model and Gemma3TextModel build a sliding-window mask on every call, which
+    # fails on a null window: with no local layer, the window is max_len, used by none.
+    window = cfg.sliding_window or (cfg.max_len if family.gemma else None)
+    config.update(layer_types=types, sliding_window=window)
     if family.model_type == "qwen3":
       config.update(use_sliding_window=bool(cfg.sliding_window), max_window_layers=cfg.num_layers)
   if family.gemma:

@@ -122,8 +122,20 @@ def unit(x, axis: int = -1):
   return (x32 / jnp.sqrt(jnp.sum(x32 * x32, axis, keepdims=True))).astype(x.dtype)
 
 
+class Unit(nn.Module):
+  """`unit` as a module without parameters, along the last axis: nGPT's Norm where it
+  normalizes the residual stream, q and k, so that the analysis finds it as a norm."""
+
+  @nn.compact
+  def __call__(self, x):
+    return unit(x)
+
+
 NORMS = {"layernorm": LayerNorm, "rmsnorm": RMSNorm, "scalenorm": ScaleNorm}
 NORM_KINDS = tuple(NORMS)
+# Every norm module a model may hold: model.norm_kind's and the point-wise DyT and Derf
+# (norm_position dyt, derf) and nGPT's x/‖x‖, which the analysis finds by their calls.
+MODULES = (*NORMS.values(), DyT, Derf, Unit)
 
 
 def make_norm(kind: str, eps: float, dtype, name: str | None = None,

@@ -81,7 +81,7 @@ def begin(cfg, x_BxTxD: jax.Array):
     # Peri-LN also normalizes the embedding (arXiv 2502.02732; unconfirmed from its text).
     return _norm(cfg, "embed_norm")(x_BxTxD)
   if cfg.norm_position == "ngpt":
-    return norms.unit(x_BxTxD)  # nGPT: the hidden state is on the unit sphere throughout.
+    return norms.Unit(name="embed_unit")(x_BxTxD)  # nGPT: on the unit sphere throughout.
   return x_BxTxD
 
 
@@ -124,8 +124,9 @@ def residual(cfg, index: int, name: str, stream, sublayer: Callable, dropout: Ca
   if position == "ngpt":  # α: nGPT's eigen learning rate, per dimension (|α| as in its code)
     alpha_D = jnp.abs(LearnedScale(0.05, cfg.d_model**-0.5, (cfg.d_model,), ("norm",),
                                    name=f"{name}_alpha")()).astype(x.dtype)
-    h_f = norms.unit(dropout(sublayer(x)))
-    return norms.unit(x + alpha_D * (h_f - x))  # h = Norm(h + α ⊙ (Norm(F(h)) − h))
+    h_f = norms.Unit(name=f"{name}_out_unit")(dropout(sublayer(x)))
+    # h = Norm(h + α ⊙ (Norm(F(h)) − h))
+    return norms.Unit(name=f"{name}_unit")(x + alpha_D * (h_f - x))
   if position == "hybridnorm":  # HybridNorm: N on q, k, v inside attention
     if name != "ffn":  # (sublayer_options), nothing around it: x = x + Attn(x)
       return x + dropout(sublayer(x))
@@ -351,7 +352,8 @@ class NgptQK(nn.Module):
     shape = (q_BxHxTxK.shape[1], q_BxHxTxK.shape[3])
     s_HxK = LearnedScale(1.0, self.d_model**-0.5, shape, (None, None), name="s_qk")()
     s_1xHx1xK = s_HxK[None, :, None, :].astype(q_BxHxTxK.dtype)
-    return s_1xHx1xK * norms.unit(q_BxHxTxK), s_1xHx1xK * norms.unit(k_BxHxSxK)
+    return (s_1xHx1xK * norms.Unit(name="query_unit")(q_BxHxTxK),
+            s_1xHx1xK * norms.Unit(name="key_unit")(k_BxHxSxK))
 
 
 class NgptHiddenScale(nn.Module):
