@@ -150,10 +150,9 @@ def model_config(config: dict, architecture: str):
   if family.gemma:
     if f.flag("use_bidirectional_attention", False):
       raise f.refuse("use_bidirectional_attention", True, "false: lnjax's LM is causal")
-    attn_cap, final_cap = (0.0 if key in f.config and f.config[key] is None  # null: none
-                           else f.number(key, default) for key, default in zip(
-                               ("attn_logit_softcapping", "final_logit_softcapping"),
-                               family.softcaps))
+    attn_cap, final_cap = (0.0 if f.is_null(key) else f.number(key, default)
+                           for key, default in zip(("attn_logit_softcapping",
+                                                    "final_logit_softcapping"), family.softcaps))
     options.update(norm_unit_offset=True,
                    query_scale=f.number("query_pre_attn_scalar", 256, positive=True) ** -0.5,
                    # Gemma3Attention keeps attn_logit_softcapping but passes no softcap to
@@ -166,7 +165,7 @@ def model_config(config: dict, architecture: str):
 def _attention_pattern(f: Fields, family: Family, num_layers: int) -> tuple[str, int]:
   """(model.attention_pattern, model.sliding_window) of layer_types: the shortest cycle
   that gives every layer its type ('local,global' for Gemma 2's alternation)."""
-  window = f.config.get("sliding_window", family.sliding_window)  # (null: none)
+  window = None if f.is_null("sliding_window") else f.get("sliding_window", family.sliding_window)
   if family.model_type == "qwen3" and not f.flag("use_sliding_window", False):
     window = None  # (Qwen3Config: no window unless use_sliding_window)
   types = f.strings("layer_types", num_layers)

@@ -19,6 +19,11 @@ class Fields:
     value = self.config.get(key)
     return default if value is None else value
 
+  def is_null(self, key: str) -> bool:
+    """`key` written as null, which is not `key` left out: a configuration class takes
+    null as none (no window, no cap) and an absent key as its default."""
+    return key in self.config and self.config[key] is None
+
   def refuse(self, key: str, value, accepted: str):
     return HFError(f"{self.where}: {key}={value!r} is not supported (lnjax imports {accepted})")
 
