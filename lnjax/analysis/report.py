@@ -39,7 +39,8 @@ def load(workdir: str, step: str):
       raise errors.CheckpointError(f"{workdir} holds no config.json: not an lnjax workdir")
     b = build.build(config, mesh, tasks=tasks.get, whole_data=True)
     return b, b.init_state().params, "init", None
-  chosen = averaging.restore(workdir, step, mesh, flag="--step", tasks=tasks.get)
+  chosen = averaging.restore(workdir, step, mesh, flag="--step", tasks=tasks.get,
+                             also="init")
   r = chosen.restored
   averaged = step.startswith("avg:")
   return (build.build(r.config, mesh, tasks=tasks.get, whole_data=True), chosen.params,
