@@ -439,6 +439,11 @@ MUTANTS = [
       ("tests/test_hf.py::test_a_folder_lnjax_cannot_import_is_refused_in_one_line[unknown_tensor]",),
       "a tensor lnjax has no place for silently dropped on import"),
     # ---- Llama, Qwen3, Gemma 2/3, OLMo 2 (issue 59)
+    M("llama_qwen3_qk_norm_kept_under_hybridnorm", "lnjax/configs/llama.py",
+      'norm not in models.OWN_QK_NORM', 'norm not in ("olmo2", "ngpt")',
+      ("tests/test_configs.py::test_llama_family_recipes[qwen3]",),
+      "llama:family=qwen3,norm=hybridnorm keeps Qwen3's QK-norm, a second one that "
+      "HybridNorm refuses: the preset fails with a config error"),
     M("hf_gemma_query_pre_attn_scalar_ignored", "lnjax/hf/decoders.py",
       'query_scale=f.number("query_pre_attn_scalar", 256, positive=True) ** -0.5',
       "query_scale=0.0",

@@ -102,9 +102,11 @@ def test_llama_family_recipes(family):
       "olmo2": dict(norm_position="olmo2", activation="silu", qk_norm=False, rope_theta=5e5),
   }[family]
   assert {k: getattr(m, k) for k in recipe} == recipe
-  for norm in ("post", "olmo2", "ngpt", "mix"):
-    assert run.resolve_config(llama.get_config(f"family={family},norm={norm},smoke"),
-                              tasks=tasks.get).model.norm_position == norm
+  for norm in ("post", "olmo2", "ngpt", "hybridnorm", "mix"):
+    m = run.resolve_config(llama.get_config(f"family={family},norm={norm},smoke"),
+                           tasks=tasks.get).model  # (qwen3 with hybridnorm was refused)
+    assert (m.norm_position, m.qk_norm) == (norm, recipe.get("qk_norm", False) and norm in (
+        "post", "mix")), norm
   with pytest.raises(errors.ConfigError, match="family must be one of: llama, qwen3"):
     llama.get_config("family=gpt2")
 
