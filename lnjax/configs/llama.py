@@ -18,9 +18,10 @@ RMSNorm, no biases, and each family's own pieces. Presets (comma-separated after
       course  the course-size LM of configs/lm.py (8 layers, D 128, SentencePiece 4096,
               seq 128, batch 32) with the family's block: FFN width 344 ≈ 8/3·D keeps the
               gated FFN's parameters at the 2-matrix F 512's (Llama's rule, arXiv 2302.13971 §2)
-      125m, 1b, 7b   the published shapes, for compilation and accelerators (bfloat16,
-              scanned layers, the models' own vocabulary size V: training them on this
-              package's data needs model.vocab_size=0, the tokenizer's)
+      125m, 1b, 7b   the published shapes, for compilation and accelerators (1b and 7b
+              in bfloat16 with scanned layers, 125m in float32 unscanned; the models' own
+              vocabulary size V: training them on this package's data needs
+              model.vocab_size=0, the tokenizer's)
   data=tiny_shakespeare|wikitext2_raw
 """
 
