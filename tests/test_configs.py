@@ -2,6 +2,8 @@
 
 import importlib
 
+import re
+
 import pytest
 
 from lnjax import tasks
@@ -80,6 +82,19 @@ def test_unknown_preset_is_refused():
   from configs import iwslt14_de_en
   with pytest.raises(errors.ConfigError, match="norm"):
     iwslt14_de_en.get_config("norm=middle")
+
+
+@pytest.mark.parametrize("name,arg,words", [
+    ("lm", "norm=post,norm=pre", "preset 'norm' given twice"),
+    ("llama", "size=1b,size=7b", "preset 'size' given twice"),
+    ("lm", "size=course,smoke", "give smoke or size=course, not both"),
+    ("llama", "smoke,size=7b", "give smoke or size=7b, not both"),
+    ("bert", "size=base,smoke", "give smoke or size=base, not both")])
+def test_a_preset_given_twice_or_smoke_beside_a_size_is_refused(name, arg, words):
+  """Either would be dropped silently (the last value kept, smoke's tiny model built)."""
+  with pytest.raises(errors.ConfigError, match=re.escape(words)):
+    importlib.import_module(f"configs.{name}").get_config(arg)
+  assert importlib.import_module("configs.llama").get_config("smoke,size=smoke").model.d_model == 32
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen3", "gemma2", "olmo2"])

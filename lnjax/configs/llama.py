@@ -52,6 +52,7 @@ def get_config(arg=None):
   presets = config_lib.parse_arg(arg, family=FAMILIES, norm=models.NORM_POSITIONS,
                                  size=tuple(SIZES), data=("tiny_shakespeare", "wikitext2_raw"),
                                  smoke=None)
+  config_lib.refuse_smoke_with_size(arg, presets)
   size = "smoke" if "smoke" in presets else presets.get("size", "course")
   family = presets.get("family", "llama")
   c = config_lib.lm_config()
