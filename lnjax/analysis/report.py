@@ -227,7 +227,7 @@ def _plots(result: dict, out: str):
     lim = [min(v["sqrt_d_over_norm"] for v in jac.values()) * 0.8,
            max(v["sqrt_d_over_norm"] for v in jac.values()) * 1.25]
     ax.loglog(lim, lim, "k--", label="y = x")
-    ax.set_xlabel("√d / ‖x − μ‖ at the norm's input (μ = 0 for RMSNorm)")
+    ax.set_xlabel("√d / ‖x − μ‖ at the norm's input\n(μ = 0 for RMSNorm)")
     ax.set_ylabel("‖J_norm(x)‖₂ (spectral norm)")
     plotting.plain_log_ticks(ax)
     ax.grid(alpha=0.3, which="both")
