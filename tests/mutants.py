@@ -916,6 +916,11 @@ MUTANTS = [
       "jnp.sqrt(s / float(max(n, 1)))", "jnp.sqrt(s / max(n, 1))",
       ("tests/test_health.py::test_a_group_past_two_billion_entries_traces_without_a_host_array_of_its_size",),
       "a group's entry count past 2³¹ passed to the step as an int32: an overflow"),
+    # ---- Hunt on the modern block's command line (training, sharding, sweeps).
+    M("llama_qwen3_qk_norm_kept_under_hybridnorm", "lnjax/configs/llama.py",
+      "norm not in models.OWN_QK_NORM", 'norm not in ("olmo2", "ngpt")',
+      ("tests/test_configs.py::test_every_family_takes_every_placement",),
+      "llama:family=qwen3,norm=hybridnorm keeps Qwen3's QK-norm, which HybridNorm refuses"),
 ]
 
 

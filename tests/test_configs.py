@@ -109,6 +109,20 @@ def test_llama_family_recipes(family):
     llama.get_config("family=gpt2")
 
 
+def test_every_family_takes_every_placement():
+  """family=F,norm=P resolves for each of the 4 families × 16 placements, as
+  docs/configs.md promises (Qwen3's QK-norm dropped under the placements that normalize q
+  and k their own way: olmo2, ngpt, hybridnorm; kept under the others)."""
+  from configs import llama
+  from lnjax.models import NORM_POSITIONS
+  for family in llama.FAMILIES:
+    for norm in NORM_POSITIONS:
+      m = run.resolve_config(llama.get_config(f"family={family},norm={norm},smoke"),
+                             tasks=tasks.get).model
+      assert m.norm_position == norm
+      assert m.qk_norm == (family == "qwen3" and norm not in ("olmo2", "ngpt", "hybridnorm"))
+
+
 def test_llama_shapes_have_the_published_parameter_counts():
   """size=1b and size=7b build Llama 3.2 1B and Llama 2 7B: 1,235,814,400 and
   6,738,415,616 parameters, the counts transformers gives for meta-llama/Llama-3.2-1B and
