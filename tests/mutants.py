@@ -921,6 +921,10 @@ MUTANTS = [
       "norm not in models.OWN_QK_NORM", 'norm not in ("olmo2", "ngpt")',
       ("tests/test_configs.py::test_every_family_takes_every_placement",),
       "llama:family=qwen3,norm=hybridnorm keeps Qwen3's QK-norm, which HybridNorm refuses"),
+    M("cudnn_kernel_unchecked_off_a_gpu", "lnjax/core/build.py",
+      "  check_devices(run.model, mesh)\n", "",
+      ("tests/test_train.py::test_cudnn_attention_off_a_gpu_is_a_one_line_refusal",),
+      "model.attention_impl='cudnn' on a CPU runs into jax's traceback at the first step"),
 ]
 
 
