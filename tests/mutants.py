@@ -925,6 +925,11 @@ MUTANTS = [
       "  check_devices(run.model, mesh)\n", "",
       ("tests/test_train.py::test_cudnn_attention_off_a_gpu_is_a_one_line_refusal",),
       "model.attention_impl='cudnn' on a CPU runs into jax's traceback at the first step"),
+    M("gemma2_query_scale_fixed_at_the_presets_heads", "lnjax/configs/llama.py",
+      "  m.query_scale = 0.0  # s = d_h^-1/2 in every family",
+      "  m.query_scale = (m.d_model // m.num_heads) ** -0.5 if gemma else 0.0  #",
+      ("tests/test_configs.py::test_gemma2s_query_scale_follows_the_head_width",),
+      "family=gemma2's s fixed at the preset's (D/H)^-1/2: a head_dim override keeps the old s"),
 ]
 
 
