@@ -450,7 +450,8 @@ MUTANTS = [
       "llama:smoke,size=7b builds the smoke model without a word"),
     M("llama_qwen3_qk_norm_kept_under_hybridnorm", "lnjax/configs/llama.py",
       'norm not in models.OWN_QK_NORM', 'norm not in ("olmo2", "ngpt")',
-      ("tests/test_configs.py::test_llama_family_recipes[qwen3]",),
+      ("tests/test_configs.py::test_llama_family_recipes[qwen3]",
+       "tests/test_configs.py::test_every_family_takes_every_placement"),
       "llama:family=qwen3,norm=hybridnorm keeps Qwen3's QK-norm, a second one that "
       "HybridNorm refuses: the preset fails with a config error"),
     M("hf_gemma_query_pre_attn_scalar_ignored", "lnjax/hf/decoders.py",
@@ -934,6 +935,16 @@ MUTANTS = [
       "jnp.sqrt(s / float(max(n, 1)))", "jnp.sqrt(s / max(n, 1))",
       ("tests/test_health.py::test_a_group_past_two_billion_entries_traces_without_a_host_array_of_its_size",),
       "a group's entry count past 2³¹ passed to the step as an int32: an overflow"),
+    # ---- Hunt on the modern block's command line (training, sharding, sweeps).
+    M("cudnn_kernel_unchecked_off_a_gpu", "lnjax/core/build.py",
+      "  check_devices(run.model, mesh)\n", "",
+      ("tests/test_train.py::test_cudnn_attention_off_a_gpu_is_a_one_line_refusal",),
+      "model.attention_impl='cudnn' on a CPU runs into jax's traceback at the first step"),
+    M("gemma2_query_scale_fixed_at_the_presets_heads", "lnjax/configs/llama.py",
+      "  m.query_scale = 0.0  # s = d_h^-1/2 in every family",
+      "  m.query_scale = (m.d_model // m.num_heads) ** -0.5 if gemma else 0.0  #",
+      ("tests/test_configs.py::test_gemma2s_query_scale_follows_the_head_width",),
+      "family=gemma2's s fixed at the preset's (D/H)^-1/2: a head_dim override keeps the old s"),
 ]
 
 
