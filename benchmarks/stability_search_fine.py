@@ -157,23 +157,27 @@ def main(argv=None):
   for row in rows:
     p, d = label[row["placement"]], row["depth"]
     run = (p, d) in wanted and not ARGS.report_only
-    if row["grid"] is None or row["grid_at_top"]:
+    if row["grid"] is None:
       continue
     verdicts = {}
-    for lr in fine_rates(row):
+    for lr in [] if row["grid_at_top"] else fine_rates(row):
       verdicts[lr] = stable_at(ledger, p, d, lr, run)
       if verdicts[lr] is not True:
         break  # Above an unstable (or unknown) rate nothing is decided by running.
-    if not verdicts or None in verdicts.values():
+    if (not verdicts and not row["grid_at_top"]) or None in verdicts.values():
       continue
-    below = [r for r in FINE if r < row["grid"]]
+    # Stable at the 2× grid's top (nGPT): so is every fine rate up to it, and none above
+    # it is run: the fine grid's answer is its highest rate there, as the 2× grid's is.
+    below = [r for r in FINE if r <= row["grid"]] if row["grid_at_top"] else [
+        r for r in FINE if r < row["grid"]]
     fine = max([lr for lr, ok in verdicts.items() if ok] or below[-1:])
     ratio = row["search"] / fine
     ok = 1 / WITHIN <= ratio <= WITHIN
     within, done = within + ok, done + 1
     runs = sum(run_name(p, d, lr, s) in ledger for lr in verdicts for s in range(SEEDS))
-    lines.append(f"| {row['placement']} | {d} | {row['search']:.3g} | {row['grid']:.3g} | "
-                 f"{fine:.3g} | {ratio:.2f} | {'yes' if ok else 'no'} | {runs} |")
+    top = "≥ " if row["grid_at_top"] else ""
+    lines.append(f"| {row['placement']} | {d} | {row['search']:.3g} | {top}{row['grid']:.3g} | "
+                 f"{top}{fine:.3g} | {ratio:.2f} | {'yes' if ok else 'no'} | {runs} |")
   lines.append(f"\nWithin 1.5× of the 1.5× grid: {within}/{done} cells measured.")
   lines += ["", *bound_lines(rows)]
   with open(os.path.join(KEEP, "fine_grid.md"), "w") as f:
