@@ -523,7 +523,7 @@ def section(results, peak, n_peaks, args, loads, command) -> str:
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--models", default=",".join(DEFAULT_MODELS),
-                 help="lm,mt,mlm (default) and mt_iwslt (comma-separated)")
+                 help="lm,mt,mlm (default), mt_iwslt, llama and llama_compile (comma-separated)")
   p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                  help="compute dtype of both frameworks (parameters stay float32)")
   p.add_argument("--peak_n", type=int, default=None,

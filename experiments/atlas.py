@@ -262,8 +262,10 @@ def main(argv):
   if table or searching:  # (Nothing to draw before a slice's first probe.)
     stability_report.plot(figure, table + list(searching.values()), caption)
   if block == "modern":  # Both blocks' 12-layer edges side by side.
-    older = merged("2020", only=tuple(MODERN_SLICES))[0]  # The same slices, same settings.
-    report += "\n" + "\n".join(atlas_blocks.comparison(older, cells)) + "\n"
+    older, older_searching = merged("2020", only=tuple(MODERN_SLICES))[:2]  # Same settings.
+    pending = tuple({k: so_far(c) for k, c in cells_of.items()}
+                    for cells_of in (older_searching, searching))
+    report += "\n" + "\n".join(atlas_blocks.comparison(older, cells, pending=pending)) + "\n"
     atlas_blocks.figure(os.path.join(REPO, "docs", "figures", "atlas_blocks.png"), older, cells,
                         made=made.replace("`", ""))
     with open(path, "w") as f:

@@ -96,10 +96,12 @@ def _bracket_steps(older: dict, newer: dict) -> tuple[float, float | None]:
   return max(least, 0.0), most
 
 
-def comparison(older: dict, newer: dict, warmups=(0, 500)) -> list[str]:
+def comparison(older: dict, newer: dict, warmups=(0, 500),
+               pending: tuple[dict, dict] = ({}, {})) -> list[str]:
   """Markdown: per placement and warm-up both blocks' edges and their ratio; Spearman's rank
   correlation per warm-up over the placements measured on both; the placements that move
-  more than two search steps, which way, and the statistic that changed most."""
+  more than two search steps, which way, and the statistic that changed most. `pending`:
+  each block's cells still searching, as the words their rows show (else 'not yet')."""
   out = [f"## Both blocks, {DEPTH} layers", "",
          "| placement | warm-up | 2020 block | modern block | modern / 2020 | search steps |",
          "|---|---:|---:|---:|---:|---:|"]
@@ -108,10 +110,10 @@ def comparison(older: dict, newer: dict, warmups=(0, 500)) -> list[str]:
     pairs = []
     for p in models.NORM_POSITIONS:
       a, b = edge(older.get((p, DEPTH, w))), edge(newer.get((p, DEPTH, w)))
-      fmt = lambda v, cell: ("not yet" if v is None else f"{v:.3g}"
-                             if cell["highest_stable_lr"] is not None
-                             else f"< {cell['lowest_unstable_lr']:.3g}")
       cells = older.get((p, DEPTH, w)), newer.get((p, DEPTH, w))
+      fmt = lambda v, cell, i: (pending[i].get((p, DEPTH, w), "not yet") if v is None
+                                else f"{v:.3g}" if cell["highest_stable_lr"] is not None
+                                else f"< {cell['lowest_unstable_lr']:.3g}")
       # Where one block has no stable rate its edge is a bound: the ratio is bounded by its
       # lowest unstable rate (the halved one only ranks it); two bounds give no ratio.
       bounded = [c is not None and c["highest_stable_lr"] is None for c in cells]
@@ -121,8 +123,8 @@ def comparison(older: dict, newer: dict, warmups=(0, 500)) -> list[str]:
             a if not bounded[0] else cells[0]["lowest_unstable_lr"])
       steps = math.log(ratio) / math.log(STEP) if ratio else None
       sign = "> " if bounded[0] else "< " if bounded[1] else ""
-      out.append(f"| {plotting.placement_label(p)} | {w} | {fmt(a, cells[0])} | "
-                 f"{fmt(b, cells[1])} | "
+      out.append(f"| {plotting.placement_label(p)} | {w} | {fmt(a, cells[0], 0)} | "
+                 f"{fmt(b, cells[1], 1)} | "
                  + (f"{sign}{ratio:.2g}× | {sign}{steps:+.1f} |" if steps is not None
                     else "— | — |"))
       if a and b:

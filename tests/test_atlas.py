@@ -163,6 +163,11 @@ def test_both_blocks_are_compared_by_rank_and_the_placements_that_move_are_named
   assert "lower on the modern block by 2.3 steps" in movers[0]
   assert "higher on the modern block by 3.6 steps" in movers[1]
   assert atlas_blocks.spearman([1, 2, 3, 4], [10, 20, 40, 30]) == pytest.approx(0.8)
+  # A cell still searching shows the words it is given; one with no probe yet, 'not yet'.
+  pending = ({("derf", 12, 0): "searching: < 0.0197"}, {})
+  text = "\n".join(atlas_blocks.comparison(older, newer, warmups=(0,), pending=pending))
+  assert "| Derf | 0 | searching: < 0.0197 | not yet | — | — |" in text
+  assert "| HybridNorm | 0 | not yet | not yet | — | — |" in text
 
 
 def test_a_cell_without_a_stable_rate_bounds_the_move_by_its_lowest_unstable_rate():

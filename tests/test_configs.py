@@ -2,6 +2,8 @@
 
 import importlib
 
+import re
+
 import pytest
 
 from lnjax import tasks
@@ -82,6 +84,19 @@ def test_unknown_preset_is_refused():
     iwslt14_de_en.get_config("norm=middle")
 
 
+@pytest.mark.parametrize("name,arg,words", [
+    ("lm", "norm=post,norm=pre", "preset 'norm' given twice"),
+    ("llama", "size=1b,size=7b", "preset 'size' given twice"),
+    ("lm", "size=course,smoke", "give smoke or size=course, not both"),
+    ("llama", "smoke,size=7b", "give smoke or size=7b, not both"),
+    ("bert", "size=base,smoke", "give smoke or size=base, not both")])
+def test_a_preset_given_twice_or_smoke_beside_a_size_is_refused(name, arg, words):
+  """Either would be dropped silently (the last value kept, smoke's tiny model built)."""
+  with pytest.raises(errors.ConfigError, match=re.escape(words)):
+    importlib.import_module(f"configs.{name}").get_config(arg)
+  assert importlib.import_module("configs.llama").get_config("smoke,size=smoke").model.d_model == 32
+
+
 @pytest.mark.parametrize("family", ["llama", "qwen3", "gemma2", "olmo2"])
 def test_llama_family_recipes(family):
   """configs/llama.py: each family's recipe (its placement and block keys) at the course
@@ -98,15 +113,46 @@ def test_llama_family_recipes(family):
       "gemma2": dict(norm_position="sandwich", activation="gelu", norm_unit_offset=True,
                      attn_logit_softcap=50.0, final_logit_softcap=30.0,
                      attention_pattern="local,global", sliding_window=64,
-                     scale_embeddings=True, tie_embeddings=True, query_scale=32**-0.5),
+                     scale_embeddings=True, tie_embeddings=True, query_scale=0.0),
       "olmo2": dict(norm_position="olmo2", activation="silu", qk_norm=False, rope_theta=5e5),
   }[family]
   assert {k: getattr(m, k) for k in recipe} == recipe
-  for norm in ("post", "olmo2", "ngpt", "mix"):
-    assert run.resolve_config(llama.get_config(f"family={family},norm={norm},smoke"),
-                              tasks=tasks.get).model.norm_position == norm
+  for norm in ("post", "olmo2", "ngpt", "hybridnorm", "mix"):
+    m = run.resolve_config(llama.get_config(f"family={family},norm={norm},smoke"),
+                           tasks=tasks.get).model  # (qwen3 with hybridnorm was refused)
+    assert (m.norm_position, m.qk_norm) == (norm, recipe.get("qk_norm", False) and norm in (
+        "post", "mix")), norm
   with pytest.raises(errors.ConfigError, match="family must be one of: llama, qwen3"):
     llama.get_config("family=gpt2")
+
+
+def test_every_family_takes_every_placement():
+  """family=F,norm=P resolves for each of the 4 families × 16 placements, as
+  docs/configs.md promises (Qwen3's QK-norm dropped under the placements that normalize q
+  and k their own way: olmo2, ngpt, hybridnorm; kept under the others)."""
+  from configs import llama
+  from lnjax.models import NORM_POSITIONS
+  for family in llama.FAMILIES:
+    for norm in NORM_POSITIONS:
+      m = run.resolve_config(llama.get_config(f"family={family},norm={norm},smoke"),
+                             tasks=tasks.get).model
+      assert m.norm_position == norm
+      assert m.qk_norm == (family == "qwen3" and norm not in ("olmo2", "ngpt", "hybridnorm"))
+
+
+def test_gemma2s_query_scale_follows_the_head_width():
+  """family=gemma2's s = d_h^-1/2 (docs/configs.md; Gemma 2 2B, 9B: query_pre_attn_scalar =
+  head_dim) for the head width the model gets: 8 at smoke, 16 under model.head_dim=16 or
+  model.num_heads=2; not the preset's D/H of 4 heads, which left s at 8^-1/2."""
+  from configs import llama
+  for key, value, d_h in (("head_dim", 0, 8), ("head_dim", 16, 16), ("num_heads", 2, 16)):
+    c = llama.get_config("family=gemma2,smoke")
+    c.model[key] = value
+    if key == "num_heads":
+      c.model.num_kv_heads = 1
+    m = run.resolve_config(c, tasks=tasks.get).model
+    assert m.head_size == d_h
+    assert (m.query_scale or m.head_size**-0.5) == d_h**-0.5, (key, value, m.query_scale)
 
 
 def test_llama_shapes_have_the_published_parameter_counts():

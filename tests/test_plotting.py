@@ -61,6 +61,16 @@ def test_integer_ticks_on_a_one_layer_axis():
   plt.close(fig)
 
 
+def test_integer_ticks_on_a_two_layer_axis_stop_at_its_last_layer():
+  fig, ax = plt.subplots()
+  ax.plot([1, 2], [0.5, 0.7], "o-")
+  plotting.integer_ticks(ax)
+  fig.canvas.draw()
+  lo, hi = ax.get_xlim()
+  assert [t for t in ax.get_xticks() if lo <= t <= hi] == [1, 2] and hi < 3, (lo, hi)
+  plt.close(fig)
+
+
 def test_plain_log_ticks_write_numbers_not_exponents():
   fig, ax = plt.subplots()
   ax.plot([0.01, 20000], [0.5, 2])

@@ -136,7 +136,7 @@ def test_checkpoint_specs_take_ascii_digits_only(spec):
   with pytest.raises(errors.LnjaxError, match="must be best, latest, a step or avg:N"):
     averaging.parse_spec(spec)
   with pytest.raises(errors.LnjaxError, match="--step=.* must be init, best, latest, a step"):
-    averaging.parse_spec(spec, "--step")  # lnjax analyze's flag, which also takes init.
+    averaging.parse_spec(spec, "--step", "init")  # lnjax analyze's flag and its own choice.
   assert averaging.parse_spec("20") == ("step", 20)
   assert averaging.parse_spec("avg:3") == ("avg", 3)
 

@@ -170,6 +170,18 @@ def test_an_unknown_dropout_generator_is_refused():
     run_lib.TrainConfig(dropout_rng="mt19937")
 
 
+def test_cudnn_attention_off_a_gpu_is_a_one_line_refusal():
+  """model.attention_impl='cudnn' on CPU devices: one ConfigError (exit 2) as the run is
+  built, before data or compile, not jax's "cuDNN is not detected" traceback at step 1."""
+  from lnjax.core import build
+  config = smoke_config(**{"model.attention_impl": "cudnn", "model.dtype": "bfloat16"})
+  mesh = sharding.make_mesh(sharding.MeshConfig(data=1), jax.devices("cpu")[:1])
+  with pytest.raises(errors.ConfigError, match="attention_impl='cudnn' needs NVIDIA GPUs, "
+                     "not cpu") as e:
+    build.build(config, mesh, tasks=tasks.get)
+  assert e.value.exit_code == 2
+
+
 @pytest.mark.slow
 def test_label_smoothing_changes_the_update(tmp_path):
   """train.label_smoothing reaches the objective: step 1's reported loss (the NLL, from the

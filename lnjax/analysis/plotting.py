@@ -196,12 +196,13 @@ def plain_log_ticks(ax) -> None:
 def integer_ticks(ax, axis: str = "x") -> None:
   """Ticks only at integers (layers, steps, depths): no 0.96–1.04 on a one-layer axis.
   Call it after drawing: an axis spanning less than 2 is widened to 2 around its middle
-  (MaxNLocator keeps integers only where it finds 2 within the limits)."""
+  (MaxNLocator keeps integers only where it finds 2 within the limits): layers 1 and 2
+  from 0.5 to 2.5, not to a layer 3 the model does not have."""
   from matplotlib.ticker import MaxNLocator
 
   lo, hi = getattr(ax, f"get_{axis}lim")()
   if abs(hi - lo) < 2:
-    middle = round((lo + hi) / 2)
+    middle = (lo + hi) / 2
     getattr(ax, f"set_{axis}lim")(middle - 1, middle + 1)
   getattr(ax, f"{axis}axis").set_major_locator(MaxNLocator(integer=True))
 

@@ -39,7 +39,8 @@ def load(workdir: str, step: str):
       raise errors.CheckpointError(f"{workdir} holds no config.json: not an lnjax workdir")
     b = build.build(config, mesh, tasks=tasks.get, whole_data=True)
     return b, b.init_state().params, "init", None
-  chosen = averaging.restore(workdir, step, mesh, flag="--step", tasks=tasks.get)
+  chosen = averaging.restore(workdir, step, mesh, flag="--step", tasks=tasks.get,
+                             also="init")
   r = chosen.restored
   averaged = step.startswith("avg:")
   return (build.build(r.config, mesh, tasks=tasks.get, whole_data=True), chosen.params,
@@ -226,7 +227,7 @@ def _plots(result: dict, out: str):
     lim = [min(v["sqrt_d_over_norm"] for v in jac.values()) * 0.8,
            max(v["sqrt_d_over_norm"] for v in jac.values()) * 1.25]
     ax.loglog(lim, lim, "k--", label="y = x")
-    ax.set_xlabel("√d / ‖x − μ‖ at the norm's input (μ = 0 for RMSNorm)")
+    ax.set_xlabel("√d / ‖x − μ‖ at the norm's input\n(μ = 0 for RMSNorm)")
     ax.set_ylabel("‖J_norm(x)‖₂ (spectral norm)")
     plotting.plain_log_ticks(ax)
     ax.grid(alpha=0.3, which="both")

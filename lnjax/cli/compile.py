@@ -6,7 +6,7 @@ MFU. Translation runs also get their beam-search decode step.
   lnjax compile --config=lm:smoke --topology=v5e:2x2
   lnjax compile --config=lm:smoke --topology=v5e-8 --mesh=fsdp=4,model=2 --output=plan.json
   lnjax compile --config=iwslt14_de_en --config.model.vocab_size=10000 --topology=v5p-8
-  lnjax compile --config=lm:smoke --topology=v5e:2x4 --num_slices=2   # data across slices
+  lnjax compile --config=lm:smoke --topology=v5e:2x2 --num_slices=2   # data across slices
 
 Exit codes: 0 every step fits, 1 a step misses the chip's HBM (the report says by how
 much), 2 bad input (an unknown topology, a mesh that is not the slice's chip count, a batch

@@ -7,7 +7,8 @@ of each (placement, depth, warm-up) cell, searched (lnjax/sweep/stability.py).
   ... the same flags --report_only   # the table so far, while it runs; launches nothing
   ... --state=experiments/atlas/x.json  # the state kept apart: a new workdir continues it
   ... --warmups=500 --range_tests_from=OTHER/search.json  # reuses OTHER's range tests
-  ... --predict      # no search: each cell's edge predicted from a 20-step run (seconds)
+  ... --depths=6,12 --predict  # no search: each cell's edge predicted from a 20-step run
+                               # (one run a placement and depth: 6 layers, a minute on 2 cores)
 
 Exit codes: 0 the search ended (a cell without a stable rate is a result too, with one
 line on stderr); 1 a run failed (its error line; the same command retries it); 2 a

@@ -30,6 +30,7 @@ SIZES = {
 def get_config(arg=None):
   presets = config_lib.parse_arg(arg, norm=("post", "pre"), size=tuple(SIZES),
                                  objective=("mlm_nsp", "mlm"), smoke=None)
+  config_lib.refuse_smoke_with_size(arg, presets)
   c = config_lib.bert_config()
   c.task = presets.get("objective", "mlm_nsp")
   m = c.model

@@ -137,6 +137,8 @@ def parse_arg(arg: str | None, **choices: tuple | None) -> dict[str, Any]:
     if name not in choices:
       raise errors.ConfigError(
           f"config argument {item!r}: unknown preset {name!r}; valid: {', '.join(choices)}")
+    if name in presets:
+      raise errors.ConfigError(f"config argument {arg!r}: preset {name!r} given twice")
     valid = choices[name]
     if valid is None:
       if value:
@@ -148,6 +150,13 @@ def parse_arg(arg: str | None, **choices: tuple | None) -> dict[str, Any]:
     else:
       presets[name] = value
   return presets
+
+
+def refuse_smoke_with_size(arg: str | None, presets: dict[str, Any]) -> None:
+  """`smoke` sets the model's size itself: a `size=` beside it would be dropped silently."""
+  if "smoke" in presets and presets.get("size", "smoke") != "smoke":
+    raise errors.ConfigError(f"config argument {arg!r}: smoke sets its own tiny model; "
+                             f"give smoke or size={presets['size']}, not both")
 
 
 # (configs and tests name these through config_lib.)

@@ -18,9 +18,10 @@ RMSNorm, no biases, and each family's own pieces. Presets (comma-separated after
       course  the course-size LM of configs/lm.py (8 layers, D 128, SentencePiece 4096,
               seq 128, batch 32) with the family's block: FFN width 344 ≈ 8/3·D keeps the
               gated FFN's parameters at the 2-matrix F 512's (Llama's rule, arXiv 2302.13971 §2)
-      125m, 1b, 7b   the published shapes, for compilation and accelerators (bfloat16,
-              scanned layers, the models' own vocabulary size V: training them on this
-              package's data needs model.vocab_size=0, the tokenizer's)
+      125m, 1b, 7b   the published shapes, for compilation and accelerators (1b and 7b
+              in bfloat16 with scanned layers, 125m in float32 unscanned; the models' own
+              vocabulary size V: training them on this package's data needs
+              model.vocab_size=0, the tokenizer's)
   data=tiny_shakespeare|wikitext2_raw
 """
 
@@ -51,6 +52,7 @@ def get_config(arg=None):
   presets = config_lib.parse_arg(arg, family=FAMILIES, norm=models.NORM_POSITIONS,
                                  size=tuple(SIZES), data=("tiny_shakespeare", "wikitext2_raw"),
                                  smoke=None)
+  config_lib.refuse_smoke_with_size(arg, presets)
   size = "smoke" if "smoke" in presets else presets.get("size", "course")
   family = presets.get("family", "llama")
   c = config_lib.lm_config()
@@ -92,8 +94,8 @@ def _block(c, family: str, size: str, norm: str):
   m.rope_theta = {"llama": 500000.0 if size == "1b" else 10000.0, "qwen3": 1000000.0,
                   "gemma2": 10000.0, "olmo2": 500000.0}[family]  # θ: Llama 2 10⁴, Llama 3.2
   # 5·10⁵, Qwen3 10⁶, Gemma 2 10⁴, OLMo 2 5·10⁵.
-  m.qk_norm = family == "qwen3" and norm not in ("olmo2", "ngpt")  # Qwen3: RMSNorm on each
-  # head's q and k before RoPE (olmo2 and ngpt normalize q and k their own way).
+  m.qk_norm = family == "qwen3" and norm not in models.OWN_QK_NORM  # Qwen3: RMSNorm on each
+  # head's q and k before RoPE (olmo2, ngpt and hybridnorm normalize q and k their own way).
   m.tie_embeddings = gemma or family == "qwen3" or size == "1b"  # Gemma, Qwen3 (0.6B-4B)
   # and Llama 3.2 1B tie them; Llama 2 and OLMo 2 do not.
   m.scale_embeddings = gemma  # Gemma: embedding × √D; the others read it as it is.
@@ -102,5 +104,5 @@ def _block(c, family: str, size: str, norm: str):
   m.final_logit_softcap = 30.0 if gemma else 0.0  # Gemma 2's final-logit soft-cap.
   m.attention_pattern = "local,global" if gemma else "global"  # Gemma 2: local, global, ...
   m.sliding_window = min(4096, c.data.seq_len // 2) if gemma else 0  # Gemma 2: 4096 of 8192.
-  m.query_scale = (m.d_model // m.num_heads) ** -0.5 if gemma else 0.0  # Gemma 2 2B, 9B:
-  # query_pre_attn_scalar = d_h.
+  m.query_scale = 0.0  # s = d_h^-1/2 in every family (0: of the width the model gets, a
+  # model.head_dim or num_heads override included); Gemma 2 2B, 9B: query_pre_attn_scalar = d_h.

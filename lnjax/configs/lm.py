@@ -34,6 +34,7 @@ COURSE_SIZES = ("course", "course_reg")
 def get_config(arg=None):
   presets = config_lib.parse_arg(arg, norm=("post", "pre"), size=tuple(SIZES),
                                  data=("tiny_shakespeare", "wikitext2_raw"), smoke=None)
+  config_lib.refuse_smoke_with_size(arg, presets)
   c = config_lib.lm_config()
   c.model.norm_position = presets.get("norm", "pre")
   c.data.name = presets.get("data", "tiny_shakespeare")

@@ -39,17 +39,19 @@ class Chosen:
   steps: list[int]  # The checkpoints the parameters come from.
 
 
-def parse_spec(spec: str, flag: str = "--checkpoint") -> tuple[str, int | None]:
+def parse_spec(spec: str, flag: str = "--checkpoint",
+               also: str = "") -> tuple[str, int | None]:
   """'best' | 'latest' | 'STEP' | 'avg:N' -> (kind, number); the numbers in ASCII digits
-  only (str.isdigit also takes '²', which int() then refuses)."""
+  only (str.isdigit also takes '²', which int() then refuses). `also`: the caller's own
+  choices, handled before this, named first in the refusal (lnjax analyze's 'init')."""
   if spec in ("best", "latest"):
     return spec, None
   if isinstance(spec, str) and re.fullmatch(r"[0-9]+", spec):
     return "step", int(spec)
   if isinstance(spec, str) and re.fullmatch(r"avg:0*[1-9][0-9]*", spec):
     return "avg", int(spec[4:])
-  init = "init, " if flag == "--step" else ""  # lnjax analyze's --step also takes init.
-  raise errors.LnjaxError(f"{flag}={spec!r} must be {init}best, latest, a step or avg:N "
+  choices = f"{also}, " if also else ""
+  raise errors.LnjaxError(f"{flag}={spec!r} must be {choices}best, latest, a step or avg:N "
                           "(the mean of the last N checkpoints' parameters)")
 
 
@@ -62,10 +64,10 @@ def checkpoint_steps(workdir: str, folder: str = "checkpoints") -> list[int]:
 
 
 def restore(workdir: str, spec: str = "latest", mesh=None, flag: str = "--checkpoint", *,
-            tasks: run_lib.TaskLookup) -> Chosen:
-  """The parameters named by `spec` (parse_spec), restored onto `mesh` (default: one
-  local device); `tasks`: the task registry's lookup (lnjax.tasks.get)."""
-  kind, number = parse_spec(spec, flag)
+            tasks: run_lib.TaskLookup, also: str = "") -> Chosen:
+  """The parameters named by `spec` (parse_spec, `also` as there), restored onto `mesh`
+  (default: one local device); `tasks`: the task registry's lookup (lnjax.tasks.get)."""
+  kind, number = parse_spec(spec, flag, also)
   if kind == "best" and fileio.exists(os.path.join(workdir, AVERAGE_FILE)):
     kind = "latest"  # An average (write_average) is its run's one checkpoint: the best too.
   if kind in ("best", "latest", "step"):

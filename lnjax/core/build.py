@@ -84,6 +84,7 @@ def build(config: ml_collections.ConfigDict, mesh: Mesh | None = None, *,
   """
   run = run_lib.resolve_config(config, tasks=tasks)
   mesh = mesh or sharding.make_mesh(run.mesh)
+  check_devices(run.model, mesh)
   data, seconds = (data, 0.0) if data is not None else _make_data(run, mesh, whole_data)
   if seconds >= 2 and log is not None:
     log(f"Data ready in {seconds:.1f} s ({run.data.name}: corpus, tokenizer; cached "
@@ -94,6 +95,17 @@ def build(config: ml_collections.ConfigDict, mesh: Mesh | None = None, *,
       run, setup, mesh)
   return Built(config, run, mesh, data, setup, state_sharding, batch_sharding, train_step,
                eval_step, activation_step, seconds)
+
+
+def check_devices(model, mesh: Mesh) -> None:
+  """Refuses a kernel the mesh's devices cannot run, before any data or compile: cuDNN
+  flash attention (model.attention_impl='cudnn') needs NVIDIA GPUs; elsewhere the first
+  step failed inside jax ("cuDNN is not detected", a traceback). `lnjax compile` lowers
+  for its target's devices and does not build here."""
+  platforms = sorted({d.platform for d in mesh.devices.flat})
+  if model.attention_impl == "cudnn" and platforms != ["gpu"]:
+    raise errors.ConfigError(f"model.attention_impl='cudnn' needs NVIDIA GPUs, not "
+                             f"{', '.join(platforms)}: use 'xla' or 'plain' here")
 
 
 def run_setup(run: run_lib.RunConfig, steps_per_epoch: int | None) -> state_lib.Setup:

@@ -77,7 +77,8 @@ class ModelConfig:
   weight_grad: str = "autodiff"  # Dense layers' weight gradient: WEIGHT_GRADS.
   attention_impl: str = "plain"  # Attention's kernel (lnjax/models/kernels.py): plain
   # (lnjax's, tuned for CPUs) | reference (textbook, autodiff) | xla | cudnn (flash
-  # attention on NVIDIA GPUs, bfloat16 only; both jax.nn.dot_product_attention).
+  # attention on NVIDIA GPUs, bfloat16 only, refused on other devices as the run is built,
+  # lnjax/core/build.py; both jax.nn.dot_product_attention).
   # Encoder-decoder only:
   num_decoder_layers: int = 0  # Decoder depth; 0 = num_layers.
   encoder_norm_position: str = ""  # Per-stack override of norm_position; "" = same.

@@ -49,6 +49,8 @@ from lnjax.models import layers, norms
 
 NORM_POSITIONS = ("post", "pre", "sandwich", "peri", "deepnorm", "normformer", "resi_dual",
                   "admin", "mix", "b2t", "dyt", "lns", "olmo2", "ngpt", "hybridnorm", "derf")
+# The placements that normalize q and k their own way: model.qk_norm=True is refused there.
+OWN_QK_NORM = ("olmo2", "ngpt", "hybridnorm")
 
 
 def _norm(cfg, name: str) -> nn.Module:
@@ -255,7 +257,7 @@ def check_options(cfg):
   """Refuses what contradicts a placement (ModelConfig's check): a second QK-norm, nGPT in
   an encoder-decoder stack."""
   positions = {cfg.norm_position, cfg.encoder_norm_position, cfg.decoder_norm_position}
-  own_qk_norm = sorted(positions & {"olmo2", "ngpt", "hybridnorm"})
+  own_qk_norm = sorted(positions & set(OWN_QK_NORM))
   if cfg.qk_norm and own_qk_norm:
     raise errors.ConfigError(f"model.qk_norm=True with norm_position={own_qk_norm[0]!r}, which "
                              "normalizes q and k its own way: set model.qk_norm=False")
