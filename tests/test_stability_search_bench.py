@@ -139,3 +139,22 @@ def test_the_bound_a_grid_2x_apart_sets_on_the_15x_bar():
   assert fine.agreement(1.5, 1.4) == 1.0
   assert fine.FINE[0] == 3e-4 and fine.FINE[-1] == pytest.approx(0.295, rel=0.01)
   assert fine.fine_rates({"grid": 0.00949, "grid_upper": 0.0189}) == [0.0115, 0.0173]
+
+
+def test_the_fine_grid_counts_a_cell_stable_at_the_grids_top(tmp_path, monkeypatch):
+  """nGPT is stable at the 2× grid's top (0.3): every fine rate up to it is too and none
+  above is run, so the fine grid's answer is its highest rate there (0.296), counted as the
+  2× grid counts the cell; a cell whose fine rates are not yet run is left out."""
+  fine = import_benchmark("stability_search_fine")
+  rows = [{"placement": "nGPT", "depth": 2, "search": 0.275, "grid": 0.3, "grid_at_top": True,
+           "grid_upper": None, "within": True},
+          {"placement": "Pre-LN", "depth": 2, "search": 0.0625, "grid": 0.0378,
+           "grid_at_top": False, "grid_upper": 0.0756, "within": False}]
+  (tmp_path / "report.json").write_text(json.dumps({"rows": rows}))
+  monkeypatch.setattr(fine, "KEEP", str(tmp_path))
+  monkeypatch.setattr(fine, "LEDGER", str(tmp_path / "fine_grid.json"))
+  monkeypatch.setattr(fine, "search_brackets", lambda: {("ngpt", 2): 1.3, ("pre", 2): 1.2})
+  fine.main(["--report_only"])
+  md = (tmp_path / "fine_grid.md").read_text()
+  assert "| nGPT | 2 | 0.275 | ≥ 0.3 | ≥ 0.296 | 0.93 | yes | 0 |" in md, md
+  assert "Pre-LN" not in md.split("Within")[0] and "1/1 cells measured" in md, md
