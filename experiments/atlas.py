@@ -160,10 +160,12 @@ def lift(before: dict | None, after: dict | None) -> str:
   return f"{after['highest_stable_lr'] / before['highest_stable_lr']:.2g}×"
 
 
-def merged(block: str, only: tuple[str, ...] = ()) -> tuple[dict, dict, list[str], list[str]]:
+def merged(block: str, only: tuple[str, ...] = (), placements: list[str] | None = None
+           ) -> tuple[dict, dict, list[str], list[str]]:
   """Every slice of `block` (or those named in `only`) asked for its table (`--report_only`:
-  nothing is launched): (measured cells, cells still searching, a line per slice, each
-  slice's settings); a later slice's cell replaces an earlier one's."""
+  nothing is launched) over its placements (or `placements`): (measured cells, cells still
+  searching, a line per slice, each slice's settings); a later slice's cell replaces an
+  earlier one's."""
   slice_defs = BLOCKS[block][0]
   cells, searching, lines, slices = {}, {}, [], []
   for name in [n for n in slice_defs if not only or n in only]:
@@ -171,7 +173,7 @@ def merged(block: str, only: tuple[str, ...] = ()) -> tuple[dict, dict, list[str
       lines.append(f"- {name} ({slice_defs[name][1]}): not started")
       continue
     out = os.path.join(_WORKDIR.value, block, name)
-    subprocess.run(search_command(name, out, True, block=block), cwd=REPO, check=True,
+    subprocess.run(search_command(name, out, True, placements, block), cwd=REPO, check=True,
                    stdout=subprocess.DEVNULL)
     with open(os.path.join(out, "stability.json")) as f:
       result = json.load(f)
@@ -262,7 +264,10 @@ def main(argv):
   if table or searching:  # (Nothing to draw before a slice's first probe.)
     stability_report.plot(figure, table + list(searching.values()), caption)
   if block == "modern":  # Both blocks' 12-layer edges side by side.
-    older, older_searching = merged("2020", only=tuple(MODERN_SLICES))[:2]  # Same settings.
+    # The same slices and settings over every placement: the 2025 ones were searched on the
+    # 2020 block after its atlas (--run=d12 --placements=hybridnorm,derf).
+    older, older_searching = merged("2020", only=tuple(MODERN_SLICES),
+                                    placements=list(models.NORM_POSITIONS))[:2]
     pending = tuple({k: so_far(c) for k, c in cells_of.items()}
                     for cells_of in (older_searching, searching))
     report += "\n" + "\n".join(atlas_blocks.comparison(older, cells, pending=pending)) + "\n"
