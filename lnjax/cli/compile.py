@@ -101,7 +101,8 @@ def format_report(r: dict) -> str:
       continue
     if "argument_bytes" not in s:  # Out of memory: the compiler's count.
       lines.append(f"  {step:<6} DOES NOT FIT, {s['verdict']}: needs "
-                   f"{_gib(s['hbm_required_bytes'])} of {_gib(s['hbm_available_bytes'])} ({s['compiler_message']})")
+                   f"{_gib(s['hbm_required_bytes'])} of {_gib(s['hbm_available_bytes'])} "
+                   f"({s['compiler_message']})")
       continue
     c = ", ".join(f"{k} {v['count']}×/{_gib(v['bytes'])}" for k, v in s["collectives"].items()
                   if v["count"])
