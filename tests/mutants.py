@@ -949,6 +949,20 @@ MUTANTS = [
       "  m.query_scale = (m.d_model // m.num_heads) ** -0.5 if gemma else 0.0  #",
       ("tests/test_configs.py::test_gemma2s_query_scale_follows_the_head_width",),
       "family=gemma2's s fixed at the preset's (D/H)^-1/2: a head_dim override keeps the old s"),
+    M("gemma2_window_fixed_at_the_presets_seq_len", "lnjax/configs/llama.py",
+      "m.sliding_window = models.SEQUENCE_WINDOW if gemma else 0",
+      "m.sliding_window = min(4096, c.data.seq_len // 2) if gemma else 0",
+      ("tests/test_configs.py::test_gemma2s_window_follows_the_final_seq_len",),
+      "family=gemma2's W fixed from the preset's seq_len: a --config.data.seq_len=16 override "
+      "keeps W 16, the whole sequence"),
+    M("sequence_window_left_unresolved", "lnjax/core/run.py",
+      "return dataclasses.replace(run, model=run.model.for_length(length))", "return run",
+      ("tests/test_configs.py::test_gemma2s_window_follows_the_final_seq_len",),
+      "model.sliding_window=-1 reaches the model unresolved"),
+    M("sequence_window_uncapped", "lnjax/models/config.py",
+      "max(1, min(MAX_SEQUENCE_WINDOW, length // 2))", "max(1, length // 2)",
+      ("tests/test_configs.py::test_gemma2s_window_follows_the_final_seq_len",),
+      "model.sliding_window=-1 is half of any sequence, past Gemma 2's 4096"),
 ]
 
 

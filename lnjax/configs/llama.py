@@ -103,6 +103,7 @@ def _block(c, family: str, size: str, norm: str):
   m.attn_logit_softcap = 50.0 if gemma else 0.0  # Gemma 2's attention soft-cap.
   m.final_logit_softcap = 30.0 if gemma else 0.0  # Gemma 2's final-logit soft-cap.
   m.attention_pattern = "local,global" if gemma else "global"  # Gemma 2: local, global, ...
-  m.sliding_window = min(4096, c.data.seq_len // 2) if gemma else 0  # Gemma 2: 4096 of 8192.
+  m.sliding_window = models.SEQUENCE_WINDOW if gemma else 0  # Gemma 2: 4096 of 8192; here
+  # min(4096, seq_len/2) of the run's final data.seq_len (resolved with the run).
   m.query_scale = 0.0  # s = d_h^-1/2 in every family (0: of the width the model gets, a
   # model.head_dim or num_heads override included); Gemma 2 2B, 9B: query_pre_attn_scalar = d_h.

@@ -183,4 +183,5 @@ def resolve_config(config: ml_collections.ConfigDict, *, tasks: TaskLookup) -> R
   if length > run.model.max_len:
     raise errors.ConfigError(f"data's sequence length {length} exceeds "
                              f"model.max_len={run.model.max_len}")
-  return run
+  # What the model derives from the final sequence length (model.sliding_window=-1).
+  return dataclasses.replace(run, model=run.model.for_length(length))

@@ -18,6 +18,10 @@ WEIGHT_GRADS = tuple(layers.MATMULS)
 ATTENTION_IMPLS = kernels.ATTENTION_IMPLS  # plain | reference | xla | cudnn
 REMAT_POLICIES = ("none", "nothing_saveable", "dots_saveable", "dots_with_no_batch_dims_saveable",
                   "everything_saveable")
+# model.sliding_window = SEQUENCE_WINDOW: W = half the run's sequence length, at most
+# MAX_SEQUENCE_WINDOW (Gemma 2's 4096 of 8192), resolved with the run (`for_length`).
+SEQUENCE_WINDOW = -1
+MAX_SEQUENCE_WINDOW = 4096
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +69,8 @@ class ModelConfig:
   # arXiv 2408.00118).
   final_logit_softcap: float = 0.0  # The same on the output logits (Gemma 2: 30).
   sliding_window: int = 0  # W: a query at t sees keys t-W < s <= t in 'local' layers
-  # (Beltagy et al., arXiv 2004.05150; Gemma 2: 4096); 0 = off.
+  # (Beltagy et al., arXiv 2004.05150; Gemma 2: 4096); 0 = off; -1 = half the run's
+  # sequence length (data.seq_len, overrides included), at most 4096 (SEQUENCE_WINDOW).
   attention_pattern: str = "global"  # Comma-separated cycle of global | local over the
   # layers (layer l: word l mod n); Gemma 2 "local,global".
   norm_unit_offset: bool = False  # Norm gains applied as 1 + w, w init 0 (Gemma's RMSNorm).
@@ -133,8 +138,9 @@ class ModelConfig:
     errors.check_range("model.rope_theta", self.rope_theta, low=0.0, low_open=True)
     errors.check_choice("model.gated_ffn", self.gated_ffn, (False, True))
     errors.check_choice("model.norm_unit_offset", self.norm_unit_offset, (False, True))
-    for key in ("num_kv_heads", "head_dim", "sliding_window"):
+    for key in ("num_kv_heads", "head_dim"):
       errors.check_int(f"model.{key}", getattr(self, key), low=0)
+    errors.check_int("model.sliding_window", self.sliding_window, low=SEQUENCE_WINDOW)
     for key in ("query_scale", "attn_logit_softcap", "final_logit_softcap"):
       # (bounded so that the float32 logits stay finite: c·tanh(z/c) at c = inf is NaN)
       errors.check_range(f"model.{key}", getattr(self, key), low=0.0, high=1e4)
@@ -150,7 +156,7 @@ class ModelConfig:
     pattern = self.attention_pattern.split(",")
     for word in pattern:
       errors.check_choice("model.attention_pattern", word, ATTENTION_KINDS)
-    if ("local" in pattern) != (self.sliding_window > 0):
+    if ("local" in pattern) != (self.sliding_window != 0):
       raise errors.ConfigError(
           f"model.attention_pattern={self.attention_pattern!r} with model.sliding_window="
           f"{self.sliding_window}: local layers need a window > 0, and a window a local layer")
@@ -162,8 +168,19 @@ class ModelConfig:
       raise errors.ConfigError("model.norm_unit_offset=True needs a per-dimension gain: "
                                "model.norm_kind 'layernorm' or 'rmsnorm', not 'scalenorm'")
 
+  def for_length(self, length: int) -> "ModelConfig":
+    """This config for a run of sequences of `length` tokens: a sliding_window of -1
+    (SEQUENCE_WINDOW) resolved to half of `length`, at least 1 and at most 4096."""
+    if self.sliding_window != SEQUENCE_WINDOW:
+      return self
+    window = max(1, min(MAX_SEQUENCE_WINDOW, length // 2))
+    return dataclasses.replace(self, sliding_window=window)
+
   def layer_windows(self) -> list[int]:
     """Each layer's sliding window W (0 = global): `attention_pattern` cycled over layers."""
+    if self.sliding_window == SEQUENCE_WINDOW:
+      raise ValueError("model.sliding_window=-1 is resolved with the run's sequence length: "
+                       "ModelConfig.for_length first")
     pattern = self.attention_pattern.split(",")
     return [self.sliding_window if pattern[i % len(pattern)] == "local" else 0
             for i in range(self.num_layers)]
