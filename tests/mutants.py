@@ -448,8 +448,9 @@ MUTANTS = [
       'if False:',
       ("tests/test_configs.py::test_a_preset_given_twice_or_smoke_beside_a_size_is_refused",),
       "llama:smoke,size=7b builds the smoke model without a word"),
-    M("llama_qwen3_qk_norm_kept_under_hybridnorm", "lnjax/configs/llama.py",
-      'norm not in models.OWN_QK_NORM', 'norm not in ("olmo2", "ngpt")',
+    M("llama_qwen3_qk_norm_kept_under_hybridnorm", "lnjax/models/placement.py",
+      "return sorted(positions & set(OWN_QK_NORM))",
+      'return sorted(positions & {"olmo2", "ngpt"})',
       ("tests/test_configs.py::test_llama_family_recipes[qwen3]",
        "tests/test_configs.py::test_every_family_takes_every_placement"),
       "llama:family=qwen3,norm=hybridnorm keeps Qwen3's QK-norm, a second one that "
@@ -963,6 +964,22 @@ MUTANTS = [
       "max(1, min(MAX_SEQUENCE_WINDOW, length // 2))", "max(1, length // 2)",
       ("tests/test_configs.py::test_gemma2s_window_follows_the_final_seq_len",),
       "model.sliding_window=-1 is half of any sequence, past Gemma 2's 4096"),
+    M("qwen3_qk_norm_fixed_at_the_presets_placement", "lnjax/configs/llama.py",
+      'm.qk_norm = config_dict.placeholder(bool) if family == "qwen3" else False',
+      'm.qk_norm = family == "qwen3" and norm not in models.OWN_QK_NORM',
+      ("tests/test_sweep_grid.py::test_a_placement_swept_by_key_resolves_as_its_norm_preset",),
+      "family=qwen3's QK-norm fixed by the norm= preset: a grid's model.norm_position=olmo2 "
+      "(ngpt, hybridnorm) keeps it on, and each such run is refused"),
+    M("unset_qk_norm_always_on", "lnjax/models/config.py",
+      'object.__setattr__(self, "qk_norm", not placement.own_qk_norm(self))',
+      'object.__setattr__(self, "qk_norm", True)',
+      ("tests/test_sweep_grid.py::test_a_placement_swept_by_key_resolves_as_its_norm_preset",),
+      "model.qk_norm=None turns QK-norm on under a placement with its own, which refuses it"),
+    M("grid_reads_a_placeholders_values_as_text", "lnjax/sweep/grid.py",
+      "node, kind = node[part], node.get_type(part)", "node, kind = node[part], type(node[part])",
+      ("tests/test_sweep_grid.py::test_a_placement_swept_by_key_resolves_as_its_norm_preset",),
+      "--grid='model.qk_norm=true,false' on family=qwen3 (None, typed bool) gives the text "
+      "'true', which the model refuses"),
 ]
 
 
