@@ -291,3 +291,37 @@ def test_rmsnorm_jacobian_reference_is_uncentred():
     assert j["spectral_norm"] == pytest.approx(j["sqrt_d_over_norm"], rel=1e-3)
   assert got["rms"]["sqrt_d_over_norm"] == pytest.approx(
       float(np.mean(np.sqrt(8) / np.linalg.norm(np.asarray(x), axis=-1))), rel=1e-6)
+
+
+def test_each_norm_states_its_jacobian_reference():
+  """Each module of norms.MODULES states on its own class the reference that lnjax analyze
+  sets beside its measured ‖J(x)‖₂, radius/‖x − μ‖: `centred` (μ the mean of x, else 0)
+  and `radius_power` (the unit-gain output's radius d^p: √d; 1 for nGPT's x/‖x‖); the probe
+  reads them (it picked them by a list of classes, which a new norm was not in). At unit
+  gain and a random input with a large mean (where centring matters) the reference is
+  ‖J(x)‖₂ of jax.jacobian's dense Jacobian; a point-wise norm (a diagonal Jacobian: DyT,
+  Derf) is set beside LayerNorm's, the norm it stands in for."""
+  import dataclasses
+
+  import flax.linen as nn
+  from lnjax.analysis import probes
+  from lnjax.models import norms
+  d = 16
+  x = jax.random.normal(jax.random.key(0), (3, d)) + 1.5
+
+  def jacobians(cls):  # At init (unit gain; ScaleNorm's g = √d), ε negligible.
+    eps = {"eps": 1e-12} if "eps" in {f.name for f in dataclasses.fields(cls)} else {}
+    module = cls(**eps)
+    params = nn.unbox(module.init(jax.random.key(1), x[:1])).get("params", {})
+    fn = lambda v: module.apply({"params": params}, v[None])[0]
+    return module, params, [np.asarray(jax.jacobian(fn)(v)) for v in x]
+
+  for cls in norms.MODULES:
+    assert {"centred", "radius_power"} <= set(vars(cls)), f"{cls.__name__} declares neither"
+    module, params, js = jacobians(cls)
+    if all(np.allclose(j, np.diag(np.diag(j))) for j in js):  # Point-wise: LN's reference.
+      js = jacobians(norms.LayerNorm)[2]
+    want = np.mean([np.linalg.svd(j, compute_uv=False)[0] for j in js])
+    got = probes.ln_jacobians({"n": {"tokens": np.asarray(x), "d": d, "module": module,
+                                     "params": params}}, iters=2)["n"]["sqrt_d_over_norm"]
+    assert got == pytest.approx(float(want), rel=1e-4), cls.__name__
