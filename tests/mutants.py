@@ -998,6 +998,17 @@ MUTANTS = [
       ("tests/test_sweep_grid.py::test_a_placement_swept_by_key_resolves_as_its_norm_preset",),
       "--grid='model.qk_norm=true,false' on family=qwen3 (None, typed bool) gives the text "
       "'true', which the model refuses"),
+    M("core_ignores_a_tasks_command_sections", "lnjax/core/run.py",
+      "  if owned:  # A section of another command's config", "  if False:  #",
+      ("tests/test_reliability4.py::test_a_tasks_command_sections_are_refused_with_the_tasks_own_line",
+       "tests/test_reliability4.py::test_the_fine_tuning_config_outside_its_driver_names_the_driver"),
+      "a config of another command's section (glue's finetune) refused as an unknown key, "
+      "not with the task's line naming the command"),
+    M("glue_finetune_section_unowned", "lnjax/tasks/glue.py",
+      'command_sections={"finetune": ', 'command_sections={"fine_tune": ',
+      ("tests/test_reliability4.py::test_the_fine_tuning_config_outside_its_driver_names_the_driver",),
+      "`lnjax train --config=configs/glue.py` says 'unknown config key finetune', not to use "
+      "`lnjax finetune`"),
 ]
 
 
