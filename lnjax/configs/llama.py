@@ -97,8 +97,8 @@ def _block(c, family: str, size: str, norm: str):
                   "gemma2": 10000.0, "olmo2": 500000.0}[family]  # θ: Llama 2 10⁴, Llama 3.2
   # 5·10⁵, Qwen3 10⁶, Gemma 2 10⁴, OLMo 2 5·10⁵.
   m.qk_norm = config_dict.placeholder(bool) if family == "qwen3" else False  # Qwen3: RMSNorm
-  # on each head's q and k before RoPE; None: unless the final placement normalizes q and k
-  # its own way (olmo2, ngpt, hybridnorm: models.OWN_QK_NORM), resolved by ModelConfig, so
+  # on each head's q and k before RoPE; None: on unless the final placement normalizes q and
+  # k its own way (olmo2, ngpt, hybridnorm: models.OWN_QK_NORM), resolved by ModelConfig, so
   # that norm= and a --config.model.norm_position override give the same model.
   m.tie_embeddings = gemma or family == "qwen3" or size == "1b"  # Gemma, Qwen3 (0.6B-4B)
   # and Llama 3.2 1B tie them; Llama 2 and OLMo 2 do not.
