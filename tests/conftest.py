@@ -14,7 +14,11 @@ command-line runs the tests start (lnjax.main, lnjax.sweep, lnjax.tasks.finetune
   its fusion emitters (--xla_cpu_use_fusion_emitters=false) halve the compile again: the
   smoke LM's train step 3.6 s -> 1.6 s, a cold smoke run's compiles 9.9 s -> 5.0 s
   (`python -m lnjax.main --config=configs/lm.py:smoke` with jax's backend compile timed,
-  2026-12-05, 2-core machine). LNJAX_TEST_XLA_OPT=1 restores both defaults.
+  2026-12-05, 2-core machine). One LLVM module per program
+  (--xla_cpu_parallel_codegen_split_count=1) instead of parts compiled on parallel threads,
+  which two workers on two cores cannot use: a smoke run's compiles 5.1 s -> 3.7 s, its
+  process 6.6 -> 5.8 CPU s (`configs/llama.py:smoke`, 5 runs each way interleaved,
+  2026-12-06, 2-core machine). LNJAX_TEST_XLA_OPT=1 restores the three defaults.
 - Threads, in the fast tier (`-m "not slow"`) only: each XLA computation on one thread
   (--xla_cpu_multi_thread_eigen=false). Two xdist workers on two cores, each spreading
   its small matmuls over both cores, fought for them: the fast tier took 111 s, 97 s on
@@ -44,7 +48,8 @@ if "--xla_force_host_platform_device_count" not in _flags:
   _flags += " --xla_force_host_platform_device_count=8"
 if (os.environ.get("LNJAX_TEST_XLA_OPT", "0") == "0"
     and "--xla_backend_optimization_level" not in _flags):
-  _flags += " --xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
+  _flags += (" --xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
+             " --xla_cpu_parallel_codegen_split_count=1")
 os.environ["XLA_FLAGS"] = _flags.strip()
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
