@@ -178,13 +178,15 @@ def test_the_wheel_installs_the_command_and_the_configs(tmp_path):
 @pytest.mark.slow
 def test_every_commands_help_exits_0(tmp_path):
   """`lnjax COMMAND --help` prints the command's flags and exits 0 (absl's own help exits
-  1), for every command of the console."""
+  1), for every command of the console: each a process of its own, forked from the tests'
+  warm launcher (tests/forkserver.py), which has defined no command's flags."""
   import concurrent.futures
+  import forkserver
   from lnjax.cli import console
 
   def help_of(name):
-    return subprocess.run([sys.executable, "-m", "lnjax.cli.console", name, "--help"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    return forkserver.run([sys.executable, "-m", "lnjax.cli.console", name, "--help"],
+                          capture_output=True, text=True, timeout=300)
 
   with concurrent.futures.ThreadPoolExecutor(2) as pool:
     results = dict(zip(console.COMMANDS, pool.map(help_of, console.COMMANDS)))
