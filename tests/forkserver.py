@@ -32,6 +32,9 @@ PRELOAD = ("jax", "jax.numpy", "flax.linen", "optax", "orbax.checkpoint", "ml_co
 # Read by jax and the libraries when imported: a child whose environment differs in one of
 # these would run with the server's value, so it gets a fresh process instead.
 _IMPORT_TIME_ENV = ("JAX_", "XLA_PYTHON", "TF_", "TFDS_", "GRAIN_", "ORBAX_", "PYTHON")
+# ... but for PYTHONUNBUFFERED, which a child applies itself (its std streams, below): the
+# command lines a test reads as they print set it (most of the stop and launcher tests).
+_APPLIED_IN_CHILD = ("PYTHONUNBUFFERED",)
 
 
 # ---- The server (run as a script: python tests/forkserver.py SOCKET). ------------------
@@ -52,10 +55,12 @@ def _child(conn: socket.socket, listener: socket.socket, request: dict, fds: lis
   os.chdir(request["cwd"])
   unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
   sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)))
-  sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)),
-                                line_buffering=os.isatty(1), write_through=unbuffered)
-  sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)),
-                                errors="backslashreplace", line_buffering=True)
+  # (As python -u builds them: text straight to the file, without a buffer between.)
+  out = [io.FileIO(fd, "w", closefd=False) for fd in (1, 2)]
+  out = out if unbuffered else [io.BufferedWriter(f) for f in out]
+  sys.stdout = io.TextIOWrapper(out[0], line_buffering=os.isatty(1), write_through=unbuffered)
+  sys.stderr = io.TextIOWrapper(out[1], errors="backslashreplace", line_buffering=True,
+                                write_through=unbuffered)
   sys.path[0] = request["cwd"]
   sys.argv = [request["module"], *request["argv"]]
   import runpy
@@ -130,7 +135,8 @@ def _forkable(args, env, cwd) -> bool:
   if cwd is not None and os.path.realpath(cwd) != REPO:
     return False
   env = os.environ if env is None else env
-  keys = {k for k in (*env, *_ENV) if k.startswith(_IMPORT_TIME_ENV)}
+  keys = {k for k in (*env, *_ENV)
+          if k.startswith(_IMPORT_TIME_ENV) and k not in _APPLIED_IN_CHILD}
   return all(env.get(k) == _ENV.get(k) for k in keys)
 
 
