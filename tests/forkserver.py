@@ -52,6 +52,8 @@ def _child(conn: socket.socket, listener: socket.socket, request: dict, fds: lis
       os.close(fd)
   os.environ.clear()
   os.environ.update(request["env"])
+  for key, value in _imported_env.items():  # As the imports of a fresh process would set them.
+    os.environ.setdefault(key, value)
   os.chdir(request["cwd"])
   unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
   sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)))
@@ -68,9 +70,18 @@ def _child(conn: socket.socket, listener: socket.socket, request: dict, fds: lis
   # (A SystemExit propagates to the interpreter's own exit: threads joined, atexit run.)
 
 
+_imported_env: dict = {}  # In the server: what its imports set in os.environ.
+
+
 def serve(path: str) -> None:
+  before = dict(os.environ)
   for name in PRELOAD:
     __import__(name)
+  # jax's import sets TF_CPP_MIN_LOG_LEVEL=1 where unset: the clients compare their
+  # environment with the server's as it was after these imports (written before the socket).
+  _imported_env.update({k: v for k, v in os.environ.items() if before.get(k) != v})
+  with open(path + ".env.json", "w") as f:
+    json.dump(_imported_env, f)
   listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
   listener.bind(path)
   listener.listen(64)
@@ -123,8 +134,10 @@ def _address() -> str | None:
       if proc.poll() is not None or time.time() > deadline:
         raise RuntimeError(f"the tests' fork server did not start (exit {proc.poll()})")
       time.sleep(0.05)
-    _server.update(path=path, proc=proc)
-    atexit.register(lambda: (proc.kill(), shutil.rmtree(folder, ignore_errors=True)))
+    with open(path + ".env.json") as f:
+      _server.update(path=path, proc=proc, imported_env=json.load(f))
+    # Reaped, so that its CPU time (its children's too) counts in the test process's.
+    atexit.register(lambda: (proc.kill(), proc.wait(), shutil.rmtree(folder, ignore_errors=True)))
   return _server["path"]
 
 
@@ -134,10 +147,18 @@ def _forkable(args, env, cwd) -> bool:
     return False
   if cwd is not None and os.path.realpath(cwd) != REPO:
     return False
+  if _address() is None:
+    return False
+  # The value each library read at import: in the server, its environment after its imports
+  # (jax's sets TF_CPP_MIN_LOG_LEVEL where unset); in a fresh process, `env`'s, or where `env`
+  # has none, what the same imports set. (Compared with _ENV alone, a test process that had
+  # imported jax, so holding TF_CPP_MIN_LOG_LEVEL=1, never forked: every command line ran afresh.)
+  imported = _server["imported_env"]
+  server = {**_ENV, **imported}
   env = os.environ if env is None else env
-  keys = {k for k in (*env, *_ENV)
+  keys = {k for k in (*env, *server)
           if k.startswith(_IMPORT_TIME_ENV) and k not in _APPLIED_IN_CHILD}
-  return all(env.get(k) == _ENV.get(k) for k in keys)
+  return all(env.get(k, imported.get(k)) == server.get(k) for k in keys)
 
 
 class Popen:
@@ -147,7 +168,7 @@ class Popen:
   def __new__(cls, args, **kwargs):
     if (set(kwargs) - {"stdin", "stdout", "stderr", "env", "cwd", "text",
                        "universal_newlines", "start_new_session", "encoding"}
-        or not _forkable(args, kwargs.get("env"), kwargs.get("cwd")) or _address() is None):
+        or not _forkable(args, kwargs.get("env"), kwargs.get("cwd"))):
       return subprocess.Popen(args, **kwargs)
     return super().__new__(cls)
 
