@@ -26,7 +26,9 @@ command-line runs the tests start (lnjax.main, lnjax.sweep, lnjax.tasks.finetune
   runs and command lines gain from both cores, ran 2148 s with it against 1955 s before.
 - Command lines: the tests' `python -m lnjax...` runs are forked from a process per test
   process that imported jax, flax, optax, orbax and tensorflow_datasets once
-  (tests/forkserver.py; LNJAX_TEST_FORK=0 starts each afresh).
+  (tests/forkserver.py; LNJAX_TEST_FORK=0 starts each afresh). Not in the fast tier, whose
+  few command lines do not repay a server's imports in each worker: 66.6 and 67.7 s with
+  it, 62.9 s without (fresh clone, cold cache, bf39693, 2026-12-06, 2-core machine).
 - Bytecode: Python images often set PYTHONDONTWRITEBYTECODE=1, and then every test process
   (the two xdist workers, each command line a test starts) parses lnjax's sources again
   and pytest rewrites every test module's asserts again: collecting the fast tier took
@@ -102,7 +104,7 @@ def corpora():
 
 def pytest_configure(config):
   """xdist's files in LONGEST_FIRST's order (below); the fast tier's one thread per XLA
-  computation (above): set before any test imports JAX; the xdist workers run this too,
+  computation and command lines started afresh (above): set before any test imports JAX; the xdist workers run this too,
   with the same -m."""
   if hasattr(config.option, "loadscopereorder"):  # xdist: the files in the order below.
     config.option.loadscopereorder = False
@@ -110,6 +112,7 @@ def pytest_configure(config):
     flags = os.environ.get("XLA_FLAGS", "")
     if "--xla_cpu_multi_thread_eigen" not in flags:
       os.environ["XLA_FLAGS"] = (flags + " --xla_cpu_multi_thread_eigen=false").strip()
+    os.environ.setdefault("LNJAX_TEST_FORK", "0")  # (no fork server: above)
 
 
 def fast_tier(values, keep):
