@@ -104,8 +104,8 @@ def corpora():
 
 def pytest_configure(config):
   """xdist's files in LONGEST_FIRST's order (below); the fast tier's one thread per XLA
-  computation and command lines started afresh (above): set before any test imports JAX; the xdist workers run this too,
-  with the same -m."""
+  computation and command lines started afresh (above): set before any test imports JAX;
+  the xdist workers run this too, with the same -m."""
   if hasattr(config.option, "loadscopereorder"):  # xdist: the files in the order below.
     config.option.loadscopereorder = False
   if (config.option.markexpr or "").replace(" ", "") == "notslow":

@@ -319,6 +319,7 @@ def test_rmsnorm_jacobian_reference_is_uncentred():
       float(np.mean(np.sqrt(8) / np.linalg.norm(np.asarray(x), axis=-1))), rel=1e-6)
 
 
+@pytest.mark.slow  # (The fast tier keeps RMSNorm's reference, above.)
 def test_each_norm_states_its_jacobian_reference():
   """Each module of norms.MODULES states on its own class the reference that lnjax analyze
   sets beside its measured ‖J(x)‖₂, radius/‖x − μ‖: `centred` (μ the mean of x, else 0)
