@@ -14,7 +14,11 @@ command-line runs the tests start (lnjax.main, lnjax.sweep, lnjax.tasks.finetune
   its fusion emitters (--xla_cpu_use_fusion_emitters=false) halve the compile again: the
   smoke LM's train step 3.6 s -> 1.6 s, a cold smoke run's compiles 9.9 s -> 5.0 s
   (`python -m lnjax.main --config=configs/lm.py:smoke` with jax's backend compile timed,
-  2026-12-05, 2-core machine). LNJAX_TEST_XLA_OPT=1 restores both defaults.
+  2026-12-05, 2-core machine). One LLVM module per program
+  (--xla_cpu_parallel_codegen_split_count=1) instead of parts compiled on parallel threads,
+  which two workers on two cores cannot use: a smoke run's compiles 5.1 s -> 3.7 s, its
+  process 6.6 -> 5.8 CPU s (`configs/llama.py:smoke`, 5 runs each way interleaved,
+  2026-12-06, 2-core machine). LNJAX_TEST_XLA_OPT=1 restores the three defaults.
 - Threads, in the fast tier (`-m "not slow"`) only: each XLA computation on one thread
   (--xla_cpu_multi_thread_eigen=false). Two xdist workers on two cores, each spreading
   its small matmuls over both cores, fought for them: the fast tier took 111 s, 97 s on
@@ -22,7 +26,9 @@ command-line runs the tests start (lnjax.main, lnjax.sweep, lnjax.tasks.finetune
   runs and command lines gain from both cores, ran 2148 s with it against 1955 s before.
 - Command lines: the tests' `python -m lnjax...` runs are forked from a process per test
   process that imported jax, flax, optax, orbax and tensorflow_datasets once
-  (tests/forkserver.py; LNJAX_TEST_FORK=0 starts each afresh).
+  (tests/forkserver.py; LNJAX_TEST_FORK=0 starts each afresh). Not in the fast tier, whose
+  few command lines do not repay a server's imports in each worker: 66.6 and 67.7 s with
+  it, 62.9 s without (fresh clone, cold cache, bf39693, 2026-12-06, 2-core machine).
 - Bytecode: Python images often set PYTHONDONTWRITEBYTECODE=1, and then every test process
   (the two xdist workers, each command line a test starts) parses lnjax's sources again
   and pytest rewrites every test module's asserts again: collecting the fast tier took
@@ -44,7 +50,8 @@ if "--xla_force_host_platform_device_count" not in _flags:
   _flags += " --xla_force_host_platform_device_count=8"
 if (os.environ.get("LNJAX_TEST_XLA_OPT", "0") == "0"
     and "--xla_backend_optimization_level" not in _flags):
-  _flags += " --xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
+  _flags += (" --xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
+             " --xla_cpu_parallel_codegen_split_count=1")
 os.environ["XLA_FLAGS"] = _flags.strip()
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
@@ -97,14 +104,15 @@ def corpora():
 
 def pytest_configure(config):
   """xdist's files in LONGEST_FIRST's order (below); the fast tier's one thread per XLA
-  computation (above): set before any test imports JAX; the xdist workers run this too,
-  with the same -m."""
+  computation and command lines started afresh (above): set before any test imports JAX;
+  the xdist workers run this too, with the same -m."""
   if hasattr(config.option, "loadscopereorder"):  # xdist: the files in the order below.
     config.option.loadscopereorder = False
   if (config.option.markexpr or "").replace(" ", "") == "notslow":
     flags = os.environ.get("XLA_FLAGS", "")
     if "--xla_cpu_multi_thread_eigen" not in flags:
       os.environ["XLA_FLAGS"] = (flags + " --xla_cpu_multi_thread_eigen=false").strip()
+    os.environ.setdefault("LNJAX_TEST_FORK", "0")  # (no fork server: above)
 
 
 def fast_tier(values, keep):

@@ -32,6 +32,9 @@ PRELOAD = ("jax", "jax.numpy", "flax.linen", "optax", "orbax.checkpoint", "ml_co
 # Read by jax and the libraries when imported: a child whose environment differs in one of
 # these would run with the server's value, so it gets a fresh process instead.
 _IMPORT_TIME_ENV = ("JAX_", "XLA_PYTHON", "TF_", "TFDS_", "GRAIN_", "ORBAX_", "PYTHON")
+# ... but for PYTHONUNBUFFERED, which a child applies itself (its std streams, below): the
+# command lines a test reads as they print set it (most of the stop and launcher tests).
+_APPLIED_IN_CHILD = ("PYTHONUNBUFFERED",)
 
 
 # ---- The server (run as a script: python tests/forkserver.py SOCKET). ------------------
@@ -49,13 +52,17 @@ def _child(conn: socket.socket, listener: socket.socket, request: dict, fds: lis
       os.close(fd)
   os.environ.clear()
   os.environ.update(request["env"])
+  for key, value in _imported_env.items():  # As the imports of a fresh process would set them.
+    os.environ.setdefault(key, value)
   os.chdir(request["cwd"])
   unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
   sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)))
-  sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)),
-                                line_buffering=os.isatty(1), write_through=unbuffered)
-  sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)),
-                                errors="backslashreplace", line_buffering=True)
+  # (As python -u builds them: text straight to the file, without a buffer between.)
+  out = [io.FileIO(fd, "w", closefd=False) for fd in (1, 2)]
+  out = out if unbuffered else [io.BufferedWriter(f) for f in out]
+  sys.stdout = io.TextIOWrapper(out[0], line_buffering=os.isatty(1), write_through=unbuffered)
+  sys.stderr = io.TextIOWrapper(out[1], errors="backslashreplace", line_buffering=True,
+                                write_through=unbuffered)
   sys.path[0] = request["cwd"]
   sys.argv = [request["module"], *request["argv"]]
   import runpy
@@ -63,14 +70,25 @@ def _child(conn: socket.socket, listener: socket.socket, request: dict, fds: lis
   # (A SystemExit propagates to the interpreter's own exit: threads joined, atexit run.)
 
 
+_imported_env: dict = {}  # In the server: what its imports set in os.environ.
+
+
 def serve(path: str) -> None:
+  before = dict(os.environ)
   for name in PRELOAD:
     __import__(name)
+  # jax's import sets TF_CPP_MIN_LOG_LEVEL=1 where unset: the clients compare their
+  # environment with the server's as it was after these imports (written before the socket).
+  _imported_env.update({k: v for k, v in os.environ.items() if before.get(k) != v})
+  with open(path + ".env.json", "w") as f:
+    json.dump(_imported_env, f)
   listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
   listener.bind(path)
   listener.listen(64)
   waiting: dict[int, socket.socket] = {}  # Child pid -> its client's connection.
-  while True:
+  parent = os.getppid()
+  while os.getppid() == parent:  # (A test process killed by a signal runs no atexit: its
+    # server, reparented, ends here instead of outliving it.)
     readable, _, _ = select.select([listener], [], [], 0.05)
     if readable:
       conn, _ = listener.accept()
@@ -118,8 +136,10 @@ def _address() -> str | None:
       if proc.poll() is not None or time.time() > deadline:
         raise RuntimeError(f"the tests' fork server did not start (exit {proc.poll()})")
       time.sleep(0.05)
-    _server.update(path=path, proc=proc)
-    atexit.register(lambda: (proc.kill(), shutil.rmtree(folder, ignore_errors=True)))
+    with open(path + ".env.json") as f:
+      _server.update(path=path, proc=proc, imported_env=json.load(f))
+    # Reaped, so that its CPU time (its children's too) counts in the test process's.
+    atexit.register(lambda: (proc.kill(), proc.wait(), shutil.rmtree(folder, ignore_errors=True)))
   return _server["path"]
 
 
@@ -129,9 +149,18 @@ def _forkable(args, env, cwd) -> bool:
     return False
   if cwd is not None and os.path.realpath(cwd) != REPO:
     return False
+  if _address() is None:
+    return False
+  # The value each library read at import: in the server, its environment after its imports
+  # (jax's sets TF_CPP_MIN_LOG_LEVEL where unset); in a fresh process, `env`'s, or where `env`
+  # has none, what the same imports set. (Compared with _ENV alone, a test process that had
+  # imported jax, so holding TF_CPP_MIN_LOG_LEVEL=1, never forked: every command line ran afresh.)
+  imported = _server["imported_env"]
+  server = {**_ENV, **imported}
   env = os.environ if env is None else env
-  keys = {k for k in (*env, *_ENV) if k.startswith(_IMPORT_TIME_ENV)}
-  return all(env.get(k) == _ENV.get(k) for k in keys)
+  keys = {k for k in (*env, *server)
+          if k.startswith(_IMPORT_TIME_ENV) and k not in _APPLIED_IN_CHILD}
+  return all(env.get(k, imported.get(k)) == server.get(k) for k in keys)
 
 
 class Popen:
@@ -141,7 +170,7 @@ class Popen:
   def __new__(cls, args, **kwargs):
     if (set(kwargs) - {"stdin", "stdout", "stderr", "env", "cwd", "text",
                        "universal_newlines", "start_new_session", "encoding"}
-        or not _forkable(args, kwargs.get("env"), kwargs.get("cwd")) or _address() is None):
+        or not _forkable(args, kwargs.get("env"), kwargs.get("cwd"))):
       return subprocess.Popen(args, **kwargs)
     return super().__new__(cls)
 

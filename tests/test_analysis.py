@@ -61,6 +61,23 @@ def _smoke_run(tmp_path_factory, name: str, opt: dict | None = None, train_: dic
   return wd
 
 
+def _config_only_run(tmp_path_factory, name: str, **model) -> str:
+  """The smoke LM's workdir as training writes it before its first step: config.json, the
+  resolved config of the run built from it (lnjax/core/train.py), all that the analysis
+  at init reads; no step trained."""
+  from lnjax.configs import common as config_lib
+  from lnjax import tasks
+  from lnjax.core import build, checkpoint
+  c = config_lib.lm_config()
+  config_lib.apply_smoke(c)
+  c.mesh.data = 1
+  c.model.update(model)
+  wd = str(tmp_path_factory.mktemp("analysis") / name)
+  os.makedirs(wd)
+  checkpoint.save_config(wd, build.build(c, build.one_device_mesh(), tasks=tasks.get).config)
+  return wd
+
+
 @pytest.fixture(scope="module")
 def smoke_workdir(tmp_path_factory):
   return _smoke_run(tmp_path_factory, "run")
@@ -134,31 +151,40 @@ def test_the_report_reads_a_gated_ffns_gate_as_its_input_weight():
   assert report.ffn_input_suffix({"layer_0/ffn/wi/kernel": 1.0}) == "ffn/wi/kernel"
 
 
-@pytest.mark.slow  # A 10-step training run (18 s).
-def test_analyze_restores_a_run_that_skips_spikes(tmp_path_factory):
+@pytest.fixture(scope="module")
+def tiny_skip_workdir(tmp_path_factory):
+  """A 10-step run of a one-layer LM of width 4 (844 parameters) that skips spikes
+  (`train.on_instability=skip`; none comes, so Adam counts all 10 updates): the two tests
+  below read it, trained once."""
+  return _smoke_run(tmp_path_factory, "tiny_skip", train_={"on_instability": "skip"},
+                    num_layers=1, d_model=4, num_heads=1, d_ff=8)
+
+
+@pytest.mark.slow  # A 10-step training run (the module's, shared).
+def test_analyze_restores_a_run_that_skips_spikes(tiny_skip_workdir):
   """`train.on_instability=skip` wraps the optimizer (health.skip_spikes): its checkpoints
   hold the wrapper's state, which the analysis restores as the run saved it; the sharpness
   takes Adam's count from the inner state."""
   from lnjax.analysis import report as analyze
 
-  wd = _smoke_run(tmp_path_factory, "skip", train_={"on_instability": "skip"}, num_layers=1,
-                  d_model=4, num_heads=1, d_ff=8)
-  result, _ = analyze.analyze(wd, "latest", num_batches=1, sharpness_iters=3)
+  result, _ = analyze.analyze(tiny_skip_workdir, "latest", num_batches=1, sharpness_iters=3)
   assert result["step"] == "10" and np.isfinite(result["sharpness"]["adam_top"])
 
 
-@pytest.mark.slow  # A 10-step run of a one-layer LM of width 4; its dense Hessian (844²).
-def test_analyze_reports_the_hessians_top_eigenvalue_and_adams(tmp_path_factory):
+@pytest.mark.slow  # The module's 10-step run and an SGD one; the dense Hessian (844²).
+def test_analyze_reports_the_hessians_top_eigenvalue_and_adams(tiny_skip_workdir,
+                                                               tmp_path_factory):
   """`lnjax analyze --sharpness=N`: λ_max(H) and λ_max(P⁻¹H) against numpy's eigenvalues of
   the dense Hessian (jax.hessian of the flattened parameters) and Adam's (1 − β₁ᵗ)(√v̂ + ε)
-  written out from the checkpoint's second moment; 38/λ_max(P⁻¹H) is the reported edge."""
+  written out from the checkpoint's second moment (Adam's state inside the skip wrapper of
+  the module's run); 38/λ_max(P⁻¹H) is the reported edge."""
   from jax.flatten_util import ravel_pytree
 
   from lnjax import tasks
   from lnjax.analysis import probes, report as analyze
   from lnjax.core import checkpoint, sharding
 
-  wd = _smoke_run(tmp_path_factory, "tiny", num_layers=1, d_model=4, num_heads=1, d_ff=8)
+  wd = tiny_skip_workdir
   result, out = analyze.analyze(wd, "latest", num_batches=1, lr=1e-3, sharpness_iters=40)
   sharp = result["sharpness"]
   assert "Lanczos" in open(os.path.join(out, "report.md")).read()
@@ -252,9 +278,9 @@ def test_analyze_finds_pointwise_norms_and_plots_without_any(tmp_path_factory, p
   """Derf's (and DyT's) point-wise norms are measured like LN's: every one found, with its
   own Jacobian (not the identity's 1); nGPT's x/‖x‖ on the stream, q and k too, its
   Jacobian (I − x̂x̂ᵀ)/‖x‖ of spectral norm 1/‖x‖ (once missed: an empty table and a
-  traceback on the empty Jacobian panel)."""
+  traceback on the empty Jacobian panel). At init, which a run's config.json alone gives."""
   from lnjax.analysis import report as analyze
-  wd = _smoke_run(tmp_path_factory, placement, norm_position=placement)
+  wd = _config_only_run(tmp_path_factory, placement, norm_position=placement)
   result, out = analyze.analyze(wd, "init", num_batches=1, lr=1e-3)
   for name in ("analysis.json", "report.md", "gradients.png"):
     assert os.path.exists(os.path.join(out, name))
@@ -291,3 +317,38 @@ def test_rmsnorm_jacobian_reference_is_uncentred():
     assert j["spectral_norm"] == pytest.approx(j["sqrt_d_over_norm"], rel=1e-3)
   assert got["rms"]["sqrt_d_over_norm"] == pytest.approx(
       float(np.mean(np.sqrt(8) / np.linalg.norm(np.asarray(x), axis=-1))), rel=1e-6)
+
+
+@pytest.mark.slow  # (The fast tier keeps RMSNorm's reference, above.)
+def test_each_norm_states_its_jacobian_reference():
+  """Each module of norms.MODULES states on its own class the reference that lnjax analyze
+  sets beside its measured ‖J(x)‖₂, radius/‖x − μ‖: `centred` (μ the mean of x, else 0)
+  and `radius_power` (the unit-gain output's radius d^p: √d; 1 for nGPT's x/‖x‖); the probe
+  reads them (it picked them by a list of classes, which a new norm was not in). At unit
+  gain and a random input with a large mean (where centring matters) the reference is
+  ‖J(x)‖₂ of jax.jacobian's dense Jacobian; a point-wise norm (a diagonal Jacobian: DyT,
+  Derf) is set beside LayerNorm's, the norm it stands in for."""
+  import dataclasses
+
+  import flax.linen as nn
+  from lnjax.analysis import probes
+  from lnjax.models import norms
+  d = 16
+  x = jax.random.normal(jax.random.key(0), (3, d)) + 1.5
+
+  def jacobians(cls):  # At init (unit gain; ScaleNorm's g = √d), ε negligible.
+    eps = {"eps": 1e-12} if "eps" in {f.name for f in dataclasses.fields(cls)} else {}
+    module = cls(**eps)
+    params = nn.unbox(module.init(jax.random.key(1), x[:1])).get("params", {})
+    fn = lambda v: module.apply({"params": params}, v[None])[0]
+    return module, params, [np.asarray(jax.jacobian(fn)(v)) for v in x]
+
+  for cls in norms.MODULES:
+    assert {"centred", "radius_power"} <= set(vars(cls)), f"{cls.__name__} declares neither"
+    module, params, js = jacobians(cls)
+    if all(np.allclose(j, np.diag(np.diag(j))) for j in js):  # Point-wise: LN's reference.
+      js = jacobians(norms.LayerNorm)[2]
+    want = np.mean([np.linalg.svd(j, compute_uv=False)[0] for j in js])
+    got = probes.ln_jacobians({"n": {"tokens": np.asarray(x), "d": d, "module": module,
+                                     "params": params}}, iters=2)["n"]["sqrt_d_over_norm"]
+    assert got == pytest.approx(float(want), rel=1e-4), cls.__name__

@@ -122,7 +122,9 @@ def _venv_seeing_these_packages(venv):
   import site
   import sysconfig
 
-  subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+  # (No pip of its own: the tests' pip installs into it, `pip --python`; ensurepip cost 3.6 s.)
+  subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                 timeout=300)
   r = subprocess.run([str(venv / "bin" / "python"), "-c",
                       "import sysconfig; print(sysconfig.get_path('purelib'))"],
                      capture_output=True, text=True, check=True, timeout=120)
@@ -155,8 +157,9 @@ def test_the_wheel_installs_the_command_and_the_configs(tmp_path):
   assert "lnjax/configs/default.py" in names and "lnjax/configs/lm.py" in names
   assert any(n.endswith("entry_points.txt") for n in names)
   venv = _venv_seeing_these_packages(tmp_path / "venv")
-  r = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-deps",
-                      str(wheel)], capture_output=True, text=True, timeout=600)
+  r = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"),
+                      "install", "--no-deps", str(wheel)], capture_output=True, text=True,
+                     timeout=600)
   assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
   empty = tmp_path / "empty"
   empty.mkdir()
@@ -175,13 +178,15 @@ def test_the_wheel_installs_the_command_and_the_configs(tmp_path):
 @pytest.mark.slow
 def test_every_commands_help_exits_0(tmp_path):
   """`lnjax COMMAND --help` prints the command's flags and exits 0 (absl's own help exits
-  1), for every command of the console."""
+  1), for every command of the console: each a process of its own, forked from the tests'
+  warm launcher (tests/forkserver.py), which has defined no command's flags."""
   import concurrent.futures
+  import forkserver
   from lnjax.cli import console
 
   def help_of(name):
-    return subprocess.run([sys.executable, "-m", "lnjax.cli.console", name, "--help"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    return forkserver.run([sys.executable, "-m", "lnjax.cli.console", name, "--help"],
+                          capture_output=True, text=True, timeout=300)
 
   with concurrent.futures.ThreadPoolExecutor(2) as pool:
     results = dict(zip(console.COMMANDS, pool.map(help_of, console.COMMANDS)))

@@ -77,14 +77,19 @@ def _draws(name: str):
 
 
 def _set(config, key: str, value) -> bool:
-  """config.KEY = value as --config.KEY=VALUE would; False if the typed ConfigDict refuses."""
+  """config.KEY = value as --config.KEY=VALUE would; False if the typed ConfigDict refuses.
+  (A key the config has is set with the config locked, as config_flags sets it: unlocking
+  and relocking the whole tree for each value took 40% of the boundary sweeps' time.)"""
   *path, leaf = key.split(".")
   node = config
   for part in path:
     node = node[part]
   try:
-    with config.unlocked():
+    if leaf in node:
       node[leaf] = value
+    else:
+      with config.unlocked():
+        node[leaf] = value
   except (TypeError, ValueError, KeyError, AttributeError):
     return False
   return True
@@ -257,14 +262,17 @@ class Boundaries:
       _force(self.config, key, old)
     return "resolved", ""
 
-  def values(self, key: str) -> list:
+  def values(self, key: str, seen: dict | None = None) -> list:
     """The key's boundary values: the fixed ones, its default's neighbours, and the limits
-    its refusals of the fixed ones name, one step inside and outside each."""
+    its refusals of the fixed ones name, one step inside and outside each. `seen`, if
+    given, gets the fixed values' outcomes ({_same(value): outcome}) on the config as is."""
     default = self.keys[key]
     fixed = INTS if isinstance(default, int) else FLOATS
     limits = {default}
     for value in fixed:
       verdict, message = self.outcome(key, value)
+      if seen is not None:
+        seen[_same(value)] = verdict, message
       if verdict == "refused":
         text = message.replace(f"{key}={value!r}", " ")
         limits |= {float(n) for n in _NUMBER.findall(text)
@@ -292,6 +300,11 @@ class Boundaries:
     return chosen
 
 
+def _same(value) -> tuple:
+  """A value's identity as a setting: 1, 1.0 and True differ; every NaN is the same."""
+  return type(value), repr(value)
+
+
 def _get(config, key: str):
   node = config
   for part in key.split("."):
@@ -311,9 +324,10 @@ def sweep_boundaries(name: str, preset: str, shrink: bool) -> list[str]:
     b.shrink()
   failures = []
   for key in sorted(k for k, v in b.keys.items() if _numeric(v)):
-    for value in b.values(key):
+    seen = {}  # (The fixed values' outcomes, found by values(): each value resolved once.)
+    for value in b.values(key, seen):
       try:
-        verdict, _ = b.outcome(key, value)
+        verdict, _ = seen.get(_same(value)) or b.outcome(key, value)
         # No setting takes NaN, ±inf or an integer past int64 (JAX's and numpy's widest).
         assert verdict == "refused" or (math.isfinite(value) and (
             isinstance(value, float) or abs(value) <= INT64_MAX)), "accepted"

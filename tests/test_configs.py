@@ -155,6 +155,33 @@ def test_gemma2s_query_scale_follows_the_head_width():
     assert (m.query_scale or m.head_size**-0.5) == d_h**-0.5, (key, value, m.query_scale)
 
 
+def test_gemma2s_window_follows_the_final_seq_len():
+  """family=gemma2's W = min(4096, seq_len/2) of the run's data.seq_len, a
+  --config.data.seq_len override included (the preset's seq_len left W at 16 for a 16-token
+  sequence: local layers saw all of it); a model.sliding_window set by hand is kept."""
+  from configs import llama
+
+  def window(arg, **keys):
+    c = llama.get_config(arg)
+    for key, value in keys.items():
+      section, _, name = key.partition("__")
+      c[section][name] = value
+    return run.resolve_config(c, tasks=tasks.get).model
+
+  assert window("family=gemma2,smoke").sliding_window == 16  # seq 32
+  assert window("family=gemma2,smoke", data__seq_len=16).sliding_window == 8
+  assert window("family=gemma2,smoke", data__seq_len=3).sliding_window == 1
+  assert window("family=gemma2,size=7b").sliding_window == 2048  # seq 4096
+  assert window("family=gemma2,size=7b", model__max_len=16384,
+                data__seq_len=16384).sliding_window == 4096  # Gemma 2's 4096 of 8192, at most
+  m = window("family=gemma2,smoke", data__seq_len=16, model__sliding_window=12)
+  assert m.layer_windows() == [12, 0]
+  assert window("family=llama,smoke", data__seq_len=16).sliding_window == 0
+  from lnjax.models import ModelConfig
+  with pytest.raises(ValueError, match="for_length first"):  # (never a mask of width -1)
+    ModelConfig(sliding_window=-1, attention_pattern="local").layer_windows()
+
+
 def test_llama_shapes_have_the_published_parameter_counts():
   """size=1b and size=7b build Llama 3.2 1B and Llama 2 7B: 1,235,814,400 and
   6,738,415,616 parameters, the counts transformers gives for meta-llama/Llama-3.2-1B and

@@ -246,14 +246,18 @@ def test_a_launcher_stopped_while_its_run_compiles_exits_143_within_10_s(tmp_pat
 
 @pytest.mark.slow
 def test_a_stop_while_xla_compiles_a_later_step_keeps_the_last_checkpoint(tmp_path):
-  """Steps 1-3 saved; step 4, a log step, compiles the health statistics' forward pass
-  when the stop comes: exit 143 within 10 s, checkpoint 3 the newest and whole, the lock
-  released. (The process ends as a kill -9 would, the lock aside: that a relaunch then
-  resumes to an uninterrupted run's records is test_reliability.py's.)"""
+  """Steps 1-3 saved; step 4 runs at twice the learning rate (train.inject_fault), a train
+  step program of its own that XLA compiles when the stop comes: exit 143 within 10 s,
+  checkpoint 3 the newest and whole, the lock released. (The process ends as a kill -9
+  would, the lock aside: that a relaunch then resumes to an uninterrupted run's records is
+  test_reliability.py's.)"""
+  # 8 unrolled layers: the train step takes XLA ~7 s of CPU to compile at the tests'
+  # optimisation level (2026-12-05, 2-core machine), well past the 2 s grace; the 24-layer
+  # forward pass of a log step (health statistics) took ~6 s, after a 35 s train step.
   deep = ["--config=configs/lm.py:smoke", "--config.mesh.data=1",
-          "--config.model.num_layers=24", "--config.train.num_steps=5",
-          "--config.train.checkpoint_every_steps=1", "--config.train.log_every_steps=4",
-          f"--workdir={tmp_path / 'deep'}"]  # (The forward pass: longer than the 2 s grace.)
+          "--config.model.num_layers=8", "--config.train.num_steps=5",
+          "--config.train.checkpoint_every_steps=1", "--config.train.log_every_steps=5",
+          "--config.train.inject_fault=lr_spike:4:1:2", f"--workdir={tmp_path / 'deep'}"]
   wd = tmp_path / "deep"
   code, out, _, seconds = signal_when(
       [sys.executable, "-m", "lnjax.main", *deep], lambda: os.path.exists(wd / "checkpoints" / "3"),

@@ -70,6 +70,28 @@ def test_the_fine_tuning_config_outside_its_driver_names_the_driver():
     run_lib.resolve_config(glue.get_config("smoke"), tasks=tasks.get)
 
 
+def test_a_tasks_command_sections_are_refused_with_the_tasks_own_line():
+  """The core names no task's config section: a task states the sections its configs hold
+  for another command (Task.command_sections: glue's finetune, lnjax finetune's) with the
+  line that refuses them in a run, and resolve_config refuses with that line (it named
+  configs/glue.py's finetune section itself, a key of one task's in the core)."""
+  import dataclasses
+
+  import ml_collections
+  from configs import lm
+  line = "this config's probe section is lnjax probe's: run `lnjax probe --config=...`"
+  task = dataclasses.replace(tasks.get("lm"), command_sections={"probe": line})
+  config = lm.get_config("smoke")
+  with config.unlocked():
+    config.probe = ml_collections.ConfigDict({"depth": 1})
+  with pytest.raises(errors.ConfigError) as refusal:
+    run_lib.resolve_config(config, tasks=lambda name: task)
+  assert str(refusal.value) == line
+  with pytest.raises(errors.ConfigError, match="unknown config key probe"):  # Another task's.
+    run_lib.resolve_config(config, tasks=tasks.get)
+  assert set(tasks.get("glue").command_sections) == {"finetune"}
+
+
 @pytest.mark.slow
 def test_logits_refuses_ids_outside_the_vocabulary():
   """JAX clamps an out-of-range gather: run.logits([100000, -5]) gave logits of the last

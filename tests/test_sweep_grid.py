@@ -42,6 +42,36 @@ def test_grid_refuses_bad_items(text, message):
     grid.parse(text, sweep.base_config(LM_SMOKE))
 
 
+def test_a_placement_swept_by_key_resolves_as_its_norm_preset():
+  """--grid='model.norm_position=...' on configs/llama.py:family=qwen3 gives each run the
+  config family=qwen3,norm=P resolves to: Qwen3's QK-norm off under olmo2, ngpt and
+  hybridnorm (their own QK-norms), on under the others (the grid's olmo2, ngpt and
+  hybridnorm runs were refused, qk_norm=True fixed when the preset was read). A
+  model.qk_norm=True given with such a placement is still refused, and the grid reads
+  model.qk_norm's values as booleans."""
+  from configs import llama
+  from lnjax import models, tasks
+  from lnjax.core import run as run_lib
+  qwen3 = os.path.join(REPO, "configs", "llama.py") + ":family=qwen3,smoke"
+  runs = grid.runs(qwen3, "model.norm_position=" + ",".join(models.NORM_POSITIONS))
+  for r in runs:
+    norm = r.overrides["model.norm_position"]
+    by_key = run_lib.resolve_config(r.config, tasks=tasks.get)
+    by_preset = run_lib.resolve_config(llama.get_config(f"family=qwen3,norm={norm},smoke"),
+                                       tasks=tasks.get)
+    assert by_key == by_preset, norm
+    assert by_key.model.qk_norm == (norm not in models.OWN_QK_NORM), norm
+  for norm in models.OWN_QK_NORM:
+    for arg, fixed in ((qwen3, {"model.norm_position": norm}),
+                       (f"{qwen3[:-len('smoke')]}norm={norm},smoke", {})):
+      config = sweep.base_config(arg, {**fixed, "model.qk_norm": True})
+      with pytest.raises(errors.ConfigError, match=f"model.qk_norm=True with norm_position="
+                                                   f"'{norm}', which normalizes q and k"):
+        run_lib.resolve_config(config, tasks=tasks.get)
+  assert grid.parse("model.qk_norm=true,false", sweep.base_config(qwen3)) == [
+      {"model.qk_norm": True}, {"model.qk_norm": False}]
+
+
 def _sweep(tmp_path, *args):
   return subprocess.run([sys.executable, "-m", "lnjax.cli.sweep",
                          f"--workdir={tmp_path / 'grid'}", *args], cwd=tmp_path,

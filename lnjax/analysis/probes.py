@@ -147,13 +147,12 @@ def ln_jacobians(norm_records: dict, *, iters: int = 30) -> dict:
   for path, r in norm_records.items():
     xs = np.asarray(r["tokens"], np.float32)
     sigmas = batched(r["module"])(r["params"], jnp.asarray(xs))
-    # The unit-gain norm's ‖J‖₂: LN's (I − 11ᵀ/d − ŷŷᵀ/d)·√d/‖x − μ‖ centres, RMSNorm's
-    # and ScaleNorm's (I − x̂x̂ᵀ)·√d/‖x‖ do not (μ = 0); the point-wise norms get LN's.
-    # nGPT's x/‖x‖: (I − x̂x̂ᵀ)/‖x‖, no √d.
-    centred = not isinstance(r["module"], (norms.RMSNorm, norms.ScaleNorm, norms.Unit))
-    mu = xs.mean(-1, keepdims=True) if centred else 0.0
-    root_d = 1.0 if isinstance(r["module"], norms.Unit) else np.sqrt(r["d"])
-    approx = root_d / np.linalg.norm(xs - mu, axis=-1)
+    # The unit-gain norm's ‖J‖₂ as the norm's class states it (lnjax/models/norms.py):
+    # d^radius_power/‖x − μ‖, μ the mean of x if it centres (LN's √d/‖x − μ‖, RMSNorm's
+    # and ScaleNorm's √d/‖x‖, nGPT's 1/‖x‖; the point-wise norms state LN's).
+    module = r["module"]
+    mu = xs.mean(-1, keepdims=True) if module.centred else 0.0
+    approx = float(r["d"]) ** module.radius_power / np.linalg.norm(xs - mu, axis=-1)
     out[path] = {"spectral_norm": float(np.mean(np.asarray(sigmas))),
                  "sqrt_d_over_norm": float(np.mean(approx))}
   return out

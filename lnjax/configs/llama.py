@@ -25,6 +25,8 @@ RMSNorm, no biases, and each family's own pieces. Presets (comma-separated after
   data=tiny_shakespeare|wikitext2_raw
 """
 
+from ml_collections import config_dict
+
 from lnjax import models
 from lnjax.configs import common as config_lib
 
@@ -94,8 +96,10 @@ def _block(c, family: str, size: str, norm: str):
   m.rope_theta = {"llama": 500000.0 if size == "1b" else 10000.0, "qwen3": 1000000.0,
                   "gemma2": 10000.0, "olmo2": 500000.0}[family]  # θ: Llama 2 10⁴, Llama 3.2
   # 5·10⁵, Qwen3 10⁶, Gemma 2 10⁴, OLMo 2 5·10⁵.
-  m.qk_norm = family == "qwen3" and norm not in models.OWN_QK_NORM  # Qwen3: RMSNorm on each
-  # head's q and k before RoPE (olmo2, ngpt and hybridnorm normalize q and k their own way).
+  m.qk_norm = config_dict.placeholder(bool) if family == "qwen3" else False  # Qwen3: RMSNorm
+  # on each head's q and k before RoPE; None: on unless the final placement normalizes q and
+  # k its own way (olmo2, ngpt, hybridnorm: models.OWN_QK_NORM), resolved by ModelConfig, so
+  # that norm= and a --config.model.norm_position override give the same model.
   m.tie_embeddings = gemma or family == "qwen3" or size == "1b"  # Gemma, Qwen3 (0.6B-4B)
   # and Llama 3.2 1B tie them; Llama 2 and OLMo 2 do not.
   m.scale_embeddings = gemma  # Gemma: embedding × √D; the others read it as it is.
@@ -103,6 +107,7 @@ def _block(c, family: str, size: str, norm: str):
   m.attn_logit_softcap = 50.0 if gemma else 0.0  # Gemma 2's attention soft-cap.
   m.final_logit_softcap = 30.0 if gemma else 0.0  # Gemma 2's final-logit soft-cap.
   m.attention_pattern = "local,global" if gemma else "global"  # Gemma 2: local, global, ...
-  m.sliding_window = min(4096, c.data.seq_len // 2) if gemma else 0  # Gemma 2: 4096 of 8192.
+  m.sliding_window = models.SEQUENCE_WINDOW if gemma else 0  # Gemma 2: 4096 of 8192; here
+  # min(4096, seq_len/2) of the run's final data.seq_len (resolved with the run).
   m.query_scale = 0.0  # s = d_h^-1/2 in every family (0: of the width the model gets, a
   # model.head_dim or num_heads override included); Gemma 2 2B, 9B: query_pre_attn_scalar = d_h.

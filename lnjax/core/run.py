@@ -158,10 +158,9 @@ def resolve_config(config: ml_collections.ConfigDict, *, tasks: TaskLookup) -> R
   task = tasks(config.get("task", "lm"))
   valid = {*SECTIONS, *TOP_LEVEL, *task.sections}
   unknown = set(config.keys()) - valid
-  if "finetune" in unknown:  # configs/glue.py: seeds of runs from a pre-trained BERT run.
-    raise errors.ConfigError("this config's finetune section is lnjax finetune's, which makes "
-                             "one run per seed from a pre-trained BERT run: run "
-                             "`lnjax finetune --config=...` (lnjax.cli.finetune)")
+  owned = sorted(unknown & set(task.command_sections))
+  if owned:  # A section of another command's config: the task's line names the command.
+    raise errors.ConfigError(task.command_sections[owned[0]])
   if unknown:
     raise errors.ConfigError(f"unknown config key {sorted(unknown)[0]}; valid top-level keys: "
                              f"{', '.join(sorted(valid))}")
@@ -183,4 +182,5 @@ def resolve_config(config: ml_collections.ConfigDict, *, tasks: TaskLookup) -> R
   if length > run.model.max_len:
     raise errors.ConfigError(f"data's sequence length {length} exceeds "
                              f"model.max_len={run.model.max_len}")
-  return run
+  # What the model derives from the final sequence length (model.sliding_window=-1).
+  return dataclasses.replace(run, model=run.model.for_length(length))

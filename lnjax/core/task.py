@@ -90,3 +90,7 @@ class Task:
   # batch, known from the config alone: what `lnjax compile` (lnjax/core/plan.py) compiles
   # the steps for without reading a corpus. None: the task cannot say (no plan).
   batch_shapes: Callable[[Any, int], dict] | None = None
+  # {section: one line}: sections that this task's configs hold for a command other than
+  # training (glue's finetune, lnjax finetune's); resolving such a config for a run refuses
+  # it with the line, which names that command.
+  command_sections: dict = dataclasses.field(default_factory=dict)

@@ -18,6 +18,10 @@ WEIGHT_GRADS = tuple(layers.MATMULS)
 ATTENTION_IMPLS = kernels.ATTENTION_IMPLS  # plain | reference | xla | cudnn
 REMAT_POLICIES = ("none", "nothing_saveable", "dots_saveable", "dots_with_no_batch_dims_saveable",
                   "everything_saveable")
+# model.sliding_window = SEQUENCE_WINDOW: W = half the run's sequence length, at most
+# MAX_SEQUENCE_WINDOW (Gemma 2's 4096 of 8192), resolved with the run (`for_length`).
+SEQUENCE_WINDOW = -1
+MAX_SEQUENCE_WINDOW = 4096
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,8 +39,9 @@ class ModelConfig:
   # olmo2 | ngpt | hybridnorm | derf (docs/configs.md's table).
   norm_kind: str = "layernorm"  # layernorm | rmsnorm | scalenorm
   norm_eps: float = 1e-5  # ε inside the norm's square root.
-  qk_norm: bool = False  # A norm of norm_kind on each head's q and k (ViT-22B, arXiv
-  # 2302.05442; Qwen3's RMSNorm).
+  qk_norm: bool | None = False  # A norm of norm_kind on each head's q and k (ViT-22B, arXiv
+  # 2302.05442; Qwen3's RMSNorm). None: on unless the placement normalizes q and k its own
+  # way (OWN_QK_NORM), resolved here from the final norm_position (configs/llama.py's qwen3).
   mix_post_fraction: float = 0.25  # Mix-LN: α; the first ⌊αL⌋ layers are Post-LN.
   deepnorm_alpha: float = 0.0  # DeepNorm's α and β; 0 = the paper's for the depth
   deepnorm_beta: float = 0.0  # (placement.deepnorm_role_constants).
@@ -65,7 +70,8 @@ class ModelConfig:
   # arXiv 2408.00118).
   final_logit_softcap: float = 0.0  # The same on the output logits (Gemma 2: 30).
   sliding_window: int = 0  # W: a query at t sees keys t-W < s <= t in 'local' layers
-  # (Beltagy et al., arXiv 2004.05150; Gemma 2: 4096); 0 = off.
+  # (Beltagy et al., arXiv 2004.05150; Gemma 2: 4096); 0 = off; -1 = half the run's
+  # sequence length (data.seq_len, overrides included), at most 4096 (SEQUENCE_WINDOW).
   attention_pattern: str = "global"  # Comma-separated cycle of global | local over the
   # layers (layer l: word l mod n); Gemma 2 "local,global".
   norm_unit_offset: bool = False  # Norm gains applied as 1 + w, w init 0 (Gemma's RMSNorm).
@@ -113,7 +119,9 @@ class ModelConfig:
     errors.check_range(
         "model.attention_dropout_rate", self.attention_dropout_rate, low=0.0, high=1.0, high_open=True)
     errors.check_range("model.norm_eps", self.norm_eps, low=0.0, low_open=True)
-    errors.check_choice("model.qk_norm", self.qk_norm, (False, True))
+    errors.check_choice("model.qk_norm", self.qk_norm, (None, False, True))
+    if self.qk_norm is None:  # (True where the placement has no QK-norm of its own)
+      object.__setattr__(self, "qk_norm", not placement.own_qk_norm(self))
     errors.check_choice("model.scale_embeddings", self.scale_embeddings, (False, True))
     errors.check_choice("model.embed_norm", self.embed_norm, (False, True))
     errors.check_range("model.mix_post_fraction", self.mix_post_fraction, low=0.0, high=1.0)
@@ -133,8 +141,9 @@ class ModelConfig:
     errors.check_range("model.rope_theta", self.rope_theta, low=0.0, low_open=True)
     errors.check_choice("model.gated_ffn", self.gated_ffn, (False, True))
     errors.check_choice("model.norm_unit_offset", self.norm_unit_offset, (False, True))
-    for key in ("num_kv_heads", "head_dim", "sliding_window"):
+    for key in ("num_kv_heads", "head_dim"):
       errors.check_int(f"model.{key}", getattr(self, key), low=0)
+    errors.check_int("model.sliding_window", self.sliding_window, low=SEQUENCE_WINDOW)
     for key in ("query_scale", "attn_logit_softcap", "final_logit_softcap"):
       # (bounded so that the float32 logits stay finite: c·tanh(z/c) at c = inf is NaN)
       errors.check_range(f"model.{key}", getattr(self, key), low=0.0, high=1e4)
@@ -150,7 +159,7 @@ class ModelConfig:
     pattern = self.attention_pattern.split(",")
     for word in pattern:
       errors.check_choice("model.attention_pattern", word, ATTENTION_KINDS)
-    if ("local" in pattern) != (self.sliding_window > 0):
+    if ("local" in pattern) != (self.sliding_window != 0):
       raise errors.ConfigError(
           f"model.attention_pattern={self.attention_pattern!r} with model.sliding_window="
           f"{self.sliding_window}: local layers need a window > 0, and a window a local layer")
@@ -162,8 +171,19 @@ class ModelConfig:
       raise errors.ConfigError("model.norm_unit_offset=True needs a per-dimension gain: "
                                "model.norm_kind 'layernorm' or 'rmsnorm', not 'scalenorm'")
 
+  def for_length(self, length: int) -> "ModelConfig":
+    """This config for a run of sequences of `length` tokens: a sliding_window of -1
+    (SEQUENCE_WINDOW) resolved to half of `length`, at least 1 and at most 4096."""
+    if self.sliding_window != SEQUENCE_WINDOW:
+      return self
+    window = max(1, min(MAX_SEQUENCE_WINDOW, length // 2))
+    return dataclasses.replace(self, sliding_window=window)
+
   def layer_windows(self) -> list[int]:
     """Each layer's sliding window W (0 = global): `attention_pattern` cycled over layers."""
+    if self.sliding_window == SEQUENCE_WINDOW:
+      raise ValueError("model.sliding_window=-1 is resolved with the run's sequence length: "
+                       "ModelConfig.for_length first")
     pattern = self.attention_pattern.split(",")
     return [self.sliding_window if pattern[i % len(pattern)] == "local" else 0
             for i in range(self.num_layers)]

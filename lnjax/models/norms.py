@@ -3,7 +3,15 @@
 Statistics are computed in float32 whatever the compute dtype, and LayerNorm's variance
 in two passes (mean first, then the mean square of the centred input): the one-pass
 E[x²] - E[x]² form loses precision and, on XLA:CPU, is also slower here.
+
+Each norm states the Jacobian reference that `lnjax analyze` sets beside its measured
+‖J(x)‖₂ (analysis/probes.py, ln_jacobians): d^radius_power/‖x − μ‖, the unit-gain norm's
+‖J‖₂ (its output on the sphere of radius d^radius_power), μ the mean of x if `centred`, else
+0. A point-wise norm (DyT, Derf) has no such form: it states LayerNorm's, the norm it
+stands in for, and its own ‖J‖₂ is measured beside that.
 """
+
+from typing import ClassVar
 
 import flax.linen as nn
 import jax
@@ -23,6 +31,9 @@ def gain(module: nn.Module, d: int, unit_offset: bool):
 
 class LayerNorm(nn.Module):
   """LN(x) = (x - μ) / √(σ² + ε) ⊙ γ + β  (Ba et al., 2016)."""
+
+  centred: ClassVar[bool] = True  # ‖J‖₂ = √d/‖x − μ‖ (Xiong et al. 2020, §3.3)
+  radius_power: ClassVar[float] = 0.5
 
   eps: float = 1e-5
   dtype: jnp.dtype = jnp.float32
@@ -45,6 +56,9 @@ class RMSNorm(nn.Module):
   """RMSNorm(x) = x / √(mean(x²) + ε) ⊙ g  (Zhang & Sennrich, arXiv 1910.07467): no bias.
   With `unit_offset`, g = 1 + w (Gemma's)."""
 
+  centred: ClassVar[bool] = False  # J = (√d/‖x‖)(I − x̂x̂ᵀ): no mean taken off
+  radius_power: ClassVar[float] = 0.5
+
   eps: float = 1e-6
   dtype: jnp.dtype = jnp.float32
   unit_offset: bool = False  # g applied as 1 + w (`gain`).
@@ -61,6 +75,9 @@ class RMSNorm(nn.Module):
 class ScaleNorm(nn.Module):
   """ScaleNorm(x) = g · x / max(‖x‖, ε)  (Nguyen & Salazar, arXiv 1910.05895): one scalar
   gain g, initialized to √D (so that the output has ‖y‖²/D = 1 at init, as LN's)."""
+
+  centred: ClassVar[bool] = False  # J = (g/‖x‖)(I − x̂x̂ᵀ), g = √d at init
+  radius_power: ClassVar[float] = 0.5
 
   eps: float = 1e-5
   dtype: jnp.dtype = jnp.float32
@@ -90,6 +107,9 @@ class DyT(nn.Module):
   for its LLaMA models smaller and width-dependent, larger on the attention block's DyT
   than on the others), γ init 1 and β init 0 per dimension."""
 
+  centred: ClassVar[bool] = True  # Point-wise: LayerNorm's reference (module docstring).
+  radius_power: ClassVar[float] = 0.5
+
   alpha_init: float = 0.5
   dtype: jnp.dtype = jnp.float32
   unit_offset: bool = False  # γ applied as 1 + w (`gain`).
@@ -104,6 +124,9 @@ class Derf(nn.Module):
   eq. 10; zlab-princeton/Derf's Dynamic_erf): DyT's successor, no statistics; α and the
   shift s one learned scalar each, init `alpha_init` (the code's default 0.5; its GPT-2
   runs 1.0) and 0; γ init 1 and β init 0 per dimension."""
+
+  centred: ClassVar[bool] = True  # As DyT's: LayerNorm's reference.
+  radius_power: ClassVar[float] = 0.5
 
   alpha_init: float = 0.5
   dtype: jnp.dtype = jnp.float32
@@ -125,6 +148,9 @@ def unit(x, axis: int = -1):
 class Unit(nn.Module):
   """`unit` as a module without parameters, along the last axis: nGPT's Norm where it
   normalizes the residual stream, q and k, so that the analysis finds it as a norm."""
+
+  centred: ClassVar[bool] = False  # J = (I − x̂x̂ᵀ)/‖x‖: the unit sphere, no √d
+  radius_power: ClassVar[float] = 0.0
 
   @nn.compact
   def __call__(self, x):

@@ -253,13 +253,18 @@ def sublayer_options(cfg) -> tuple[dict, dict]:
   return attention, mlp
 
 
+def own_qk_norm(cfg) -> list[str]:
+  """The placements of `cfg` (its stacks' included) that normalize q and k their own way."""
+  positions = {cfg.norm_position, cfg.encoder_norm_position, cfg.decoder_norm_position}
+  return sorted(positions & set(OWN_QK_NORM))
+
+
 def check_options(cfg):
   """Refuses what contradicts a placement (ModelConfig's check): a second QK-norm, nGPT in
   an encoder-decoder stack."""
-  positions = {cfg.norm_position, cfg.encoder_norm_position, cfg.decoder_norm_position}
-  own_qk_norm = sorted(positions & set(OWN_QK_NORM))
-  if cfg.qk_norm and own_qk_norm:
-    raise errors.ConfigError(f"model.qk_norm=True with norm_position={own_qk_norm[0]!r}, which "
+  own = own_qk_norm(cfg)
+  if cfg.qk_norm and own:
+    raise errors.ConfigError(f"model.qk_norm=True with norm_position={own[0]!r}, which "
                              "normalizes q and k its own way: set model.qk_norm=False")
   for which in ("encoder", "decoder"):
     check_stack(getattr(cfg, f"{which}_norm_position"), which)

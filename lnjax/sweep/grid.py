@@ -25,8 +25,9 @@ def parse(text: str, base) -> list[dict]:
     key, sep, values = item.partition("=")
     if not sep or not key or not values or "" in values.split(","):
       raise errors.ConfigError(f"--grid item {item!r} must be KEY=VALUE[,VALUE...]")
-    current = _setting(base, key)
-    axes.append(sweep_lib.axis(key, [_value(key, v, current) for v in values.split(",")]))
+    current, kind = _setting(base, key)
+    axes.append(sweep_lib.axis(key, [_value(key, v, current, kind)
+                                     for v in values.split(",")]))
   if not axes:
     raise errors.ConfigError("--grid is empty; give KEY=VALUE[,VALUE...] items")
   return sweep_lib.product(*axes)
@@ -46,36 +47,37 @@ def runs(config_arg: str, text: str, fixed: dict | None = None) -> list[sweep_li
   return out
 
 
-def _setting(config, key: str):
-  node = config
+def _setting(config, key: str) -> tuple:
+  """(the key's value, its type: a None's placeholder type, e.g. model.qk_norm's bool)."""
+  node, kind = config, None
   for part in key.split("."):
     if not hasattr(node, "keys") or part not in node.keys():
       raise errors.ConfigError(f"--grid: unknown config key {key}")
-    node = node[part]
+    node, kind = node[part], node.get_type(part)
   if hasattr(node, "keys"):
     raise errors.ConfigError(f"--grid: {key} is a section; give one of its keys")
-  return node
+  return node, kind
 
 
-def _value(key: str, text: str, current):
-  """`text` as the type of the key's current value (a None key: int, float or text)."""
+def _value(key: str, text: str, current, kind: type):
+  """`text` as the key's type (a None key without one: int, float or text)."""
   try:
-    if isinstance(current, bool):
+    if issubclass(kind, bool):
       return _BOOLS[text.lower()]
-    if isinstance(current, int):
+    if issubclass(kind, int):
       return int(text)
-    if isinstance(current, float):
+    if issubclass(kind, float):
       return float(text)
-    if isinstance(current, (tuple, list)):
+    if issubclass(kind, (tuple, list)):
       raise errors.ConfigError(f"--grid: {key} is a tuple; sweep it with get_sweep in a "
                                "config file")
-    if current is None:
-      for kind in (int, float):
+    if current is None and not issubclass(kind, str):
+      for cast in (int, float):
         try:
-          return kind(text)
+          return cast(text)
         except ValueError:
           pass
     return text
   except (ValueError, KeyError):
-    raise errors.ConfigError(f"--grid: {key}={text!r} is not a {type(current).__name__} "
+    raise errors.ConfigError(f"--grid: {key}={text!r} is not a {kind.__name__} "
                              f"(the config has {current!r})") from None

@@ -157,6 +157,10 @@ GLUE = Task(
     evaluators=(dev_scores,),
     best_metric="eval_accuracy",
     init_params=init_params,
+    # configs/glue.py's finetune section: seeds of runs from a pre-trained BERT run.
+    command_sections={"finetune": "this config's finetune section is lnjax finetune's, which "
+                      "makes one run per seed from a pre-trained BERT run: run "
+                      "`lnjax finetune --config=...` (lnjax.cli.finetune)"},
 )
 
 TASKS = (GLUE,)
