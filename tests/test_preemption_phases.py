@@ -252,7 +252,7 @@ def test_a_stop_while_xla_compiles_a_later_step_keeps_the_last_checkpoint(tmp_pa
   would, the lock aside: that a relaunch then resumes to an uninterrupted run's records is
   test_reliability.py's.)"""
   # 8 unrolled layers: the train step takes XLA ~7 s of CPU to compile at the tests'
-  # optimisation level (2026-12-05, 2-core machine), well past the 2 s grace; the 24-layer
+  # optimisation level (2026-12-06, 2-core machine), well past the 2 s grace; the 24-layer
   # forward pass of a log step (health statistics) took ~6 s, after a 35 s train step.
   deep = ["--config=configs/lm.py:smoke", "--config.mesh.data=1",
           "--config.model.num_layers=8", "--config.train.num_steps=5",
