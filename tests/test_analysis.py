@@ -44,16 +44,22 @@ def test_main_path_norms_follow_lemmas_1_and_2():
   assert pre[-1] > 4 * pre[0]
 
 
-def _smoke_run(tmp_path_factory, name: str, opt: dict | None = None, train_: dict | None = None,
-               **model) -> str:
+def _smoke_config(**model):
+  """The smoke LM on one device, with `model`'s overrides."""
   from lnjax.configs import common as config_lib
-  from lnjax import tasks
-  from lnjax.core import train
   c = config_lib.lm_config()
   config_lib.apply_smoke(c)
   c.mesh.data = 1
-  c.train.num_steps = 10
   c.model.update(model)
+  return c
+
+
+def _smoke_run(tmp_path_factory, name: str, opt: dict | None = None, train_: dict | None = None,
+               **model) -> str:
+  from lnjax import tasks
+  from lnjax.core import train
+  c = _smoke_config(**model)
+  c.train.num_steps = 10
   c.opt.update(opt or {})
   c.train.update(train_ or {})
   wd = str(tmp_path_factory.mktemp("analysis") / name)
@@ -65,13 +71,9 @@ def _config_only_run(tmp_path_factory, name: str, **model) -> str:
   """The smoke LM's workdir as training writes it before its first step: config.json, the
   resolved config of the run built from it (lnjax/core/train.py), all that the analysis
   at init reads; no step trained."""
-  from lnjax.configs import common as config_lib
   from lnjax import tasks
   from lnjax.core import build, checkpoint
-  c = config_lib.lm_config()
-  config_lib.apply_smoke(c)
-  c.mesh.data = 1
-  c.model.update(model)
+  c = _smoke_config(**model)
   wd = str(tmp_path_factory.mktemp("analysis") / name)
   os.makedirs(wd)
   checkpoint.save_config(wd, build.build(c, build.one_device_mesh(), tasks=tasks.get).config)
