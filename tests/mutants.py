@@ -1009,6 +1009,12 @@ MUTANTS = [
       ("tests/test_reliability4.py::test_the_fine_tuning_config_outside_its_driver_names_the_driver",),
       "`lnjax train --config=configs/glue.py` says 'unknown config key finetune', not to use "
       "`lnjax finetune`"),
+    # ---- A sweep's runs refused before any starts; honest config resolution.
+    M("run_autogroup_left_at_nice_0", "lnjax/sweep/priority.py",
+      "  if niceness > 0:\n    try:", "  if False:\n    try:",
+      ("tests/test_sweep.py::test_a_run_starts_on_its_slots_cores_in_its_own_session_at_the_launchers_niceness",),
+      "a `nice -n 19` launcher's local runs lead sessions whose autogroups stay at nice 0, "
+      "weighing as much as the user's shell"),
 ]
 
 
