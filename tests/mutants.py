@@ -1015,6 +1015,12 @@ MUTANTS = [
       ("tests/test_sweep.py::test_a_run_starts_on_its_slots_cores_in_its_own_session_at_the_launchers_niceness",),
       "a `nice -n 19` launcher's local runs lead sessions whose autogroups stay at nice 0, "
       "weighing as much as the user's shell"),
+    M("window_refusal_predates_the_sentinel", "lnjax/models/config.py",
+      'f"{where}0 (none): local layers need a window; give {WINDOWS}"',
+      'f"{where}0: local layers need a window > 0"',
+      ("tests/test_block_options.py::test_bad_block_options_are_one_line_config_errors",),
+      "a local layer without a window is refused as needing a window > 0: the line hides "
+      "model.sliding_window=-1 (half the run's sequence length)"),
 ]
 
 

@@ -22,6 +22,9 @@ REMAT_POLICIES = ("none", "nothing_saveable", "dots_saveable", "dots_with_no_bat
 # MAX_SEQUENCE_WINDOW (Gemma 2's 4096 of 8192), resolved with the run (`for_length`).
 SEQUENCE_WINDOW = -1
 MAX_SEQUENCE_WINDOW = 4096
+# The windows a local layer takes, as the refusals of model.sliding_window name them.
+WINDOWS = (f"a width W > 0, or -1 for automatic (half the run's final sequence length, at "
+           f"most {MAX_SEQUENCE_WINDOW})")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,7 +146,11 @@ class ModelConfig:
     errors.check_choice("model.norm_unit_offset", self.norm_unit_offset, (False, True))
     for key in ("num_kv_heads", "head_dim"):
       errors.check_int(f"model.{key}", getattr(self, key), low=0)
-    errors.check_int("model.sliding_window", self.sliding_window, low=SEQUENCE_WINDOW)
+    try:
+      errors.check_int("model.sliding_window", self.sliding_window, low=SEQUENCE_WINDOW)
+    except errors.ConfigError:
+      raise errors.ConfigError(f"model.sliding_window={self.sliding_window!r} is invalid: "
+                               f"give {WINDOWS}; or 0 for none") from None
     for key in ("query_scale", "attn_logit_softcap", "final_logit_softcap"):
       # (bounded so that the float32 logits stay finite: c·tanh(z/c) at c = inf is NaN)
       errors.check_range(f"model.{key}", getattr(self, key), low=0.0, high=1e4)
@@ -159,10 +166,13 @@ class ModelConfig:
     pattern = self.attention_pattern.split(",")
     for word in pattern:
       errors.check_choice("model.attention_pattern", word, ATTENTION_KINDS)
-    if ("local" in pattern) != (self.sliding_window != 0):
-      raise errors.ConfigError(
-          f"model.attention_pattern={self.attention_pattern!r} with model.sliding_window="
-          f"{self.sliding_window}: local layers need a window > 0, and a window a local layer")
+    where = f"model.attention_pattern={self.attention_pattern!r} with model.sliding_window="
+    if "local" in pattern and not self.sliding_window:
+      raise errors.ConfigError(f"{where}0 (none): local layers need a window; give {WINDOWS}")
+    if "local" not in pattern and self.sliding_window:
+      raise errors.ConfigError(f"{where}{self.sliding_window}: no layer is local to take the "
+                               "window; add local to the pattern, or set model.sliding_window=0 "
+                               "(none)")
     if self.attn_logit_softcap and self.attention_impl in ("xla", "cudnn"):
       raise errors.ConfigError(f"model.attention_impl={self.attention_impl!r} has no attention-"
                                "logit soft-cap: set model.attn_logit_softcap=0 or "
