@@ -975,7 +975,7 @@ MUTANTS = [
       "family=gemma2's W fixed from the preset's seq_len: a --config.data.seq_len=16 override "
       "keeps W 16, the whole sequence"),
     M("sequence_window_left_unresolved", "lnjax/core/run.py",
-      "return dataclasses.replace(run, model=run.model.for_length(length))", "return run",
+      "model=run.model.for_placement().for_length(length))", "model=run.model.for_placement())",
       ("tests/test_configs.py::test_gemma2s_window_follows_the_final_seq_len",),
       "model.sliding_window=-1 reaches the model unresolved"),
     M("sequence_window_uncapped", "lnjax/models/config.py",
@@ -989,8 +989,8 @@ MUTANTS = [
       "family=qwen3's QK-norm fixed by the norm= preset: a grid's model.norm_position=olmo2 "
       "(ngpt, hybridnorm) keeps it on, and each such run is refused"),
     M("unset_qk_norm_always_on", "lnjax/models/config.py",
-      'object.__setattr__(self, "qk_norm", not placement.own_qk_norm(self))',
-      'object.__setattr__(self, "qk_norm", True)',
+      "return dataclasses.replace(self, qk_norm=not placement.own_qk_norm(self))",
+      "return dataclasses.replace(self, qk_norm=True)",
       ("tests/test_sweep_grid.py::test_a_placement_swept_by_key_resolves_as_its_norm_preset",),
       "model.qk_norm=None turns QK-norm on under a placement with its own, which refuses it"),
     M("grid_reads_a_placeholders_values_as_text", "lnjax/sweep/grid.py",
@@ -1021,6 +1021,16 @@ MUTANTS = [
       ("tests/test_block_options.py::test_bad_block_options_are_one_line_config_errors",),
       "a local layer without a window is refused as needing a window > 0: the line hides "
       "model.sliding_window=-1 (half the run's sequence length)"),
+    M("unset_qk_norm_left_unresolved", "lnjax/core/run.py",
+      "model=run.model.for_placement().for_length(length))",
+      "model=run.model.for_length(length))",
+      ("tests/test_sweep_grid.py::test_a_placement_swept_by_key_resolves_as_its_norm_preset",),
+      "family=qwen3's model.qk_norm=None reaches the model unresolved: Qwen3 without QK-norm"),
+    M("unresolved_qk_norm_built_as_off", "lnjax/models/placement.py",
+      "  if cfg.qk_norm is None:\n    raise ValueError(", "  if False:\n    raise ValueError(",
+      ("tests/test_configs.py::test_an_unset_qk_norm_is_resolved_with_the_run_and_the_config_stays_frozen",),
+      "a model built from a config whose qk_norm=None was never resolved has no QK-norm, "
+      "without a word"),
 ]
 
 

@@ -44,7 +44,8 @@ class ModelConfig:
   norm_eps: float = 1e-5  # ε inside the norm's square root.
   qk_norm: bool | None = False  # A norm of norm_kind on each head's q and k (ViT-22B, arXiv
   # 2302.05442; Qwen3's RMSNorm). None: on unless the placement normalizes q and k its own
-  # way (OWN_QK_NORM), resolved here from the final norm_position (configs/llama.py's qwen3).
+  # way (OWN_QK_NORM), resolved with the run from the final norm_position (`for_placement`;
+  # configs/llama.py's qwen3).
   mix_post_fraction: float = 0.25  # Mix-LN: α; the first ⌊αL⌋ layers are Post-LN.
   deepnorm_alpha: float = 0.0  # DeepNorm's α and β; 0 = the paper's for the depth
   deepnorm_beta: float = 0.0  # (placement.deepnorm_role_constants).
@@ -123,8 +124,6 @@ class ModelConfig:
         "model.attention_dropout_rate", self.attention_dropout_rate, low=0.0, high=1.0, high_open=True)
     errors.check_range("model.norm_eps", self.norm_eps, low=0.0, low_open=True)
     errors.check_choice("model.qk_norm", self.qk_norm, (None, False, True))
-    if self.qk_norm is None:  # (True where the placement has no QK-norm of its own)
-      object.__setattr__(self, "qk_norm", not placement.own_qk_norm(self))
     errors.check_choice("model.scale_embeddings", self.scale_embeddings, (False, True))
     errors.check_choice("model.embed_norm", self.embed_norm, (False, True))
     errors.check_range("model.mix_post_fraction", self.mix_post_fraction, low=0.0, high=1.0)
@@ -180,6 +179,13 @@ class ModelConfig:
     if self.norm_unit_offset and self.norm_kind == "scalenorm":
       raise errors.ConfigError("model.norm_unit_offset=True needs a per-dimension gain: "
                                "model.norm_kind 'layernorm' or 'rmsnorm', not 'scalenorm'")
+
+  def for_placement(self) -> "ModelConfig":
+    """This config with a qk_norm of None resolved from its final placements: on unless one
+    of them normalizes q and k its own way (OWN_QK_NORM)."""
+    if self.qk_norm is not None:
+      return self
+    return dataclasses.replace(self, qk_norm=not placement.own_qk_norm(self))
 
   def for_length(self, length: int) -> "ModelConfig":
     """This config for a run of sequences of `length` tokens: a sliding_window of -1
