@@ -1031,6 +1031,15 @@ MUTANTS = [
       ("tests/test_configs.py::test_an_unset_qk_norm_is_resolved_with_the_run_and_the_config_stays_frozen",),
       "a model built from a config whose qk_norm=None was never resolved has no QK-norm, "
       "without a word"),
+    M("sweep_runs_configs_left_unresolved", "lnjax/cli/sweep.py",
+      "    preflight.resolve(runs)  # Before anything is queued or listed.\n", "",
+      ("tests/test_sweep_grid.py::test_a_sweep_with_a_run_lnjax_main_would_refuse_is_refused_before_any_run",),
+      "--dry_run lists a run that lnjax.main will refuse, and the launch starts the others "
+      "before it fails"),
+    M("preflight_passes_a_refused_run", "lnjax/sweep/preflight.py",
+      "      refused.append((run.name, e))", "      pass",
+      ("tests/test_sweep_grid.py::test_the_preflight_resolves_each_runs_config_and_names_the_first_refused",),
+      "the pre-flight lets through a run whose config lnjax.main refuses"),
 ]
 
 
