@@ -7,6 +7,7 @@ on stderr), 3 diverged (a NaN/Inf loss, or one above train.divergence_factor × 
 stopped by SIGTERM after saving a checkpoint.
 """
 
+import gc
 import os
 import re
 import sys
@@ -105,6 +106,7 @@ def main(argv):
   from lnjax import tasks
   from lnjax.core import preemption, train  # Imported late: JAX starts after flags.
   from lnjax.inference import predict
+  cli.freeze_imports()
   try:
     if _MODE.value == "predict":
       result = predict.predict(_WORKDIR.value, _SPLIT.value, _CHECKPOINT.value,
@@ -191,4 +193,5 @@ def print_summary(s: dict) -> None:
 
 
 if __name__ == "__main__":
+  gc.disable()  # While the flags' config file and main() import jax, flax...: cli.freeze_imports.
   app.run(main, flags_parser=_parse_flags)

@@ -13,6 +13,7 @@ goes to `subprocess` unchanged. LNJAX_TEST_FORK=0 sends everything there.
 """
 
 import atexit
+import gc
 import io
 import json
 import os
@@ -77,6 +78,8 @@ def serve(path: str) -> None:
   before = dict(os.environ)
   for name in PRELOAD:
     __import__(name)
+  gc.freeze()  # The imports' objects: no child's collection walks them again (and their pages
+  # stay shared with it: the gc module's advice before a fork).
   # jax's import sets TF_CPP_MIN_LOG_LEVEL=1 where unset: the clients compare their
   # environment with the server's as it was after these imports (written before the socket).
   _imported_env.update({k: v for k, v in os.environ.items() if before.get(k) != v})

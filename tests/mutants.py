@@ -371,8 +371,8 @@ MUTANTS = [
       ("tests/test_train.py::test_logged_train_loss_is_the_mean_of_the_windows_step_losses",),
       "the logged train_* means divide each window's sum by one step too many"),
     M("lm_train_split_ignores_text_field", "lnjax/data/pipeline.py",
-      'train_docs = source.texts("train", cfg.text_field)',
-      'train_docs = source.texts("train")',
+      "docs = functools.cache(lambda split: source.texts(split, cfg.text_field))",
+      "docs = functools.cache(lambda split: source.texts(split))",
       ("tests/test_sources.py::test_lm_splits_read_the_named_text_field",),
       "a tfds:/hf: language model trains on the 'text' feature whatever data.text_field names"),
     M("translations_in_length_order", "lnjax/inference/evaluate.py",
@@ -975,7 +975,7 @@ MUTANTS = [
       "family=gemma2's W fixed from the preset's seq_len: a --config.data.seq_len=16 override "
       "keeps W 16, the whole sequence"),
     M("sequence_window_left_unresolved", "lnjax/core/run.py",
-      "return dataclasses.replace(run, model=run.model.for_length(length))", "return run",
+      "model=run.model.for_placement().for_length(length))", "model=run.model.for_placement())",
       ("tests/test_configs.py::test_gemma2s_window_follows_the_final_seq_len",),
       "model.sliding_window=-1 reaches the model unresolved"),
     M("sequence_window_uncapped", "lnjax/models/config.py",
@@ -989,8 +989,8 @@ MUTANTS = [
       "family=qwen3's QK-norm fixed by the norm= preset: a grid's model.norm_position=olmo2 "
       "(ngpt, hybridnorm) keeps it on, and each such run is refused"),
     M("unset_qk_norm_always_on", "lnjax/models/config.py",
-      'object.__setattr__(self, "qk_norm", not placement.own_qk_norm(self))',
-      'object.__setattr__(self, "qk_norm", True)',
+      "return dataclasses.replace(self, qk_norm=not placement.own_qk_norm(self))",
+      "return dataclasses.replace(self, qk_norm=True)",
       ("tests/test_sweep_grid.py::test_a_placement_swept_by_key_resolves_as_its_norm_preset",),
       "model.qk_norm=None turns QK-norm on under a placement with its own, which refuses it"),
     M("grid_reads_a_placeholders_values_as_text", "lnjax/sweep/grid.py",
@@ -1009,6 +1009,37 @@ MUTANTS = [
       ("tests/test_reliability4.py::test_the_fine_tuning_config_outside_its_driver_names_the_driver",),
       "`lnjax train --config=configs/glue.py` says 'unknown config key finetune', not to use "
       "`lnjax finetune`"),
+    # ---- A sweep's runs refused before any starts; honest config resolution.
+    M("run_autogroup_left_at_nice_0", "lnjax/sweep/priority.py",
+      "  if niceness > 0:\n    try:", "  if False:\n    try:",
+      ("tests/test_sweep.py::test_a_run_starts_on_its_slots_cores_in_its_own_session_at_the_launchers_niceness",),
+      "a `nice -n 19` launcher's local runs lead sessions whose autogroups stay at nice 0, "
+      "weighing as much as the user's shell"),
+    M("window_refusal_predates_the_sentinel", "lnjax/models/config.py",
+      'f"{where}0 (none): local layers need a window; give {WINDOWS}"',
+      'f"{where}0: local layers need a window > 0"',
+      ("tests/test_block_options.py::test_bad_block_options_are_one_line_config_errors",),
+      "a local layer without a window is refused as needing a window > 0: the line hides "
+      "model.sliding_window=-1 (half the run's sequence length)"),
+    M("unset_qk_norm_left_unresolved", "lnjax/core/run.py",
+      "model=run.model.for_placement().for_length(length))",
+      "model=run.model.for_length(length))",
+      ("tests/test_sweep_grid.py::test_a_placement_swept_by_key_resolves_as_its_norm_preset",),
+      "family=qwen3's model.qk_norm=None reaches the model unresolved: Qwen3 without QK-norm"),
+    M("unresolved_qk_norm_built_as_off", "lnjax/models/placement.py",
+      "  if cfg.qk_norm is None:\n    raise ValueError(", "  if False:\n    raise ValueError(",
+      ("tests/test_configs.py::test_an_unset_qk_norm_is_resolved_with_the_run_and_the_config_stays_frozen",),
+      "a model built from a config whose qk_norm=None was never resolved has no QK-norm, "
+      "without a word"),
+    M("sweep_runs_configs_left_unresolved", "lnjax/cli/sweep.py",
+      "    preflight.resolve(runs)  # Before anything is queued or listed.\n", "",
+      ("tests/test_sweep_grid.py::test_a_sweep_with_a_run_lnjax_main_would_refuse_is_refused_before_any_run",),
+      "--dry_run lists a run that lnjax.main will refuse, and the launch starts the others "
+      "before it fails"),
+    M("preflight_passes_a_refused_run", "lnjax/sweep/preflight.py",
+      "      refused.append((run.name, e))", "      pass",
+      ("tests/test_sweep_grid.py::test_the_preflight_resolves_each_runs_config_and_names_the_first_refused",),
+      "the pre-flight lets through a run whose config lnjax.main refuses"),
 ]
 
 

@@ -69,6 +69,17 @@ def test_masking_rates_and_special_tokens():
     np.testing.assert_array_equal(batch[key], again[key])
 
 
+def test_the_vocabulary_is_made_again_without_reading_the_corpus(monkeypatch):
+  """Once its tokenizer is cached (a char tokenizer's characters in the file beside the
+  LM's tokens), the masked LM's vocabulary reads no document of the corpus again."""
+  from lnjax.data import builders
+
+  cfg = mlm.MLMDataConfig(tokenizer="char")
+  first = mlm.make_vocab(cfg)
+  monkeypatch.setattr(builders, "load_split_texts", lambda *a: pytest.fail("read again"))
+  assert mlm.make_vocab(cfg).tokenizer.chars == first.tokenizer.chars
+
+
 def test_packing_lengths_segments_and_separators():
   vocab = char_vocab()
   rng = np.random.default_rng(0)

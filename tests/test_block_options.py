@@ -244,11 +244,18 @@ def test_gated_ffn_by_hand(activation, act_of_1, act_of_minus_1):
     (dict(num_kv_heads=3), "model.num_heads=4 must be a multiple of model.num_kv_heads=3"),
     (dict(num_kv_heads=-1), "model.num_kv_heads=-1 is invalid: must be an integer >= 0"),
     (dict(pos_emb="rope", head_dim=5), "model.pos_emb='rope' needs an even head width"),
-    (dict(attention_pattern="local"), "local layers need a window > 0"),
-    (dict(sliding_window=4), "local layers need a window > 0, and a window a local layer"),
+    # What model.sliding_window takes, -1 and 0 with their meanings (WINDOWS).
+    (dict(attention_pattern="local"), "model.attention_pattern='local' with "
+     "model.sliding_window=0 (none): local layers need a window; give a width W > 0, or -1 "
+     "for automatic (half the run's final sequence length, at most 4096)"),
+    (dict(sliding_window=4), "model.attention_pattern='global' with model.sliding_window=4: "
+     "no layer is local to take the window; add local to the pattern, or set "
+     "model.sliding_window=0 (none)"),
     (dict(attention_pattern="global,sliding", sliding_window=4),
      "model.attention_pattern='sliding' is not one of: global, local"),
-    (dict(sliding_window=-2, attention_pattern="local"), "model.sliding_window=-2"),
+    (dict(sliding_window=-2, attention_pattern="local"), "model.sliding_window=-2 is invalid: "
+     "give a width W > 0, or -1 for automatic (half the run's final sequence length, at most "
+     "4096); or 0 for none"),
     (dict(attn_logit_softcap=30.0, attention_impl="xla"), "has no attention-logit soft-cap"),
     (dict(norm_unit_offset=True, norm_kind="scalenorm"), "needs a per-dimension gain"),
     (dict(query_scale=-1.0), "model.query_scale=-1.0 must be a number in [0.0, 10000.0]"),

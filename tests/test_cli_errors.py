@@ -114,3 +114,19 @@ def test_an_unknown_config_key_or_preset(tmp_path):
     if not takes_config:
       cases.append(([m, *args, f"--config={bad}"], "config"))
   assert not _run_all(cases, tmp_path)
+
+
+def test_a_command_leaves_its_imports_out_of_the_garbage_collections():
+  """lnjax.main turns collection off while it imports and, once it has, freezes what is
+  alive (cli.freeze_imports) and turns it back on: later collections and the teardown no
+  longer walk every imported module's objects."""
+  import gc
+  from lnjax import cli
+
+  gc.disable()
+  try:
+    cli.freeze_imports()
+    assert gc.isenabled() and gc.get_freeze_count() > 0
+  finally:
+    gc.unfreeze()
+    gc.enable()

@@ -290,7 +290,7 @@ def test_the_preflight_compiles_the_grids_largest_run():
 @pytest.mark.slow  # Two sweep command lines, one compile that runs out of memory.
 def test_a_sweep_whose_largest_run_cannot_fit_is_refused_before_anything_is_queued(tmp_path):
   base = [sys.executable, "-m", "lnjax.cli.sweep", "--config=lm:smoke",
-          f"--workdir={tmp_path / 'sweep'}", "--grid=model.d_model=64,16384", "--dry_run",
+          f"--workdir={tmp_path / 'sweep'}", "--grid=model.d_model=128,16384", "--dry_run",
           "--topology=v5e-4", "--config.model.vocab_size=512", "--config.model.num_layers=1",
           "--config.model.d_ff=16384", "--config.model.num_heads=128", "--config.mesh.data=4"]
   refused = forkserver.run(base, capture_output=True, text=True, cwd=REPO, timeout=600)

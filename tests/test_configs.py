@@ -182,6 +182,23 @@ def test_gemma2s_window_follows_the_final_seq_len():
     ModelConfig(sliding_window=-1, attention_pattern="local").layer_windows()
 
 
+def test_an_unset_qk_norm_is_resolved_with_the_run_and_the_config_stays_frozen():
+  """model.qk_norm=None (family=qwen3's) stays None in the frozen ModelConfig, no field
+  changed behind its back, and is resolved where the run's other derived fields are
+  (`for_placement`, called by resolve_config): on unless a placement of the model
+  normalizes q and k its own way. A model built from it unresolved is refused, never built
+  silently without its QK-norm."""
+  from lnjax.models import ModelConfig, placement
+  assert ModelConfig(qk_norm=None).qk_norm is None
+  for position, on in (("pre", True), ("sandwich", True), ("olmo2", False), ("ngpt", False),
+                       ("hybridnorm", False)):
+    assert ModelConfig(qk_norm=None, norm_position=position).for_placement().qk_norm is on
+  assert ModelConfig(qk_norm=None, decoder_norm_position="olmo2").for_placement().qk_norm is False
+  assert ModelConfig(qk_norm=False).for_placement().qk_norm is False  # Set by hand: kept.
+  with pytest.raises(ValueError, match="for_placement first"):
+    placement.sublayer_options(ModelConfig(qk_norm=None))
+
+
 def test_llama_shapes_have_the_published_parameter_counts():
   """size=1b and size=7b build Llama 3.2 1B and Llama 2 7B: 1,235,814,400 and
   6,738,415,616 parameters, the counts transformers gives for meta-llama/Llama-3.2-1B and

@@ -170,6 +170,35 @@ def test_char_tokenizer_roundtrip(shakespeare):
   assert tok.decode(np.array([0, *tok.encode("hi"), 0])) == "hi"
 
 
+def test_char_tokenizer_cached_in_its_chars_file(tmp_path):
+  """With a chars_file, the characters are kept there and the text is not asked for again;
+  another file (another corpus, split or text field) gets the characters of its own text."""
+  asked = []
+
+  def text(t):
+    return lambda: asked.append(t) or t
+  first = tokenizers.make_tokenizer("char", "x", 0, text("b\u00e9a\n"), None,
+                                    chars_file=tmp_path / "one.txt")
+  again = tokenizers.make_tokenizer("char", "x", 0, text("zz"), None,
+                                    chars_file=tmp_path / "one.txt")
+  other = tokenizers.make_tokenizer("char", "x", 0, text("zz"), None,
+                                    chars_file=tmp_path / "two.txt")
+  assert asked == ["b\u00e9a\n", "zz"]
+  assert first.chars == again.chars == tokenizers.CharTokenizer.from_text("b\u00e9a\n").chars
+  assert first.cache_key == again.cache_key != other.cache_key and other.chars == "z"
+
+
+def test_a_prepared_corpus_is_not_read_again(cache_dir, shakespeare, monkeypatch):
+  """Once its tokens and characters are cached, the LM data reads no document of the corpus
+  (a quarter of a second of every run for tiny_shakespeare) and are the same."""
+  before = make_lm_data(_cfg(cache_dir, seq_len=64, batch_size=8), seed=0)
+  monkeypatch.setattr(builders, "load_split_texts", lambda *a: pytest.fail("read again"))
+  after = make_lm_data(_cfg(cache_dir, seq_len=64, batch_size=8), seed=0)
+  assert after.tokenizer.chars == before.tokenizer.chars
+  np.testing.assert_array_equal(after.train_tokens_N, before.train_tokens_N)
+  np.testing.assert_array_equal(after.eval_tokens_N, before.eval_tokens_N)
+
+
 def test_unknown_tokenizer_kind():
   with pytest.raises(ValueError, match="char, sentencepiece"):
     tokenizers.make_tokenizer("bpe", "x", 256, "abc", None)

@@ -9,8 +9,11 @@ steps; the placements differ only inside the blocks all three models share
 carries two: one per stack). B2T, which adds no parameter, takes pure data parallelism.
 """
 
+import dataclasses
+
 import jax
 import numpy as np
+import optax
 import pytest
 
 from lnjax import tasks
@@ -159,6 +162,41 @@ def test_checkpoint_restores_onto_another_mesh(tmp_path):
     wi = state.params["layer_0"]["ffn"]["wi"]["kernel"]
     assert wi.addressable_shards[0].data.shape == (32, 64 // mesh.shape["model"])
   ckpt.close()
+
+
+def test_the_model_init_is_traced_once_per_setup():
+  """The shardings and the restore target (asked again by a rollback) share one trace of
+  the model's init (Setup.boxed_shapes); a fresh state adds its jitted init's. A setup
+  with another optimizer or model traces its own, and gets its own shapes."""
+  setup = _setup("lm", "pre", dropout=0.0)
+  one = sharding.make_mesh(sharding.MeshConfig(data=1), jax.devices()[:1])
+  traces = []
+
+  def count(event, secs, **_):
+    if event.endswith("jaxpr_trace_duration"):
+      traces.append(event)
+  jax.monitoring.register_event_duration_secs_listener(count)
+  try:
+    state_lib.state_shardings(setup, one)
+    target = state_lib.abstract_state(setup, one)
+    assert state_lib.abstract_state(setup, one) == target
+    assert len(traces) == 1
+    state = state_lib.init_state(setup, one, seed=0)
+    assert len(traces) == 2
+    adam = dataclasses.replace(setup, tx=optax.adam(1e-3))
+    wider = state_lib.make_setup(dataclasses.replace(setup.model.cfg, d_ff=128),
+                                 optim.OptConfig(name="sgd", learning_rate=0.5), 100,
+                                 task=setup.task)
+    adam_target, wider_target = (state_lib.abstract_state(s, one) for s in (adam, wider))
+    assert len(traces) == 4
+  finally:
+    jax.monitoring.unregister_event_duration_listener(count)
+  shapes = lambda tree: jax.tree.map(lambda x: (x.shape, x.dtype), tree)
+  assert shapes(target) == shapes(state)
+  assert jax.tree.structure(adam_target.opt_state) != jax.tree.structure(target.opt_state)
+  assert shapes(adam_target.params) == shapes(target.params)
+  assert wider_target.params["layer_0"]["ffn"]["wi"]["kernel"].shape == (32, 128)
+  assert target.params["layer_0"]["ffn"]["wi"]["kernel"].shape == (32, 64)
 
 
 def test_a_single_process_save_compiles_no_program(tmp_path):

@@ -102,3 +102,37 @@ def test_grid_on_the_command_line_without_sweep(tmp_path):
   assert both.stderr.strip().splitlines() == [
       "lnjax.cli.sweep: error: give --sweep=NAME (the config's get_sweep) or "
       "--grid='KEY=V1,V2 ...', not both"], both.stderr
+
+
+QWEN3_GRID = "model.norm_position=pre,olmo2 model.qk_norm=true,false"  # OLMo 2 has its own.
+
+
+def test_the_preflight_resolves_each_runs_config_and_names_the_first_refused():
+  """Every run's config resolved as lnjax.main will: family=qwen3 × QWEN3_GRID's
+  norm=olmo2,qk_norm=True (a second QK-norm) is refused in one line naming it; the grid
+  without it passes."""
+  from lnjax.sweep import preflight
+  qwen3 = os.path.join(REPO, "configs", "llama.py") + ":family=qwen3,smoke"
+  with pytest.raises(errors.ConfigError) as e:
+    preflight.resolve(grid.runs(qwen3, QWEN3_GRID))
+  assert str(e.value) == (
+      "run norm=olmo2,qk_norm=True would be refused: model.qk_norm=True with "
+      "norm_position='olmo2', which normalizes q and k its own way: set model.qk_norm=False "
+      "(1 of the 4 runs; none started)")
+  preflight.resolve(grid.runs(qwen3, "model.norm_position=pre,olmo2"))
+
+
+@pytest.mark.slow
+def test_a_sweep_with_a_run_lnjax_main_would_refuse_is_refused_before_any_run(tmp_path):
+  """A grid whose one point lnjax.main refuses (QWEN3_GRID on family=qwen3): --dry_run
+  refuses it in one line naming that run, exit 2, and so does the launch, before any run
+  starts or the workdir is written."""
+  qwen3 = f"--config={REPO}/configs/llama.py:family=qwen3,smoke"
+  for dry_run in (["--dry_run"], []):
+    r = _sweep(tmp_path, qwen3, f"--grid={QWEN3_GRID}", *dry_run)
+    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
+    assert r.stdout == "" and r.stderr.strip().splitlines() == [
+        "lnjax.cli.sweep: error: run norm=olmo2,qk_norm=True would be refused: model.qk_norm="
+        "True with norm_position='olmo2', which normalizes q and k its own way: set "
+        "model.qk_norm=False (1 of the 4 runs; none started)"], r.stderr
+    assert not (tmp_path / "grid").exists()

@@ -6,6 +6,7 @@ exit 1, config_flags' a traceback).
   app.run(main, flags_parser=cli.parse_flags)   # every `python -m lnjax.…` command
 """
 
+import gc
 import os
 import sys
 
@@ -23,6 +24,15 @@ def fail(message: str, code: int = 2, prog: str = "lnjax"):
   print(f"{prog}: error: {message}", file=sys.stderr, flush=True)
   sys.stdout.flush()
   os._exit(code)
+
+
+def freeze_imports() -> None:
+  """Leaves the objects alive now, the imported modules' (jax, flax, orbax, tensorflow_datasets:
+  ~200,000), out of every later garbage collection (gc.freeze), then turns collection on
+  (a command may turn it off while it imports). Every full collection walked them, and
+  the interpreter's teardown: a smoke run's process spent ~0.5 s of CPU on it."""
+  gc.freeze()
+  gc.enable()
 
 
 HELP_FLAGS = ("--help", "-help", "-h", "-?", "--helpshort", "--helpfull", "--helpxml")

@@ -17,8 +17,9 @@ r"""Launches a sweep of a config file's `get_sweep(arg)`, or gathers its report.
 
 Each run trains in WORKDIR/<name> (lnjax.main, its output in WORKDIR/<name>/log.txt);
 the same command again skips finished runs and resumes the others. Exit codes: 0 every run
-completed or diverged; 1 some run failed or is unfinished; 2 a refused sweep; 128+signal
-when stopped (the runs saved checkpoints).
+completed or diverged; 1 some run failed or is unfinished; 2 a refused sweep (one whose
+runs lnjax.main would refuse a config of included: refused before any starts, --dry_run
+too); 128+signal when stopped (the runs saved checkpoints).
 """
 
 import shlex
@@ -61,7 +62,8 @@ _SBATCH_ARGS = flags.DEFINE_string("sbatch_args", "", "slurm: sbatch options, e.
 _WAIT = flags.DEFINE_bool("wait", True, "slurm: wait for the job array and report.")
 _REPORT = flags.DEFINE_bool("report", False, "Gather the runs' results (report.md, "
                             "results.csv/json, PNG plots in --workdir); launch nothing.")
-_DRY_RUN = flags.DEFINE_bool("dry_run", False, "Print the runs and their commands only.")
+_DRY_RUN = flags.DEFINE_bool("dry_run", False, "Print the runs and their commands only "
+                             "(each run's config resolved first, as the run will).")
 _TOPOLOGY = flags.DEFINE_string("topology", None, "The TPU slice the runs are for (v5e-16, "
                                 "v5p-8, ...): the grid's largest run is compiled for it "
                                 "first and a run that cannot fit is refused (lnjax/sweep/"
@@ -100,8 +102,9 @@ def main(argv):
       print(f"\nReport: {result['paths']['report.md']} (with results.csv, results.json, "
             "loss_curves.png, stability_map.png)")
       return
-    if _TOPOLOGY.value and not _SKIP_PREFLIGHT.value:  # Before anything is queued.
-      from lnjax.sweep import preflight
+    from lnjax.sweep import preflight
+    preflight.resolve(runs)  # Before anything is queued or listed.
+    if _TOPOLOGY.value and not _SKIP_PREFLIGHT.value:
       preflight.check(runs, _TOPOLOGY.value, _NUM_SLICES.value)
     view = {"refresh_seconds": _REFRESH.value, "table_every_seconds": _TABLE_EVERY.value}
     if _BACKEND.value == "slurm":

@@ -182,5 +182,6 @@ def resolve_config(config: ml_collections.ConfigDict, *, tasks: TaskLookup) -> R
   if length > run.model.max_len:
     raise errors.ConfigError(f"data's sequence length {length} exceeds "
                              f"model.max_len={run.model.max_len}")
-  # What the model derives from the final sequence length (model.sliding_window=-1).
-  return dataclasses.replace(run, model=run.model.for_length(length))
+  # What the model derives from the final placement (model.qk_norm=None) and sequence
+  # length (model.sliding_window=-1).
+  return dataclasses.replace(run, model=run.model.for_placement().for_length(length))

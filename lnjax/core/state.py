@@ -1,6 +1,7 @@
 """The training state and how it is built and placed: used by training, restore and analysis."""
 
 import dataclasses
+import functools
 from typing import Any
 
 import flax
@@ -31,6 +32,13 @@ class Setup:
   tx: optax.GradientTransformation
   schedule: optax.Schedule
 
+  @functools.cached_property
+  def boxed_shapes(self) -> TrainState:
+    """The state's ShapeDtypeStructs, still boxed with the parameters' logical axis names:
+    the model's init traced once per setup for the shardings and the restore target (it
+    was traced again for each)."""
+    return jax.eval_shape(lambda: _init_boxed(self, 0))
+
 
 def make_setup(model_cfg: ModelConfig, opt_cfg: optim.OptConfig, num_steps: int,
                steps_per_epoch: int | None = None, *, task: Task) -> Setup:
@@ -60,7 +68,7 @@ def _init_boxed(setup: Setup, seed: int) -> TrainState:
 
 def state_shardings(setup: Setup, mesh: Mesh):
   """NamedShardings of every TrainState leaf, from the parameters' logical axis names."""
-  abstract = jax.eval_shape(lambda: _init_boxed(setup, 0))
+  abstract = setup.boxed_shapes
   return sharding.logical_shardings(nn.get_partition_spec(abstract), nn.unbox(abstract), mesh)
 
 
@@ -73,6 +81,6 @@ def init_state(setup: Setup, mesh: Mesh, seed: int) -> TrainState:
 
 def abstract_state(setup: Setup, mesh: Mesh) -> TrainState:
   """ShapeDtypeStructs with shardings: the target a checkpoint is restored onto."""
-  shapes = jax.eval_shape(lambda: nn.unbox(_init_boxed(setup, 0)))
+  shapes = nn.unbox(setup.boxed_shapes)
   return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
                       shapes, state_shardings(setup, mesh))

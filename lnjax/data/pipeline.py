@@ -18,6 +18,7 @@ Batches are dicts of numpy arrays with B = batch_size // process_count:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -256,30 +257,28 @@ def make_lm_data(
     )
 
   source = open_source(cfg)
-  train_docs = source.texts("train", cfg.text_field)
+  # A split's documents are read only where a cache misses (its tokens, the tokenizer):
+  # reading tiny_shakespeare's took a quarter of a second of every run.
+  docs = functools.cache(lambda split: source.texts(split, cfg.text_field))
+  stem = f"{sources.cache_name(cfg.name)}-{source.fingerprint}"
+  token_dir = paths.resolve_cache_dir(cfg.cache_dir) / "tokens"
   tokenizer = tokenizers.make_tokenizer(
       cfg.tokenizer,
       # (a tfds:/hf: name is not unique across data dirs: its fingerprint is added)
-      f"{sources.cache_name(cfg.name)}-{source.fingerprint}" if sources.is_external(cfg.name)
-      else cfg.name,
+      stem if sources.is_external(cfg.name) else cfg.name,
       cfg.vocab_size,
-      "".join(train_docs),
+      lambda: "".join(docs("train")),
       cfg.cache_dir,
       model_type=cfg.sp_model_type,
+      chars_file=token_dir / f"{stem}-train-{cfg.text_field}-chars.txt",
   )
 
-  token_dir = paths.resolve_cache_dir(cfg.cache_dir) / "tokens"
+  def tokens(split: str) -> np.ndarray:
+    name = f"{stem}-{split}-{tokenizer.cache_key}.npy"
+    return tokenizers.encode_documents_cached(tokenizer, lambda: docs(split), token_dir / name)
 
-  def tokens(split: str, docs: list[str]) -> np.ndarray:
-    name = f"{sources.cache_name(cfg.name)}-{source.fingerprint}-{split}-{tokenizer.cache_key}.npy"
-    return tokenizers.encode_documents_cached(tokenizer, docs, token_dir / name)
-
-  train_tokens_N = tokens("train", train_docs)
-  if cfg.eval_split == "train":
-    eval_tokens_N = train_tokens_N
-  else:
-    eval_docs = source.texts(cfg.eval_split, cfg.text_field)
-    eval_tokens_N = tokens(cfg.eval_split, eval_docs)
+  train_tokens_N = tokens("train")
+  eval_tokens_N = train_tokens_N if cfg.eval_split == "train" else tokens(cfg.eval_split)
   return LMData(
       cfg,
       seed,

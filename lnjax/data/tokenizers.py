@@ -16,7 +16,7 @@ import io
 import os
 import pathlib
 import tempfile
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -205,18 +205,27 @@ def make_tokenizer(
     kind: str,
     dataset: str,
     vocab_size: int,
-    train_text: str,
+    train_text: str | Callable[[], str],
     cache_dir: str | os.PathLike | None,
     model_type: str = "unigram",
+    chars_file: pathlib.Path | None = None,
 ) -> Tokenizer:
-  """Builds the tokenizer of ``kind`` from the train split's text.
+  """Builds the tokenizer of ``kind`` from the train split's text (or a function
+  giving it, called only when the tokenizer is not cached).
 
   SentencePiece models are cached at
   ``<cache>/tokenizers/<dataset>_sp<vocab>_<type>.model`` and reused when
-  present; ``vocab_size`` and ``model_type`` only apply to SentencePiece.
+  present; ``vocab_size`` and ``model_type`` only apply to SentencePiece. A
+  character tokenizer's characters are cached in ``chars_file`` when given (its
+  name must change with the text).
   """
+  text = train_text if callable(train_text) else lambda: train_text
   if kind == "char":
-    return CharTokenizer.from_text(train_text)
+    if chars_file is None:
+      return CharTokenizer.from_text(text())
+    if not chars_file.exists():
+      _atomic_write_bytes(chars_file, CharTokenizer.from_text(text()).chars.encode("utf-8"))
+    return CharTokenizer(chars_file.read_bytes().decode("utf-8"))
   if kind != "sentencepiece":
     raise ValueError(
         f"tokenizer {kind!r} is not one of: {', '.join(TOKENIZER_KINDS)}"
@@ -228,17 +237,18 @@ def make_tokenizer(
     # and load the result.
     with paths.file_lock(model_path.with_name(model_path.name + ".lock")):
       if not model_path.exists():
-        proto = SentencePieceTokenizer.train(train_text, vocab_size, model_type)
+        proto = SentencePieceTokenizer.train(text(), vocab_size, model_type)
         _atomic_write_bytes(model_path, proto)
   return SentencePieceTokenizer.load(model_path)
 
 
 def encode_documents_cached(
     tokenizer: Tokenizer,
-    docs: Sequence[str],
+    docs: Callable[[], Sequence[str]],
     cache_path: pathlib.Path | None,
 ) -> np.ndarray:
-  """Tokenizes ``docs`` and concatenates them into one int32 stream.
+  """Tokenizes the documents ``docs()`` gives and concatenates them into one int32
+  stream (``docs`` is not called when the cache holds them).
 
   With ``cache_path`` the result is stored there as .npy (atomically) and read
   back on later calls; the caller puts everything that affects the ids
@@ -246,7 +256,7 @@ def encode_documents_cached(
   """
   if cache_path is not None and cache_path.exists():
     return np.load(cache_path)
-  pieces = tokenizer.encode_batch(docs)
+  pieces = tokenizer.encode_batch(docs())
   tokens_N = (
       np.concatenate(pieces).astype(np.int32, copy=False)
       if pieces

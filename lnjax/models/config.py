@@ -22,6 +22,9 @@ REMAT_POLICIES = ("none", "nothing_saveable", "dots_saveable", "dots_with_no_bat
 # MAX_SEQUENCE_WINDOW (Gemma 2's 4096 of 8192), resolved with the run (`for_length`).
 SEQUENCE_WINDOW = -1
 MAX_SEQUENCE_WINDOW = 4096
+# The windows a local layer takes, as the refusals of model.sliding_window name them.
+WINDOWS = (f"a width W > 0, or -1 for automatic (half the run's final sequence length, at "
+           f"most {MAX_SEQUENCE_WINDOW})")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +44,8 @@ class ModelConfig:
   norm_eps: float = 1e-5  # ε inside the norm's square root.
   qk_norm: bool | None = False  # A norm of norm_kind on each head's q and k (ViT-22B, arXiv
   # 2302.05442; Qwen3's RMSNorm). None: on unless the placement normalizes q and k its own
-  # way (OWN_QK_NORM), resolved here from the final norm_position (configs/llama.py's qwen3).
+  # way (OWN_QK_NORM), resolved with the run from the final norm_position (`for_placement`;
+  # configs/llama.py's qwen3).
   mix_post_fraction: float = 0.25  # Mix-LN: α; the first ⌊αL⌋ layers are Post-LN.
   deepnorm_alpha: float = 0.0  # DeepNorm's α and β; 0 = the paper's for the depth
   deepnorm_beta: float = 0.0  # (placement.deepnorm_role_constants).
@@ -120,8 +124,6 @@ class ModelConfig:
         "model.attention_dropout_rate", self.attention_dropout_rate, low=0.0, high=1.0, high_open=True)
     errors.check_range("model.norm_eps", self.norm_eps, low=0.0, low_open=True)
     errors.check_choice("model.qk_norm", self.qk_norm, (None, False, True))
-    if self.qk_norm is None:  # (True where the placement has no QK-norm of its own)
-      object.__setattr__(self, "qk_norm", not placement.own_qk_norm(self))
     errors.check_choice("model.scale_embeddings", self.scale_embeddings, (False, True))
     errors.check_choice("model.embed_norm", self.embed_norm, (False, True))
     errors.check_range("model.mix_post_fraction", self.mix_post_fraction, low=0.0, high=1.0)
@@ -143,7 +145,11 @@ class ModelConfig:
     errors.check_choice("model.norm_unit_offset", self.norm_unit_offset, (False, True))
     for key in ("num_kv_heads", "head_dim"):
       errors.check_int(f"model.{key}", getattr(self, key), low=0)
-    errors.check_int("model.sliding_window", self.sliding_window, low=SEQUENCE_WINDOW)
+    try:
+      errors.check_int("model.sliding_window", self.sliding_window, low=SEQUENCE_WINDOW)
+    except errors.ConfigError:
+      raise errors.ConfigError(f"model.sliding_window={self.sliding_window!r} is invalid: "
+                               f"give {WINDOWS}; or 0 for none") from None
     for key in ("query_scale", "attn_logit_softcap", "final_logit_softcap"):
       # (bounded so that the float32 logits stay finite: c·tanh(z/c) at c = inf is NaN)
       errors.check_range(f"model.{key}", getattr(self, key), low=0.0, high=1e4)
@@ -159,10 +165,13 @@ class ModelConfig:
     pattern = self.attention_pattern.split(",")
     for word in pattern:
       errors.check_choice("model.attention_pattern", word, ATTENTION_KINDS)
-    if ("local" in pattern) != (self.sliding_window != 0):
-      raise errors.ConfigError(
-          f"model.attention_pattern={self.attention_pattern!r} with model.sliding_window="
-          f"{self.sliding_window}: local layers need a window > 0, and a window a local layer")
+    where = f"model.attention_pattern={self.attention_pattern!r} with model.sliding_window="
+    if "local" in pattern and not self.sliding_window:
+      raise errors.ConfigError(f"{where}0 (none): local layers need a window; give {WINDOWS}")
+    if "local" not in pattern and self.sliding_window:
+      raise errors.ConfigError(f"{where}{self.sliding_window}: no layer is local to take the "
+                               "window; add local to the pattern, or set model.sliding_window=0 "
+                               "(none)")
     if self.attn_logit_softcap and self.attention_impl in ("xla", "cudnn"):
       raise errors.ConfigError(f"model.attention_impl={self.attention_impl!r} has no attention-"
                                "logit soft-cap: set model.attn_logit_softcap=0 or "
@@ -170,6 +179,13 @@ class ModelConfig:
     if self.norm_unit_offset and self.norm_kind == "scalenorm":
       raise errors.ConfigError("model.norm_unit_offset=True needs a per-dimension gain: "
                                "model.norm_kind 'layernorm' or 'rmsnorm', not 'scalenorm'")
+
+  def for_placement(self) -> "ModelConfig":
+    """This config with a qk_norm of None resolved from its final placements: on unless one
+    of them normalizes q and k its own way (OWN_QK_NORM)."""
+    if self.qk_norm is not None:
+      return self
+    return dataclasses.replace(self, qk_norm=not placement.own_qk_norm(self))
 
   def for_length(self, length: int) -> "ModelConfig":
     """This config for a run of sequences of `length` tokens: a sliding_window of -1

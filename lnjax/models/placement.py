@@ -225,6 +225,9 @@ def sublayer_options(cfg) -> tuple[dict, dict]:
   """What the placement (and the QK-norm switch) changes inside the sub-layers: keyword
   arguments of (layers.Attention, layers.Mlp); none for post and pre."""
   attention, mlp = {}, {}
+  if cfg.qk_norm is None:
+    raise ValueError("model.qk_norm=None is resolved with the run's placement: "
+                     "ModelConfig.for_placement first")
   if cfg.qk_norm:  # ViT-22B (arXiv 2302.05442), Qwen3: a norm on each head's q and k.
     attention["qk_norm"] = _norm_factory(cfg)
   if cfg.norm_position == "normformer":  # NormFormer: head scales (init 1); N_f after act.

@@ -1,7 +1,11 @@
-"""The pre-flight of a sweep bound for TPU slices (`lnjax sweep ... --topology=v5e-16`):
-before any back end (local, SLURM, Ray or KubeRay) queues a run, the grid's largest run
-is compiled for the slice by libtpu's compiler here (lnjax/core/plan.py); a run that
-cannot fit a chip's HBM is refused in one line. --skip_preflight launches anyway.
+"""The pre-flight of a sweep, before any back end (local, SLURM, Ray or KubeRay) queues a
+run, --dry_run included: every run's config is resolved as lnjax.main will resolve it, and
+a run it would refuse (an override invalid at one grid point: model.qk_norm=True beside
+model.norm_position=olmo2) refuses the sweep in one line naming the run (`resolve`).
+
+Bound for TPU slices (`lnjax sweep ... --topology=v5e-16`), the grid's largest run is also
+compiled for the slice by libtpu's compiler here (lnjax/core/plan.py); a run that cannot
+fit a chip's HBM is refused in one line (`check`). --skip_preflight launches anyway.
 
 The largest run: the most parameters, then the most activations (batch × length × width
 × depth), then no rematerialization (counted from the config, compiled for one run only:
@@ -9,7 +13,22 @@ a 7B compile takes minutes on two cores).
 """
 
 from lnjax import sweep as sweep_lib, tasks
-from lnjax.core import errors, plan, tpu
+from lnjax.core import errors, plan, run as run_lib, tpu
+
+
+def resolve(runs: list) -> None:
+  """Each run's config resolved as lnjax.main resolves it (run_lib.resolve_config): a
+  ConfigError naming the first run refused, and how many are, if any is."""
+  refused = []
+  for run in runs:
+    try:
+      run_lib.resolve_config(run.config, tasks=tasks.get)
+    except errors.ConfigError as e:
+      refused.append((run.name, e))
+  if refused:
+    name, e = refused[0]
+    raise errors.ConfigError(f"run {name} would be refused: {e} ({len(refused)} of the "
+                             f"{len(runs)} runs; none started)")
 
 
 def _size(run: sweep_lib.Run) -> tuple:
