@@ -17,9 +17,9 @@ r"""Launches a sweep of a config file's `get_sweep(arg)`, or gathers its report.
 
 Each run trains in WORKDIR/<name> (lnjax.main, its output in WORKDIR/<name>/log.txt);
 the same command again skips finished runs and resumes the others. Exit codes: 0 every run
-completed or diverged; 1 some run failed or is unfinished; 2 a refused sweep (one whose
-runs lnjax.main would refuse a config of included: refused before any starts, --dry_run
-too); 128+signal when stopped (the runs saved checkpoints).
+completed or diverged; 1 some run failed or is unfinished; 2 a refused sweep (among them one
+with a run whose config lnjax.main would refuse: refused before any run starts, under
+--dry_run too); 128+signal when stopped (the runs saved checkpoints).
 """
 
 import shlex
