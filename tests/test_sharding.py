@@ -9,6 +9,7 @@ steps; the placements differ only inside the blocks all three models share
 carries two: one per stack). B2T, which adds no parameter, takes pure data parallelism.
 """
 
+import contextlib
 import dataclasses
 
 import jax
@@ -164,19 +165,29 @@ def test_checkpoint_restores_onto_another_mesh(tmp_path):
   ckpt.close()
 
 
+@contextlib.contextmanager
+def _jax_events(suffix: str):
+  """The list of jax.monitoring's duration events ending in `suffix` while the block runs
+  (a trace: "jaxpr_trace_duration"; a lowering: "jaxpr_to_mlir_module_duration")."""
+  events = []
+
+  def count(event, secs, **_):
+    if event.endswith(suffix):
+      events.append(event)
+  jax.monitoring.register_event_duration_secs_listener(count)
+  try:
+    yield events
+  finally:
+    jax.monitoring.unregister_event_duration_listener(count)
+
+
 def test_the_model_init_is_traced_once_per_setup():
   """The shardings and the restore target (asked again by a rollback) share one trace of
   the model's init (Setup.boxed_shapes); a fresh state adds its jitted init's. A setup
   with another optimizer or model traces its own, and gets its own shapes."""
   setup = _setup("lm", "pre", dropout=0.0)
   one = sharding.make_mesh(sharding.MeshConfig(data=1), jax.devices()[:1])
-  traces = []
-
-  def count(event, secs, **_):
-    if event.endswith("jaxpr_trace_duration"):
-      traces.append(event)
-  jax.monitoring.register_event_duration_secs_listener(count)
-  try:
+  with _jax_events("jaxpr_trace_duration") as traces:
     state_lib.state_shardings(setup, one)
     target = state_lib.abstract_state(setup, one)
     assert state_lib.abstract_state(setup, one) == target
@@ -189,8 +200,6 @@ def test_the_model_init_is_traced_once_per_setup():
                                  task=setup.task)
     adam_target, wider_target = (state_lib.abstract_state(s, one) for s in (adam, wider))
     assert len(traces) == 4
-  finally:
-    jax.monitoring.unregister_event_duration_listener(count)
   shapes = lambda tree: jax.tree.map(lambda x: (x.shape, x.dtype), tree)
   assert shapes(target) == shapes(state)
   assert jax.tree.structure(adam_target.opt_state) != jax.tree.structure(target.opt_state)
@@ -206,18 +215,10 @@ def test_a_single_process_save_compiles_no_program(tmp_path):
   setup = _setup("lm", "pre", dropout=0.0)
   data = sharding.make_mesh(sharding.MeshConfig(*MODES["data"]))
   state = state_lib.init_state(setup, data, seed=0)
-  lowered = []
-
-  def count(event, secs, **_):
-    if event.endswith("jaxpr_to_mlir_module_duration"):
-      lowered.append(event)
-  jax.monitoring.register_event_duration_secs_listener(count)
-  try:
+  with _jax_events("jaxpr_to_mlir_module_duration") as lowered:
     ckpt = checkpoint.Checkpoints(str(tmp_path), 1, 1)
     ckpt.save(1, state, {}, force=True)
     ckpt.wait()
-  finally:
-    jax.monitoring.unregister_event_duration_listener(count)
   assert lowered == []
   restored, _, _ = ckpt.restore_latest(state_lib.abstract_state(setup, data))
   for a, b in zip(jax.tree.leaves(restored), jax.tree.leaves(state)):

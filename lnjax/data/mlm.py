@@ -104,12 +104,11 @@ def make_vocab(cfg: MLMDataConfig, builder=None) -> BertVocab:
   """The corpus's tokenizer (trained on its train split, or loaded from the cache without
   reading the split; a char tokenizer's characters are the LM pipeline's file)."""
   builder = builder or builders.prepare(cfg.name, cfg.data_dir, cfg.cache_dir, cfg.mirror)
-  chars = f"{cfg.name}-{builder.fingerprint}-train-text-chars.txt"
   return BertVocab(tokenizers.make_tokenizer(
       cfg.tokenizer, cfg.name, cfg.vocab_size,
       lambda: "".join(builders.load_split_texts(builder, "train")), cfg.cache_dir,
       model_type=cfg.sp_model_type,
-      chars_file=paths.resolve_cache_dir(cfg.cache_dir) / "tokens" / chars))
+      chars_file=tokenizers.chars_path(cfg.cache_dir, f"{cfg.name}-{builder.fingerprint}")))
 
 
 # ---------------------------------------------------------------------------

@@ -270,7 +270,7 @@ def make_lm_data(
       lambda: "".join(docs("train")),
       cfg.cache_dir,
       model_type=cfg.sp_model_type,
-      chars_file=token_dir / f"{stem}-train-{cfg.text_field}-chars.txt",
+      chars_file=tokenizers.chars_path(cfg.cache_dir, stem, cfg.text_field),
   )
 
   def tokens(split: str) -> np.ndarray:

@@ -201,6 +201,14 @@ def sentencepiece_model_path(
   return cache_dir / "tokenizers" / f"{dataset}_sp{vocab_size}_{model_type}.model"
 
 
+def chars_path(cache_dir: str | os.PathLike | None, stem: str,
+               text_field: str = "text") -> pathlib.Path:
+  """Where a character tokenizer's characters are cached (``make_tokenizer``'s
+  ``chars_file``): beside the token arrays, named by the corpus's ``stem`` (its name and
+  fingerprint) and the field of the train split they come from."""
+  return paths.resolve_cache_dir(cache_dir) / "tokens" / f"{stem}-train-{text_field}-chars.txt"
+
+
 def make_tokenizer(
     kind: str,
     dataset: str,

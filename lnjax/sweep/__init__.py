@@ -163,8 +163,8 @@ def expand(config_arg: str, sweep_arg: str | None, fixed: Overrides | None = Non
   """The runs of `get_sweep(sweep_arg)` in the config file, each with its name and config.
 
   Unknown keys and values of the wrong type are refused here, before any process starts;
-  values of the right type that a run refuses (model.norm_position='middle') by the
-  pre-flight, which resolves each run's config (lnjax/sweep/preflight.py).
+  values of the right type that a run would refuse (model.norm_position='middle') are
+  refused by the pre-flight, which resolves each run's config (lnjax/sweep/preflight.py).
   """
   path, _ = split_config_arg(config_arg)
   module = load_config_module(path)
