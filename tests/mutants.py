@@ -770,6 +770,18 @@ MUTANTS = [
       "  if True:\n    return x\n  spec = nn.logical_to_mesh_axes",
       ("tests/test_compile_plan.py::test_fsdp_keeps_the_activations_split_over_the_batch",),
       "the models' activations carry no sharding constraints (XLA replicates them under fsdp)"),
+    M("parse_flags_leaves_imports_unfrozen", "lnjax/cli/__init__.py",
+      "  gc.freeze()\n  return argv\n", "  return argv\n",
+      ("tests/test_cli_errors.py::"
+       "test_every_command_freezes_what_its_imports_made_once_its_flags_parse",),
+      "the commands leave their imports in every garbage collection (no gc.freeze after "
+      "their flags)"),
+    M("tpu_compile_in_the_persistent_cache", "lnjax/core/plan.py",
+      "  compilation_cache.reset_cache()\n  try:", "  try:",
+      ("tests/test_compile_plan.py::"
+       "test_a_tpu_compile_after_a_cpu_one_keeps_out_of_the_persistent_cache",),
+      "after a CPU compile, TPU programs compiled here are written to jax's persistent cache "
+      "(unreadable without a TPU client)"),
     M("health_statistics_slice_the_stack_first", "lnjax/core/health.py",
       "  sq, counts = _per_layer(jax.tree.map(lead_sums, tree), cfg), _per_layer(\n"
       "      jax.tree.map(lead_counts, tree), cfg)",

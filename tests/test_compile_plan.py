@@ -7,6 +7,7 @@ import json
 import math
 import os
 import sys
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -300,6 +301,45 @@ def test_a_sweep_whose_largest_run_cannot_fit_is_refused_before_anything_is_queu
   skipped = forkserver.run(base + ["--skip_preflight"], capture_output=True, text=True,
                            cwd=REPO, timeout=300)
   assert skipped.returncode == 0 and "lnjax.main" in skipped.stdout, skipped.stderr[-2000:]
+
+
+@pytest.mark.slow  # Loads libtpu.
+def test_a_tpu_compile_after_a_cpu_one_keeps_out_of_the_persistent_cache(tmp_path):
+  """jax decides once per process whether its persistent compilation cache is used: after
+  a CPU program had used it, the TPU programs `compile_report` compiled were written to
+  it too, and a later process reading them back warned (`PjRtCompiler must be constructed
+  with a Client`) and compiled again: seven warnings in a full suite run with the cache
+  warm, 2026-12-07. The CPU programs after it use the cache again."""
+  from jax.experimental.compilation_cache import compilation_cache
+
+  def entries(name):
+    return [f for f in os.listdir(tmp_path) if f.startswith(f"jit_{name}-")]
+
+  def cpu_probe(x):
+    return jnp.tanh(x) * 2
+
+  def tpu_probe(x):
+    return jnp.tanh(x @ x)
+
+  before = jax.config.jax_compilation_cache_dir
+  jax.config.update("jax_compilation_cache_dir", str(tmp_path))
+  compilation_cache.reset_cache()
+  try:
+    jax.jit(cpu_probe).lower(jnp.ones(3)).compile()
+    assert entries("cpu_probe"), os.listdir(tmp_path)  # The cache is in use.
+    slice_ = tpu.parse_topology(V5E_4)
+    mesh = jax.sharding.Mesh(tpu.topology_devices(slice_), ("data",))
+    spec = jax.ShapeDtypeStruct((128, 128), jnp.float32, sharding=jax.sharding.NamedSharding(
+        mesh, jax.sharding.PartitionSpec("data")))
+    with warnings.catch_warnings():
+      warnings.simplefilter("error")
+      plan.compile_report(lambda: jax.jit(tpu_probe).lower(spec), slice_, 1.0)
+    assert entries("tpu_probe") == []
+    jax.jit(lambda x: cpu_probe(x) + 1).lower(jnp.ones(3)).compile()
+    assert entries("_lambda"), os.listdir(tmp_path)  # The CPU's programs again.
+  finally:
+    jax.config.update("jax_compilation_cache_dir", before)
+    compilation_cache.reset_cache()
 
 
 def test_commands_keep_jax_on_the_cpu_where_libtpu_finds_no_tpu(monkeypatch):

@@ -13,6 +13,7 @@ a chip has fails to compile there with the compiler's own count, which the repor
 Without model.vocab_size the data are prepared (the tokenizer decides the vocabulary).
 """
 
+import contextlib
 import math
 import re
 import time
@@ -143,12 +144,21 @@ def compile_report(lower, slice_: tpu.Slice, model_flops: float) -> dict:
           "lower_seconds": t1 - t0, "compile_seconds": seconds}
 
 
+@contextlib.contextmanager
 def _no_persistent_cache():
   """JAX's persistent compilation cache (a run's train.compilation_cache_dir, the tests')
   off for this compile: it can store a TPU program compiled here, not load one back
-  without a TPU client (a warning per compile)."""
+  without a TPU client (a warning per compile, and the compile again). jax decides once per
+  process whether the cache is used (`is_cache_used`), so the option alone is not read
+  after a first compile: the decision is reset on the way in and out."""
   from jax._src import config as jax_config  # (The option's context manager.)
-  return jax_config.enable_compilation_cache(False)
+  from jax.experimental.compilation_cache import compilation_cache
+  compilation_cache.reset_cache()
+  try:
+    with jax_config.enable_compilation_cache(False):
+      yield
+  finally:
+    compilation_cache.reset_cache()
 
 
 def memory_report(compiled, capacity: float) -> dict:
