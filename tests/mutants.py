@@ -776,6 +776,11 @@ MUTANTS = [
        "test_every_command_freezes_what_its_imports_made_once_its_flags_parse",),
       "the commands leave their imports in every garbage collection (no gc.freeze after "
       "their flags)"),
+    M("compilation_cache_read_uncounted", "lnjax/core/train.py",
+      '  if event == "/jax/compilation_cache/cache_hits":\n    _CACHE_HITS[0] += 1\n',
+      '  if event == "/jax/compilation_cache/cache_misses":\n    _CACHE_HITS[0] += 1\n',
+      ("tests/test_train.py::test_cli_compilation_cache_and_profile",),
+      "summary.json's compilation_cache_hits counts the programs compiled, not those read"),
     M("tpu_compile_in_the_persistent_cache", "lnjax/core/plan.py",
       "  compilation_cache.reset_cache()\n  try:", "  try:",
       ("tests/test_compile_plan.py::"

@@ -464,11 +464,13 @@ def test_resume_accepts_fields_added_since_at_their_defaults(tmp_path):
 
 @pytest.mark.slow
 def test_cli_compilation_cache_and_profile(tmp_path):
-  """train.compilation_cache_dir: a second launch finds its programs compiled (its first
-  step is faster); train.profile_steps: a jax.profiler trace in the workdir. Each run's
-  summary on stdout gives its held-out loss against the unigram baseline."""
+  """train.compilation_cache_dir: a second launch finds its programs compiled (summary.json
+  counts those it read; its first step was faster, but under load not always: 2.06 against
+  2.57 s in a full suite run, 2026-12-07); train.profile_steps: a jax.profiler trace in the
+  workdir. Each run's summary on stdout gives its held-out loss against the unigram
+  baseline."""
   cache = str(tmp_path / "cache")
-  first_steps = []
+  hits = []
   for name in ("a", "b"):
     wd = str(tmp_path / name)
     r = run_cli("--config=configs/lm.py:smoke", f"--workdir={wd}", "--config.mesh.data=1",
@@ -476,11 +478,11 @@ def test_cli_compilation_cache_and_profile(tmp_path):
                 "--config.train.profile_steps=2,4")
     assert r.returncode == 0, r.stderr[-2000:]
     assert "held-out loss" in r.stdout and "unigram baseline" in r.stdout
-    first_steps.append(json.load(open(os.path.join(wd, "summary.json")))["first_step_seconds"])
+    hits.append(json.load(open(os.path.join(wd, "summary.json")))["compilation_cache_hits"])
     traces = [f for _, _, fs in os.walk(os.path.join(wd, "profile")) for f in fs]
     assert any(f.endswith(".xplane.pb") for f in traces), traces
   assert any("train_step" in f for f in os.listdir(cache))
-  assert first_steps[1] < first_steps[0], first_steps
+  assert hits[0] == 0 and hits[1] >= 3, hits  # The train, eval and init programs at least.
 
 
 def test_profile_steps_are_checked():

@@ -93,12 +93,24 @@ def _best_so_far(workdir: str, name: str | None):
   return max(values) if values else None
 
 
+_CACHE_HITS = []  # This process's programs read from the persistent cache, once counted.
+
+
 def _use_compilation_cache(path: str) -> None:
   """JAX's persistent compilation cache in `path`: every compiled program is kept (the
-  default keeps only those that took a second or more to compile)."""
+  default keeps only those that took a second or more to compile); the programs read back
+  from it are counted (summary.json's compilation_cache_hits)."""
   jax.config.update("jax_compilation_cache_dir", path)
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+  if not _CACHE_HITS:
+    _CACHE_HITS.append(0)
+    jax.monitoring.register_event_listener(_count_cache_hit)
+
+
+def _count_cache_hit(event: str, **kwargs) -> None:
+  if event == "/jax/compilation_cache/cache_hits":
+    _CACHE_HITS[0] += 1
 
 
 def log(*args) -> None:
@@ -223,6 +235,7 @@ class Summary:
             0.0 if finished_before else time.perf_counter() - self.t_start), 1),
         # This segment's first step, compilation included (a compilation cache shortens it).
         "first_step_seconds": self.first_step_seconds,
+        **({"compilation_cache_hits": _CACHE_HITS[0]} if _CACHE_HITS else {}),
         **({"instability_actions": self.instability_actions}
            if self.instability_actions else {}),
         "workdir": fileio.abspath(self.workdir),
