@@ -159,6 +159,12 @@ MUTANTS = [
       "    train_iter.set_state(data_state)\n", "    pass\n",
       ("tests/test_bert.py::test_bert_resume_reproduces_the_uninterrupted_run",),
       "a resumed BERT run reads its sentence pairs from the start again"),
+    M("stop_dropped_in_a_gc_callback", "lnjax/core/preemption.py",
+      "sys.unraisablehook = _unraisable_hook(self._previous_hook)",
+      "sys.unraisablehook = self._previous_hook",
+      ("tests/test_preemption_phases.py::"
+       "test_a_stop_dropped_in_a_gc_callback_or_finalizer_comes_back_at_once",),
+      "a stop whose handler ran in a gc callback is printed as ignored and waits for the watcher"),
     # ---- GLUE fine-tuning.
     M("glue_finetune_loss_ascends", "lnjax/tasks/glue.py",
       "  return loss_sum, nll_sum, count", "  return -loss_sum, -nll_sum, count",

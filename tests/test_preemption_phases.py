@@ -180,6 +180,48 @@ def test_a_stop_passes_through_tfds_parsing_unchanged():
       raise preemption.Preempted("SIGTERM")
   assert str(raised.value) == raised.value.signal == "SIGTERM"
 
+
+# A process whose stop lands where Python drops exceptions: in a garbage-collection callback
+# (jax's _xla_gc_callback, where one stop in ~10 full suites landed) or in a finalizer.
+DROPPED = """
+import gc, signal, sys, time
+from lnjax.core import preemption
+
+def callback(phase, info):
+  signal.raise_signal(signal.SIGTERM)  # Its handler runs here, inside the callback.
+
+class Finalized:
+  def __del__(self):
+    signal.raise_signal(signal.SIGTERM)
+
+try:
+  with preemption.Stop():
+    if sys.argv[1] == "gc_callback":
+      gc.callbacks.insert(0, callback)
+      gc.collect()
+      gc.callbacks.remove(callback)
+    else:
+      Finalized()
+    time.sleep(30)  # The stop comes back here.
+except preemption.Preempted as e:
+  print("raised", e.signal)
+  sys.exit(e.exit_code)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["gc_callback", "finalizer"])
+def test_a_stop_dropped_in_a_gc_callback_or_finalizer_comes_back_at_once(tmp_path, where):
+  """No "Exception ignored in" traceback, no wait for the watcher's grace: the stop is raised
+  again in ordinary code and the command ends with its own line."""
+  script = tmp_path / "dropped.py"
+  script.write_text(DROPPED)
+  t0 = time.time()
+  r = subprocess.run([sys.executable, str(script), where], capture_output=True, text=True,
+                     timeout=120, cwd=REPO, env={**os.environ, "PYTHONPATH": REPO})
+  assert (r.returncode, r.stdout, r.stderr) == (143, "raised SIGTERM\n", ""), r.stderr[-2000:]
+  assert time.time() - t0 < 30
+
 # ---- A stop while XLA compiles (lnjax/core/preemption.py's watcher).
 # 16 unrolled layers: the LM smoke model's train step takes XLA 25-60 s to compile on the
 # tests' 2-core machine at their optimisation level (38 s for 8 layers at the default level:

@@ -22,6 +22,12 @@ compiling), the watcher ends the process itself: one line, the `on_forced_exit` 
 (the workdir lock), exit 143. The run keeps its last checkpoint (orbax writes one under a
 temporary name until it is complete) and the relaunch goes on from it, or from step 0,
 as an uninterrupted run would.
+
+Where Python drops exceptions: a signal whose handler runs inside a garbage-collection
+callback (jax registers one) or a finalizer raises Preempted where nothing can catch it;
+Python hands it to `sys.unraisablehook` ("Exception ignored in ...") and goes on. The
+outermost Stop block's hook takes such a stop back silently and delivers the signal again
+a moment later, when the main thread is back in ordinary code.
 """
 
 import os
@@ -87,6 +93,21 @@ def _compiling() -> bool:
   return False
 
 
+REDELIVER_SECONDS = 0.01  # A dropped stop's signal comes again after this.
+
+
+def _unraisable_hook(previous):
+  """sys.unraisablehook for a Stop block: a Preempted raised where Python drops exceptions
+  (a gc callback, a finalizer) is delivered again from a timer thread; the rest as before."""
+  def hook(unraisable):
+    if not isinstance(unraisable.exc_value, Preempted):
+      return previous(unraisable)
+    signum = signal.Signals[unraisable.exc_value.signal]
+    main = threading.main_thread().ident
+    threading.Timer(REDELIVER_SECONDS, signal.pthread_kill, (main, signum)).start()
+  return hook
+
+
 class _Watcher:
   """The watcher thread of the outermost Stop block (see the module docstring)."""
 
@@ -95,12 +116,15 @@ class _Watcher:
     self._read, self._write = os.pipe()
     os.set_blocking(self._write, False)  # (set_wakeup_fd's requirement.)
     self._previous_fd = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
+    self._previous_hook = sys.unraisablehook
+    sys.unraisablehook = _unraisable_hook(self._previous_hook)
     self._ended = threading.Event()
     threading.Thread(target=self._watch, daemon=True, name="lnjax-stop-watcher").start()
 
   def close(self) -> None:
     self._ended.set()
     signal.set_wakeup_fd(self._previous_fd)
+    sys.unraisablehook = self._previous_hook
     os.close(self._write)  # (The thread reads the pipe's end, closes it and returns.)
 
   def _watch(self) -> None:
