@@ -104,7 +104,9 @@ def _unraisable_hook(previous):
       return previous(unraisable)
     signum = signal.Signals[unraisable.exc_value.signal]
     main = threading.main_thread().ident
-    threading.Timer(REDELIVER_SECONDS, signal.pthread_kill, (main, signum)).start()
+    again = threading.Timer(REDELIVER_SECONDS, signal.pthread_kill, (main, signum))
+    again.daemon = True
+    again.start()
   return hook
 
 
