@@ -771,6 +771,21 @@ MUTANTS = [
       ("tests/test_allocator.py::test_a_freed_block_below_a_live_one_stays_resident_until_released",),
       "the heap's freed holes stay resident (no malloc_trim)"),
     # ---- TPU plans (issue 60)
+    M("compile_output_checked_after_the_compile", "lnjax/cli/compile.py",
+      '      fileio.check_output_file("--output", _OUTPUT.value)\n', "",
+      ("tests/test_compile_plan.py::"
+       "test_the_command_refuses_in_one_line_or_reports_a_model_too_large",),
+      "an --output that cannot be written fails with a traceback after the whole compile"),
+    M("slices_beyond_any_job_reach_libtpu", "lnjax/core/tpu.py",
+      "if slice_.num_chips > MAX_CHIPS:", "if False:",
+      ("tests/test_compile_plan.py::"
+       "test_a_slice_larger_than_a_pod_or_than_any_job_is_refused_before_libtpu",),
+      "a request for millions of chips goes to libtpu, which builds them until memory runs out"),
+    M("compile_stop_left_to_libtpu", "lnjax/cli/compile.py",
+      "with preemption.Stop(line=STOPPED):", "if True:",
+      ("tests/test_preemption_phases.py::"
+       "test_a_stop_while_libtpu_compiles_is_one_line_and_exit_143",),
+      "SIGTERM during lnjax compile is libtpu's stack dump and a signal exit"),
     M("activations_left_unconstrained", "lnjax/core/sharding.py",
       "  if mesh is None or mesh.size == 1:\n    return x\n  spec = nn.logical_to_mesh_axes",
       "  if True:\n    return x\n  spec = nn.logical_to_mesh_axes",

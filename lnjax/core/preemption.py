@@ -113,8 +113,9 @@ def _unraisable_hook(previous):
 class _Watcher:
   """The watcher thread of the outermost Stop block (see the module docstring)."""
 
-  def __init__(self):
+  def __init__(self, line: str | None = None):
     self.cleanups = []  # on_forced_exit's.
+    self.line = line  # The line it ends the process with ({signal}: the name), if not a run's.
     self._read, self._write = os.pipe()
     os.set_blocking(self._write, False)  # (set_wakeup_fd's requirement.)
     self._previous_fd = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
@@ -142,6 +143,7 @@ class _Watcher:
 
   def _exit(self, name: str) -> None:
     sys.stderr.write(  # (One write: the progress ticker's thread may print too.)
+        self.line.format(signal=name) + "\n" if self.line else
         f"{name}: stopped before the first step; run the same command to start.\n"
         if _state["raise"] else f"{name}: stopped without waiting for XLA to compile; the "
         "steps since the last checkpoint are not kept: run the same command to resume.\n")
@@ -172,9 +174,11 @@ def _handle(signum, frame):
 
 class Stop:
   """`with Stop() as stop:` handles SIGTERM/SIGUSR1 for the block (one process, main thread);
-  `stop.raising(False)` once there is a loop that saves before it stops."""
+  `stop.raising(False)` once there is a loop that saves before it stops. `line`: what the
+  watcher prints when it ends a command that is not a training run (lnjax compile)."""
 
-  def __init__(self):
+  def __init__(self, line: str | None = None):
+    self._line = line
     self._previous, self._outer = {}, {}
     self._watcher, self._cleanups = None, None
 
@@ -186,7 +190,7 @@ class Stop:
     if jax.process_count() == 1 and threading.current_thread() is threading.main_thread():
       self._previous = {s: signal.signal(s, _handle) for s in SIGNALS}
       if not _watcher:  # (The outermost block.)
-        self._watcher = _Watcher()
+        self._watcher = _Watcher(self._line)
         _watcher.append(self._watcher)
       self._cleanups = len(_watcher[0].cleanups)  # (Those of this block go at its end.)
     return self
