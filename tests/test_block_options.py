@@ -195,6 +195,22 @@ def test_sliding_window_mask_and_layer_pattern():
   assert cfg.layer_windows() == [4, 4, 0, 4, 4]
 
 
+def test_the_largest_window_is_accepted_and_masks_nothing():
+  """W = 2³¹ − 1 (config.MAX_WINDOW, the largest int32) is a window longer than any
+  sequence: accepted, and the local layer's output is the global layer's (the mask's
+  int32 comparison does not overflow at the bound)."""
+  from lnjax.models import config
+
+  assert config.MAX_WINDOW == 2**31 - 1
+  cfg = ModelConfig(**{**TINY, "num_layers": 1}, pos_emb="rope", sliding_window=2**31 - 1,
+                    attention_pattern="local")
+  model = TransformerLM(cfg)
+  params = nn.unbox(init_params(model, jax.random.key(0), TOKENS))
+  plain = TransformerLM(dataclasses.replace(cfg, sliding_window=0, attention_pattern="global"))
+  np.testing.assert_allclose(model.apply({"params": params}, TOKENS),
+                             plain.apply({"params": params}, TOKENS), atol=1e-6)
+
+
 def test_a_local_layer_does_not_see_past_its_window():
   """One local layer, W = 2: the output at position t changes with the token at t − 1 and
   not with the one at t − 2 (nor earlier)."""
@@ -256,12 +272,19 @@ def test_gated_ffn_by_hand(activation, act_of_1, act_of_minus_1):
     (dict(sliding_window=-2, attention_pattern="local"), "model.sliding_window=-2 is invalid: "
      "give a width W > 0, or -1 for automatic (half the run's final sequence length, at most "
      "4096); or 0 for none"),
+    # W beyond int32 (XLA's positions): refused here, not jax's OverflowError in a run.
+    (dict(sliding_window=2**31, attention_pattern="local"), "model.sliding_window=2147483648 "
+     "is invalid: at most 2147483647 (2³¹ − 1: positions are int32)"),
+    (dict(sliding_window=2**63 - 1, attention_pattern="local"),
+     "model.sliding_window=9223372036854775807 is invalid: at most 2147483647"),
     (dict(attn_logit_softcap=30.0, attention_impl="xla"), "has no attention-logit soft-cap"),
     (dict(norm_unit_offset=True, norm_kind="scalenorm"), "needs a per-dimension gain"),
     (dict(query_scale=-1.0), "model.query_scale=-1.0 must be a number in [0.0, 10000.0]"),
     (dict(pos_emb="alibi"), "model.pos_emb='alibi' is not one of: learned, sinusoidal, rope, none"),
     (dict(rope_theta=0.0), "model.rope_theta=0.0 must be a number in (0.0, inf)"),
     (dict(d_model=18), "model.d_model=18 must be divisible by model.num_heads=4"),
+    # One token: every loss 0 (lnjax compile planned it; train refused it by chance).
+    (dict(vocab_size=1), "model.vocab_size=1 is invalid: 2 or more, or 0 for the tokenizer's"),
 ])
 def test_bad_block_options_are_one_line_config_errors(options, message):
   with pytest.raises(errors.ConfigError) as e:

@@ -62,6 +62,36 @@ def test_an_unknown_topology_is_refused_listing_the_valid_ones(name, listed):
     tpu.parse_topology(name)
 
 
+@pytest.mark.parametrize("name, slices, said", [
+    ("v5e:0x2", 1, "each axis needs one chip or more"),
+    ("v5e:32x16", 1, "512 chips, more than a v5e pod's 256"),
+    ("v5p:128x128x128", 1, "more than a v5p pod's 8960"),
+    ("v5e:2x2", 99999999, "399999996 chips, more than 65536")])
+def test_a_slice_larger_than_a_pod_or_than_any_job_is_refused_before_libtpu(name, slices, said):
+  """libtpu builds every device it is asked for before checking anything (a million 2x2
+  slices: 10.7 GB of host memory, then a crash): the chip counts are checked first."""
+  with pytest.raises(errors.ConfigError, match=said):
+    tpu.parse_topology(name, slices)
+  assert tpu.parse_topology("v5p:16x20x28").num_chips == 8960  # A full v5p pod.
+  assert tpu.parse_topology("v5e:16x16", 256).num_chips == tpu.MAX_CHIPS
+
+
+def test_an_output_file_that_cannot_be_written_is_refused_before_the_compile(tmp_path):
+  """A report path whose folder is a file, or that names something other than a regular
+  file (a FIFO here; /dev/full was replaced by the report before: a rename over it)."""
+  from lnjax.core import fileio
+  (tmp_path / "afile").write_text("x")
+  os.mkfifo(tmp_path / "fifo")
+  for path, said in ((tmp_path / "afile" / "plan.json", "is a file, not a folder"),
+                     (tmp_path / "fifo", "is not a regular file")):
+    with pytest.raises(errors.ConfigError, match=said):
+      fileio.check_output_file("--output", str(path))
+  fileio.check_output_file("--output", str(tmp_path / "new" / "plan.json"))  # Made.
+  assert os.listdir(tmp_path / "new") == []  # (The probe file removed.)
+  os.symlink(tmp_path / "afile", tmp_path / "link")
+  fileio.check_output_file("--output", str(tmp_path / "link"))  # A link to a file: fine.
+
+
 def test_the_mesh_flag_names_every_axis():
   assert compile_cli.mesh_override("fsdp=4,model=2") == {
       "mesh.data": 1, "mesh.fsdp": 4, "mesh.model": 2}
@@ -263,8 +293,11 @@ def test_the_command_refuses_in_one_line_or_reports_a_model_too_large(tmp_path):
                        cwd=REPO, timeout=300)
   assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1, bad.stderr
   assert "v5e-8" in bad.stderr and not out.exists()
+  afile = tmp_path / "afile"
+  afile.write_text("x")
   for flag, said in (("--topology=v5e:3x3", "not divisible by"),  # libtpu's reason alone.
-                     (f"--output={tmp_path}", "is a folder")):  # Before compiling.
+                     (f"--output={tmp_path}", "is a folder"),  # Before compiling.
+                     (f"--output={afile}/plan.json", "is a file, not a folder")):
     bad = forkserver.run(base + ["--topology=v5e-4", flag], capture_output=True, text=True, cwd=REPO,
                          timeout=300)
     assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1, bad.stderr

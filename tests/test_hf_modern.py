@@ -500,6 +500,180 @@ def test_gemma3s_attention_soft_cap_is_left_unapplied_as_transformers_leaves_it(
     hf.to_hf("lm", cfg, params)
 
 
+# Window and attention fields lnjax cannot carry or transformers cannot run (5.24), each one
+# line naming the field: (architecture, config.json changes, message).
+REFUSED_WINDOWS_AND_CAPS = {
+    # A window beyond int32 (ModelConfig's bound, 2³¹ − 1), not jax's OverflowError.
+    "gemma2_window_2e31": ("Gemma2ForCausalLM", dict(sliding_window=2**31),
+                           "config.json of Gemma2ForCausalLM does not map onto lnjax: "
+                           "model.sliding_window=2147483648 is invalid: at most 2147483647"),
+    "qwen3_window_1e12": ("Qwen3ForCausalLM", dict(
+        use_sliding_window=True, sliding_window=10**12, layer_types=["sliding_attention"] * 2),
+        "model.sliding_window=1000000000000 is invalid: at most 2147483647"),
+    # A layer type lnjax has no attention for, with or without a window in use.
+    "qwen3_chunked": ("Qwen3ForCausalLM", dict(layer_types=["chunked_attention",
+                                                            "full_attention"]),
+                      "config.json: layer_types='chunked_attention' is not supported (lnjax "
+                      "imports 'full_attention' or 'sliding_attention')"),
+    "gemma3_chunked_global": ("Gemma3ForCausalLM", dict(layer_types=["full_attention",
+                                                                     "chunked_attention"]),
+                              "layer_types='chunked_attention' is not supported"),
+    # Gemma2Model and Gemma3TextModel: a null window fails on every call (TypeError).
+    "gemma2_window_null": ("Gemma2ForCausalLM", dict(sliding_window=None),
+                           "config.json: sliding_window=null must be an integer >= 1"),
+    "gemma2_global_window_null": ("Gemma2ForCausalLM", dict(
+        sliding_window=None, layer_types=["full_attention"] * 2), "sliding_window=null must"),
+    "gemma3_window_null": ("Gemma3ForCausalLM", dict(sliding_window=None),
+                           "config.json: sliding_window=null must be an integer >= 1"),
+    # A cap of 0 is no "off" in transformers: it divides by it (null is off).
+    "gemma2_attn_cap_0": ("Gemma2ForCausalLM", dict(attn_logit_softcapping=0),
+                          "config.json: attn_logit_softcapping=0 must be null (no cap) or a "
+                          "finite number > 0"),
+    "gemma2_final_cap_0": ("Gemma2ForCausalLM", dict(final_logit_softcapping=0.0),
+                           "config.json: final_logit_softcapping=0.0 must be null (no cap) or "
+                           "a finite number > 0"),
+    "gemma3_final_cap_0": ("Gemma3ForCausalLM", dict(final_logit_softcapping=0),
+                           "final_logit_softcapping=0 must be null (no cap)"),
+    "gemma2_attn_cap_negative": ("Gemma2ForCausalLM", dict(attn_logit_softcapping=-5.0),
+                                 "attn_logit_softcapping=-5.0 must be null (no cap) or a"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED_WINDOWS_AND_CAPS))
+def test_a_window_layer_type_or_soft_cap_lnjax_cannot_carry_is_refused_in_one_line(case):
+  architecture, changes, message = REFUSED_WINDOWS_AND_CAPS[case]
+  hf.model_config(base_config(architecture), architecture)  # (valid before the changes)
+  with pytest.raises(hf.HFError) as e:
+    hf.model_config(base_config(architecture, **changes), architecture)
+  assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_windows_and_soft_caps_transformers_runs_are_still_imported():
+  """The neighbours of the refusals above that transformers 5.24 runs: the largest int32
+  window; Qwen3's null window (no window: Qwen3Model builds no sliding mask without
+  sliding layers); null caps (off); Gemma 3's attention cap of 0 (read, never applied)."""
+  def read(architecture, **changes):
+    return hf.model_config(base_config(architecture, **changes), architecture)
+
+  assert read("Gemma2ForCausalLM", sliding_window=2**31 - 1).sliding_window == 2**31 - 1
+  qwen = read("Qwen3ForCausalLM", use_sliding_window=True, sliding_window=None)
+  assert (qwen.attention_pattern, qwen.sliding_window) == ("global", 0)
+  qwen = read("Qwen3ForCausalLM", layer_types=["sliding_attention", "full_attention"])
+  assert (qwen.attention_pattern, qwen.sliding_window) == ("global", 0)  # (no window in use)
+  gemma = read("Gemma2ForCausalLM", attn_logit_softcapping=None, final_logit_softcapping=None)
+  assert (gemma.attn_logit_softcap, gemma.final_logit_softcap) == (0.0, 0.0)
+  gemma3 = read("Gemma3ForCausalLM", attn_logit_softcapping=0, final_logit_softcapping=None)
+  assert (gemma3.attn_logit_softcap, gemma3.final_logit_softcap) == (0.0, 0.0)
+
+
+@pytest.mark.slow
+def test_the_refused_gemma_values_fail_in_transformers_and_the_kept_ones_run():
+  """The oracle of the Gemma refusals above: transformers 5.24's own model on each value,
+  a null window fails (TypeError, or ValueError without local layers), a final cap of 0
+  gives non-finite logits; null caps and Gemma 3's attention cap of 0 run finite."""
+  import torch
+  import transformers
+
+  common = dict(vocab_size=VOCAB, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                num_attention_heads=2, num_key_value_heads=1, head_dim=8,
+                max_position_embeddings=8)
+  ids = torch.tensor([[1, 2, 3, 4, 5]])
+
+  def logits(architecture, **fields):
+    config = getattr(transformers, CONFIG_CLASSES[architecture])(**common, **fields)
+    with torch.no_grad():
+      return getattr(transformers, architecture)(config).eval()(input_ids=ids).logits
+
+  gemma2, gemma3 = "Gemma2ForCausalLM", "Gemma3ForCausalLM"
+  for architecture in (gemma2, gemma3):
+    with pytest.raises(TypeError):
+      logits(architecture, sliding_window=None)
+    final_0 = logits(architecture, sliding_window=4, final_logit_softcapping=0.0)
+    assert not torch.isfinite(final_0).all()
+  with pytest.raises(ValueError, match="sliding_window"):
+    logits(gemma2, sliding_window=None, layer_types=["full_attention"] * 2)
+  for architecture, fields in ((gemma2, dict(attn_logit_softcapping=None,
+                                             final_logit_softcapping=None)),
+                               (gemma3, dict(attn_logit_softcapping=0.0))):
+    assert torch.isfinite(logits(architecture, sliding_window=4, **fields)).all()
+
+
+@pytest.mark.slow
+def test_analyze_cli_refuses_a_window_layer_type_or_cap_in_one_line(tmp_path):
+  """lnjax analyze --hf on folders whose config.json holds a refused window, layer type
+  or cap: exit 2 and one line on stderr (no traceback, no report)."""
+  from conftest import run_command_lines
+
+  gemma = llama_folder(tmp_path / "gemma2", **LNJAX_MODELS["Gemma2ForCausalLM"])
+  qwen = llama_folder(tmp_path / "qwen3", **LNJAX_MODELS["Qwen3ForCausalLM"])
+  ids = tmp_path / "ids.txt"
+  ids.write_text(" ".join(map(str, range(40))))
+  cases = {"gemma_window": (gemma, dict(sliding_window=2**31), "sliding_window=2147483648"),
+           "qwen_window": (qwen, dict(sliding_window=10**12), "sliding_window=1000000000000"),
+           "qwen_chunked": (qwen, dict(use_sliding_window=False, layer_types=[
+               "chunked_attention", "full_attention"]), "layer_types='chunked_attention'"),
+           "gemma_null": (gemma, dict(sliding_window=None), "sliding_window=null"),
+           "gemma_cap_0": (gemma, dict(attn_logit_softcapping=0), "attn_logit_softcapping=0")}
+  for name, (folder, changes, _) in cases.items():
+    os.system(f"cp -r {folder} {tmp_path / name}")
+    edit_hf_config(tmp_path / name, **changes)
+  env = {**os.environ, "LNJAX_PROGRESS_SECONDS": "100000", "HF_HUB_OFFLINE": "1"}
+  runs = run_command_lines([["lnjax.cli.analyze", f"--hf={tmp_path / name}",
+                             f"--token_ids={ids}", f"--output={tmp_path / 'out'}"]
+                            for name in cases], env=env)
+  for (name, (_, _, message)), (code, _, stderr) in zip(cases.items(), runs, strict=True):
+    assert code == 2, (name, stderr)
+    assert stderr.startswith("lnjax: error: ") and message in stderr, (name, stderr)
+    assert len(stderr.strip().splitlines()) == 1, stderr
+  assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_analyze_of_a_zero_token_stream_warns_nothing_and_stays_finite(tmp_path):
+  """A token whose embedding row is 0 (transformers initializes Gemma's and OLMo 2's
+  pad_token_id row so) keeps a zero stream through a model without biases: the norms'
+  reference d^p/‖x − μ‖ is undefined there. The analysis takes both Jacobian means over
+  the tokens where it is defined: no divide-by-zero warning, no inf in the report; None
+  where no token has one."""
+  import warnings
+
+  from lnjax.analysis import probes, report
+  from lnjax.hf import analyze as hf_analyze
+
+  cfg, _, params = lnjax_model(**LNJAX_MODELS["Gemma2ForCausalLM"])
+  config, tensors = hf.to_hf("lm", cfg, params)
+  tensors["model.embed_tokens.weight"][0] = 0.0
+  hf.write_folder(str(tmp_path / "gemma2"), config, tensors)
+  ids = tmp_path / "ids.txt"
+  ids.write_text(" ".join(map(str, [0] + list(range(1, 40)))))  # The zero row first.
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", RuntimeWarning)
+    result, out = hf_analyze.analyze(str(tmp_path / "gemma2"), None, str(tmp_path / "out"),
+                                     num_batches=1, report=report.figures, token_ids=str(ids))
+  jacobians = result["norm_jacobians"]
+  assert jacobians["final_norm"]["sqrt_d_over_norm"] is not None
+  assert all(np.isfinite([j["spectral_norm"], j["sqrt_d_over_norm"]]).all()
+             for j in jacobians.values()), jacobians
+  assert "inf" not in open(os.path.join(out, "report.md")).read()
+  jacobians["final_norm"]["sqrt_d_over_norm"] = None  # As below: the report and plot take it.
+  report.figures(result, str(tmp_path / "none"))
+  assert "| final_norm |" in (row := next(
+      line for line in open(tmp_path / "none" / "report.md") if line.startswith("| final_norm")))
+  assert row.rstrip().endswith("| — |"), row
+  import flax.linen as nn
+  import jax
+
+  from lnjax.models import norms
+
+  module, zeros = norms.RMSNorm(eps=1e-6), np.zeros((2, 4), np.float32)
+  params = nn.unbox(module.init(jax.random.key(0), zeros[:1])["params"])
+  with warnings.catch_warnings():  # Every token x = 0: no reference (None), nothing inf.
+    warnings.simplefilter("error", RuntimeWarning)
+    zero = probes.ln_jacobians({"n": {"tokens": zeros, "d": 4, "module": module,
+                                      "params": params}}, iters=2)
+  assert zero["n"]["sqrt_d_over_norm"] is None and np.isfinite(zero["n"]["spectral_norm"])
+
+
 @pytest.mark.slow
 def test_a_gemma2_without_local_layers_exports_a_folder_transformers_runs(tmp_path):
   """Gemma2Model builds its sliding-window mask on every call and fails on a null

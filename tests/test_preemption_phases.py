@@ -180,6 +180,48 @@ def test_a_stop_passes_through_tfds_parsing_unchanged():
       raise preemption.Preempted("SIGTERM")
   assert str(raised.value) == raised.value.signal == "SIGTERM"
 
+
+# A process whose stop lands where Python drops exceptions: in a garbage-collection callback
+# (jax's _xla_gc_callback, where one stop in ~10 full suites landed) or in a finalizer.
+DROPPED = """
+import gc, signal, sys, time
+from lnjax.core import preemption
+
+def callback(phase, info):
+  signal.raise_signal(signal.SIGTERM)  # Its handler runs here, inside the callback.
+
+class Finalized:
+  def __del__(self):
+    signal.raise_signal(signal.SIGTERM)
+
+try:
+  with preemption.Stop():
+    if sys.argv[1] == "gc_callback":
+      gc.callbacks.insert(0, callback)
+      gc.collect()
+      gc.callbacks.remove(callback)
+    else:
+      Finalized()
+    time.sleep(30)  # The stop comes back here.
+except preemption.Preempted as e:
+  print("raised", e.signal)
+  sys.exit(e.exit_code)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["gc_callback", "finalizer"])
+def test_a_stop_dropped_in_a_gc_callback_or_finalizer_comes_back_at_once(tmp_path, where):
+  """No "Exception ignored in" traceback, no wait for the watcher's grace: the stop is raised
+  again in ordinary code and the command ends with its own line."""
+  script = tmp_path / "dropped.py"
+  script.write_text(DROPPED)
+  t0 = time.time()
+  r = subprocess.run([sys.executable, str(script), where], capture_output=True, text=True,
+                     timeout=120, cwd=REPO, env={**os.environ, "PYTHONPATH": REPO})
+  assert (r.returncode, r.stdout, r.stderr) == (143, "raised SIGTERM\n", ""), r.stderr[-2000:]
+  assert time.time() - t0 < 30
+
 # ---- A stop while XLA compiles (lnjax/core/preemption.py's watcher).
 # 16 unrolled layers: the LM smoke model's train step takes XLA 25-60 s to compile on the
 # tests' 2-core machine at their optimisation level (38 s for 8 layers at the default level:
@@ -269,3 +311,30 @@ def test_a_stop_while_xla_compiles_a_later_step_keeps_the_last_checkpoint(tmp_pa
   from lnjax.core import checkpoint
   assert checkpoint.restore_run(str(wd), tasks=tasks.get).step == 3
   assert not os.path.exists(wd / ".lnjax.lock")
+
+
+@pytest.mark.slow
+def test_a_stop_while_libtpu_compiles_is_one_line_and_exit_143(tmp_path):
+  """`lnjax compile`: libtpu, once loaded, catches SIGTERM itself (a 33-line stack dump);
+  the command's Stop block answers it instead, in one line and within seconds, nothing
+  written. (Llama 7B's 32 layers unrolled: their compile takes libtpu far over 10 s.)"""
+  out = tmp_path / "plan.json"
+  proc = forkserver.Popen(
+      [sys.executable, "-m", "lnjax.cli.compile", "--config=configs/llama.py:size=7b",
+       "--config.model.scan_layers=False", "--topology=v5e:2x2", "--noeval",
+       f"--output={out}"], cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+  try:
+    deadline = time.time() + 300
+    while proc.poll() is None and time.time() < deadline and "libtpu" not in open(
+        f"/proc/{proc.pid}/maps").read():
+      time.sleep(0.05)
+    time.sleep(1.0)  # Into the model's tracing or libtpu's compile.
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGTERM)
+    sent = time.time()
+    stdout, stderr = proc.communicate(timeout=120)
+    seconds = time.time() - sent
+  finally:
+    proc.kill()
+  assert (proc.returncode, stderr) == (143, "lnjax compile: SIGTERM: stopped; nothing written\n")
+  assert seconds < STOP_SECONDS and stdout == "" and not out.exists()

@@ -518,6 +518,106 @@ def test_a_refusal_is_one_line_exit_2_and_writes_nothing(tmp_path):
   assert not (tmp_path / "s").exists()
 
 
+def _refused(out, *words) -> str:
+  """The command's one line on stderr, after checking it refused (exit 2) naming `words`."""
+  assert out.returncode == 2, out.stderr
+  (line,) = out.stderr.strip().splitlines()
+  assert line.startswith("lnjax.cli.stability: error: "), line
+  assert all(w in line for w in words), line
+  return line
+
+
+def _tree(root) -> dict:
+  """Every file under `root`, relative path -> bytes."""
+  return {os.path.relpath(os.path.join(d, f), root): open(os.path.join(d, f), "rb").read()
+          for d, _, files in os.walk(root) for f in files}
+
+
+@pytest.mark.slow
+def test_a_training_runs_folder_is_refused_as_the_searchs_workdir(tmp_path):
+  """A training run's folder (one that a search's search.json was left in, too) is no
+  search's WORKDIR: the report and the search are refused in one line, exit 2, before
+  search.json or runs/ is written into it."""
+  run = tmp_path / "run"
+  os.makedirs(run / "checkpoints" / "20")
+  for name, text in (("config.json", "{}"), ("summary.json", '{"status": "completed"}'),
+                     ("metrics.jsonl", '{"step": 1}\n'), ("checkpoints/20/x", "x")):
+    (run / name).write_text(text)
+  before = _tree(run)
+  search_flags = ["--placements=pre", "--depths=2", "--seeds=1", "--probe_steps=2"]
+  for flags in (["--report_only"], search_flags):
+    _refused(_stability(run, *flags, timeout=300), f"--workdir={run} is the folder of the run")
+    assert _tree(run) == before
+  (run / "search.json").write_text(json.dumps({"settings": {}, "range_tests": {},
+                                               "probes": {}}))
+  before = _tree(run)
+  _refused(_stability(run, "--report_only", timeout=300), "is the folder of the run")
+  assert _tree(run) == before
+
+
+@pytest.mark.slow
+def test_a_state_file_that_is_not_a_search_state_is_refused_and_kept(tmp_path):
+  """WORKDIR/search.json or --state=FILE that is not JSON, or JSON not of a search state's
+  shape, is refused in one line naming it, exit 2, its bytes kept (it may hold a search's
+  results): never replaced by a fresh state, no traceback."""
+  cases = [("search.json", "garbage{\n"), ("search.json", '{"a": 1}'),
+           ("kept.json", "[1, 2]"), ("kept.json", '{"settings": 5}')]
+  for i, (name, text) in enumerate(cases):
+    workdir = tmp_path / f"search{i}"
+    state = (workdir if name == "search.json" else tmp_path) / name
+    os.makedirs(state.parent, exist_ok=True)
+    state.write_text(text)
+    flags = [] if name == "search.json" else [f"--state={state}"]
+    _refused(_stability(workdir, "--report_only", *flags, timeout=300),
+             f"{state} is not a search state", "move it away", "afresh")
+    assert state.read_text() == text
+    if name == "search.json":
+      assert os.listdir(workdir) == ["search.json"]
+    else:
+      assert not workdir.exists()
+
+
+@pytest.mark.parametrize("text, why", [
+    ("garbage{", "(Expecting value"), ("", "(Expecting value"), ("[1, 2]", "(not a JSON object)"),
+    ('{"a": 1}', '(no "settings" object)'), ('{"settings": 5}', '(no "settings" object)'),
+    ('{"settings": {}, "range_tests": {}, "probes": []}', '(no "probes" object)'),
+    ('{"settings": {}, "range_tests": {"pre/2": {"lo": 0.1}}, "probes": {}}',
+     '(range test "pre/2" is not a bracket'),
+    ('{"settings": {}, "range_tests": {}, "probes": {"pre/2/0": {"fast": {}}}}',
+     '(the probes of "pre/2/0" are not rates'),
+    ('{"settings": {}, "range_tests": {}, "probes": {"pre/2/0": {"0.1": {"stable": 1}}}}',
+     '(the probes of "pre/2/0" are not rates'),
+    ('{"settings": {}, "range_tests": {}, "probes": {}, "seeds_so_far": {"r": 3}}',
+     '("seeds_so_far" is not run summaries)'),
+])
+def test_a_state_is_read_only_in_the_shape_a_search_reads(tmp_path, text, why):
+  """stability.read_state, what a search loads its state (and --range_tests_from's) with:
+  no file is a new search; a file not of a state's shape is refused in one line naming it
+  (a WorkdirError, exit 2), never read into a search that would fail on it."""
+  from lnjax.core import errors
+  from lnjax.sweep import stability
+  state, _ = one_probe_left(tmp_path)
+  assert stability.read_state(str(state)) == json.loads(state.read_text())
+  assert stability.read_state(str(tmp_path / "none.json")) is None
+  state.write_text(text)
+  with pytest.raises(errors.WorkdirError) as refused:
+    stability.read_state(str(state))
+  assert str(refused.value).startswith(f"{state} is not a search state {why}")
+  assert "move it away" in str(refused.value) and "\n" not in str(refused.value)
+  with pytest.raises(errors.WorkdirError, match=r"^--range_tests_from=\S+ is not a search"):
+    stability.read_state(str(state), flag="--range_tests_from")
+
+
+@pytest.mark.slow
+def test_a_workdir_that_is_a_file_is_refused(tmp_path):
+  """--workdir naming a regular file: one line, exit 2, the file kept."""
+  afile = tmp_path / "afile"
+  afile.write_text("mine\n")
+  _refused(_stability(afile, "--report_only", timeout=300),
+           f"--workdir={afile} is a file, not a folder")
+  assert afile.read_text() == "mine\n"
+
+
 @pytest.mark.slow
 def test_report_only_with_nothing_measured_says_so_and_launches_nothing(tmp_path):
   workdir = tmp_path / "search"

@@ -127,7 +127,8 @@ def _params_at(params, path: str):
 
 def ln_jacobians(norm_records: dict, *, iters: int = 30) -> dict:
   """{path: {'spectral_norm': mean over tokens, 'sqrt_d_over_norm': mean √d/‖x − μ‖}}
-  (μ = 0 for RMSNorm and ScaleNorm; nGPT's x/‖x‖: 1/‖x‖).
+  (μ = 0 for RMSNorm and ScaleNorm; nGPT's x/‖x‖: 1/‖x‖), over the tokens with x ≠ μ
+  (the reference's; None if no token has one).
 
   One compiled power iteration per kind of norm and width, vmapped over the tokens, with
   the norm's parameters as an argument: a 12-layer model's 30 norms compile once."""
@@ -146,14 +147,23 @@ def ln_jacobians(norm_records: dict, *, iters: int = 30) -> dict:
   out = {}
   for path, r in norm_records.items():
     xs = np.asarray(r["tokens"], np.float32)
-    sigmas = batched(r["module"])(r["params"], jnp.asarray(xs))
     # The unit-gain norm's ‖J‖₂ as the norm's class states it (lnjax/models/norms.py):
     # d^radius_power/‖x − μ‖, μ the mean of x if it centres (LN's √d/‖x − μ‖, RMSNorm's
-    # and ScaleNorm's √d/‖x‖, nGPT's 1/‖x‖; the point-wise norms state LN's).
+    # and ScaleNorm's √d/‖x‖, nGPT's 1/‖x‖; the point-wise norms state LN's). It is the
+    # ε → 0 limit, undefined at x = μ: a zero input, as the stream of a token whose
+    # embedding row is 0 is in a model without biases (transformers initializes the
+    # pad_token_id row of Gemma's and OLMo 2's nn.Embedding to 0). Both means are over the
+    # tokens where it is defined (the same tokens, side by side); None where none is.
     module = r["module"]
+    sigmas = np.asarray(batched(module)(r["params"], jnp.asarray(xs)))
     mu = xs.mean(-1, keepdims=True) if module.centred else 0.0
-    approx = float(r["d"]) ** module.radius_power / np.linalg.norm(xs - mu, axis=-1)
-    out[path] = {"spectral_norm": float(np.mean(np.asarray(sigmas))),
+    radii = np.linalg.norm(xs - mu, axis=-1)
+    defined = radii > 0
+    if not defined.any():
+      out[path] = {"spectral_norm": float(np.mean(sigmas)), "sqrt_d_over_norm": None}
+      continue
+    approx = float(r["d"]) ** module.radius_power / radii[defined]
+    out[path] = {"spectral_norm": float(np.mean(sigmas[defined])),
                  "sqrt_d_over_norm": float(np.mean(approx))}
   return out
 

@@ -219,7 +219,8 @@ def _plots(result: dict, out: str):
     if ax.get_legend_handles_labels()[0]:
       ax.legend(fontsize=8)
   ax = axes[3]
-  jac = result["norm_jacobians"]
+  # (A norm whose every sampled input is its own mean, x = μ, has no √d/‖x − μ‖: None.)
+  jac = {k: v for k, v in result["norm_jacobians"].items() if v["sqrt_d_over_norm"] is not None}
   ax.set_title("norm Jacobians at their inputs")
   if jac:
     ax.loglog([v["sqrt_d_over_norm"] for v in jac.values()],
@@ -291,8 +292,9 @@ def _report(result: dict, out: str) -> None:
             "|---|---|---|---|---|"]
   for path, r in result["norms"].items():
     j = result["norm_jacobians"][path]
+    bound = "—" if j["sqrt_d_over_norm"] is None else f"{j['sqrt_d_over_norm']:.4f}"
     lines.append(f"| {path} | {r['in_sq']:.3f} | {r['out_sq']:.3f} | {j['spectral_norm']:.4f} | "
-                 f"{j['sqrt_d_over_norm']:.4f} |")
+                 f"{bound} |")
   lines += ["", "![gradients](gradients.png)", ""]
   fileio.write_text(os.path.join(out, "report.md"), "\n".join(lines))
 

@@ -14,13 +14,14 @@ the data axes do not divide, a step that does not compile): one line, nothing wr
 """
 
 import json
+import os
 import sys
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
 from lnjax import cli, tasks
-from lnjax.core import errors, fileio, plan, sharding, tpu
+from lnjax.core import errors, fileio, plan, preemption, sharding, tpu
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file[:presets].",
                                           lock_config=True)
@@ -35,6 +36,7 @@ _MESH = flags.DEFINE_string("mesh", None, "Mesh axes within a slice, e.g. fsdp=8
                             "data=2,fsdp=2,model=2 (unnamed axes 1); default: the config's "
                             "mesh section (data=-1: every chip on data).")
 _OUTPUT = flags.DEFINE_string("output", None, "Write the report as JSON here too.")
+STOPPED = "lnjax compile: {signal}: stopped; nothing written"
 _EVAL = flags.DEFINE_bool("eval", True, "Also compile the eval step (and translation's "
                           "decode step).")
 
@@ -129,17 +131,24 @@ def main(argv):
         raise errors.ConfigError(f"--output={_OUTPUT.value} is a folder: name a file (the "
                                  "report's JSON)")
       fileio.refuse_run_files("--output", _OUTPUT.value, [_OUTPUT.value])
-    slice_ = tpu.parse_topology(_TOPOLOGY.value, _NUM_SLICES.value)
-    config = _CONFIG.value.unlock()
-    for key, value in (mesh_override(_MESH.value) if _MESH.value else {}).items():
-      section, name = key.split(".")
-      config[section][name] = value
-    report = run_plan(config.lock(), slice_, _EVAL.value)
+      fileio.check_output_file("--output", _OUTPUT.value)
+    # SIGTERM while libtpu compiles (minutes for a 7B model): one line and exit 143 within
+    # seconds (preemption's watcher), not libtpu's own handler's stack dump.
+    with preemption.Stop(line=STOPPED):
+      slice_ = tpu.parse_topology(_TOPOLOGY.value, _NUM_SLICES.value)
+      config = _CONFIG.value.unlock()
+      for key, value in (mesh_override(_MESH.value) if _MESH.value else {}).items():
+        section, name = key.split(".")
+        config[section][name] = value
+      report = run_plan(config.lock(), slice_, _EVAL.value)
   except errors.LnjaxError as e:
     cli.fail(str(e), prog="lnjax compile")
+  except preemption.Preempted as e:
+    print(STOPPED.format(signal=e.signal), file=sys.stderr, flush=True)
+    os._exit(e.exit_code)  # (As the watcher does: nothing to save, no teardown.)
   print(format_report(report), flush=True)
   if _OUTPUT.value:
-    fileio.write_text(_OUTPUT.value, json.dumps(report, indent=2) + "\n")
+    fileio.write_text(fileio.resolve(_OUTPUT.value), json.dumps(report, indent=2) + "\n")
   fits = all(report[s]["fits"] for s in ("train", "eval", "decode") if s in report)
   sys.exit(0 if fits else 1)
 

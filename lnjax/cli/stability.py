@@ -125,9 +125,17 @@ def main(argv):
       raise errors.ConfigError("--predict runs no search: it takes neither --report_only nor "
                                "--range_tests_from")
     stability.check_inputs(config_arg, fixed, placements, depths, warmups)
-    fileio.refuse_run_files("--workdir", _WORKDIR.value,
-                            [_WORKDIR.value, *([_STATE.value] if _STATE.value else [])],
-                            own=[_WORKDIR.value])
+    workdir = _WORKDIR.value
+    if fileio.exists(workdir) and not fileio.isdir(workdir):
+      raise errors.WorkdirError(f"--workdir={workdir} is a file, not a folder: name a folder "
+                                "(a new one starts a search)")
+    # The workdir is this command's own only if a search's: its state there, and none of the
+    # files of another run (a training run's folder, with or without a search.json, is not).
+    own = fileio.exists(fileio.join(workdir, stability.STATE)) and not any(
+        fileio.exists(fileio.join(workdir, name)) for name in fileio.RUN_FILES)
+    fileio.refuse_run_files("--workdir", workdir,
+                            [workdir, *([_STATE.value] if _STATE.value else [])],
+                            own=[workdir] if own else [])
     if _PREDICT.value:
       _predict(config_arg, fixed, placements, depths, warmups)
       return

@@ -138,6 +138,29 @@ def write_bytes(path: str, data: bytes) -> None:
     raise
 
 
+def check_output_file(flag: str, path: str) -> None:
+  """Before a long computation whose result goes to the file `path`: refuses, in one
+  errors.ConfigError line, a path that is not (or does not lead to) a regular file and one
+  whose folder cannot be made or written. (write_bytes renames over its target, which would
+  replace a device such as /dev/full.) The folder is made; a bucket path is not checked."""
+  from lnjax.core import errors
+
+  if is_remote(path):
+    return
+  if os.path.lexists(path) and not os.path.isfile(path):
+    raise errors.ConfigError(f"{flag}={path} is not a regular file: name a file to write")
+  folder = os.path.dirname(os.path.realpath(path))
+  if os.path.exists(folder) and not os.path.isdir(folder):
+    raise errors.ConfigError(f"{flag}={path}: {folder} is a file, not a folder")
+  try:
+    os.makedirs(folder, exist_ok=True)
+    probe = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.probe")
+    os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    os.remove(probe)
+  except OSError as e:
+    raise errors.ConfigError(f"{flag}={path} cannot be written: {e.strerror or e}") from None
+
+
 def write_text(path: str, text: str) -> None:
   write_bytes(path, text.encode("utf-8"))
 

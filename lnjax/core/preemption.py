@@ -22,6 +22,12 @@ compiling), the watcher ends the process itself: one line, the `on_forced_exit` 
 (the workdir lock), exit 143. The run keeps its last checkpoint (orbax writes one under a
 temporary name until it is complete) and the relaunch goes on from it, or from step 0,
 as an uninterrupted run would.
+
+Where Python drops exceptions: a signal whose handler runs inside a garbage-collection
+callback (jax registers one) or a finalizer raises Preempted where nothing can catch it;
+Python hands it to `sys.unraisablehook` ("Exception ignored in ...") and goes on. The
+outermost Stop block's hook takes such a stop back silently and delivers the signal again
+a moment later, when the main thread is back in ordinary code.
 """
 
 import os
@@ -87,20 +93,41 @@ def _compiling() -> bool:
   return False
 
 
+REDELIVER_SECONDS = 0.01  # A dropped stop's signal comes again after this.
+
+
+def _unraisable_hook(previous):
+  """sys.unraisablehook for a Stop block: a Preempted raised where Python drops exceptions
+  (a gc callback, a finalizer) is delivered again from a timer thread; the rest as before."""
+  def hook(unraisable):
+    if not isinstance(unraisable.exc_value, Preempted):
+      return previous(unraisable)
+    signum = signal.Signals[unraisable.exc_value.signal]
+    main = threading.main_thread().ident
+    again = threading.Timer(REDELIVER_SECONDS, signal.pthread_kill, (main, signum))
+    again.daemon = True
+    again.start()
+  return hook
+
+
 class _Watcher:
   """The watcher thread of the outermost Stop block (see the module docstring)."""
 
-  def __init__(self):
+  def __init__(self, line: str | None = None):
     self.cleanups = []  # on_forced_exit's.
+    self.line = line  # The line it ends the process with ({signal}: the name), if not a run's.
     self._read, self._write = os.pipe()
     os.set_blocking(self._write, False)  # (set_wakeup_fd's requirement.)
     self._previous_fd = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
+    self._previous_hook = sys.unraisablehook
+    sys.unraisablehook = _unraisable_hook(self._previous_hook)
     self._ended = threading.Event()
     threading.Thread(target=self._watch, daemon=True, name="lnjax-stop-watcher").start()
 
   def close(self) -> None:
     self._ended.set()
     signal.set_wakeup_fd(self._previous_fd)
+    sys.unraisablehook = self._previous_hook
     os.close(self._write)  # (The thread reads the pipe's end, closes it and returns.)
 
   def _watch(self) -> None:
@@ -116,6 +143,7 @@ class _Watcher:
 
   def _exit(self, name: str) -> None:
     sys.stderr.write(  # (One write: the progress ticker's thread may print too.)
+        self.line.format(signal=name) + "\n" if self.line else
         f"{name}: stopped before the first step; run the same command to start.\n"
         if _state["raise"] else f"{name}: stopped without waiting for XLA to compile; the "
         "steps since the last checkpoint are not kept: run the same command to resume.\n")
@@ -146,9 +174,11 @@ def _handle(signum, frame):
 
 class Stop:
   """`with Stop() as stop:` handles SIGTERM/SIGUSR1 for the block (one process, main thread);
-  `stop.raising(False)` once there is a loop that saves before it stops."""
+  `stop.raising(False)` once there is a loop that saves before it stops. `line`: what the
+  watcher prints when it ends a command that is not a training run (lnjax compile)."""
 
-  def __init__(self):
+  def __init__(self, line: str | None = None):
+    self._line = line
     self._previous, self._outer = {}, {}
     self._watcher, self._cleanups = None, None
 
@@ -160,7 +190,7 @@ class Stop:
     if jax.process_count() == 1 and threading.current_thread() is threading.main_thread():
       self._previous = {s: signal.signal(s, _handle) for s in SIGNALS}
       if not _watcher:  # (The outermost block.)
-        self._watcher = _Watcher()
+        self._watcher = _Watcher(self._line)
         _watcher.append(self._watcher)
       self._cleanups = len(_watcher[0].cleanups)  # (Those of this block go at its end.)
     return self

@@ -65,6 +65,13 @@ GPUS = {
                  "https://www.nvidia.com/en-us/data-center/h100/ (H100 SXM: 989 TFLOP/s "
                  "dense bf16, 1979 with sparsity; 80 GB HBM3; 3.35 TB/s)", platform="cuda"),
 }
+# The most chips one slice of a generation joins (a full pod, Cloud TPU's pages: v4 4096,
+# v5e 256, v5p 8960, v6e 256), and the most for all slices together: past the largest
+# published multislice job (50,944 TPU v5e chips, Google Cloud blog, November 2023).
+# libtpu builds every device of the topology it is asked for before any check of its own
+# (a million 2x2 slices took it 10.7 GB of host memory), so larger requests stop here.
+POD_CHIPS = {"v4": 4096, "v5e": 256, "v5p": 8960, "v6e": 256}
+MAX_CHIPS = 65536
 # Product sizes offered (Cloud TPU's pages): chips per slice.
 SIZES_2D = (1, 4, 8, 16, 32, 64, 128, 256)
 SIZES_3D = (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
@@ -134,12 +141,22 @@ def parse_topology(name: str, num_slices: int = 1) -> Slice:
     raise errors.ConfigError(f"--topology={name!r} is unknown: {known_names()}")
   if m.group(2):
     grid = tuple(int(g) for g in m.group(2).split("x"))
-    if len(grid) != chip.axes or min(grid) < 1:
+    if len(grid) != chip.axes:
       raise errors.ConfigError(f"--topology={name!r}: a {chip.generation} slice has "
                                f"{chip.axes} axes ({known_names()})")
+    if min(grid) < 1:
+      raise errors.ConfigError(f"--topology={name!r}: each axis needs one chip or more")
   else:
     grid = _product_grid(chip, int(m.group(3)), name)
-  return Slice(name, chip, grid, num_slices)
+  slice_ = Slice(name, chip, grid, num_slices)
+  if slice_.chips_per_slice > POD_CHIPS[chip.generation]:
+    raise errors.ConfigError(f"--topology={name!r}: {slice_.chips_per_slice} chips, more than "
+                             f"a {chip.generation} pod's {POD_CHIPS[chip.generation]}")
+  if slice_.num_chips > MAX_CHIPS:
+    raise errors.ConfigError(f"--topology={name!r} --num_slices={num_slices}: "
+                             f"{slice_.num_chips} chips, more than {MAX_CHIPS} (the largest "
+                             "published multislice job had 50,944)")
+  return slice_
 
 
 def _product_grid(chip: Chip, n: int, name: str) -> tuple[int, ...]:

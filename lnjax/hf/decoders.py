@@ -150,9 +150,10 @@ def model_config(config: dict, architecture: str):
   if family.gemma:
     if f.flag("use_bidirectional_attention", False):
       raise f.refuse("use_bidirectional_attention", True, "false: lnjax's LM is causal")
-    attn_cap, final_cap = (0.0 if f.is_null(key) else f.number(key, default)
-                           for key, default in zip(("attn_logit_softcapping",
-                                                    "final_logit_softcapping"), family.softcaps))
+    # Gemma 3's attention cap is read but unused (below), so any c >= 0 runs in transformers.
+    attn_cap = _softcap(f, "attn_logit_softcapping", family.softcaps[0],
+                        positive=family.model_type == "gemma2")
+    final_cap = _softcap(f, "final_logit_softcapping", family.softcaps[1])
     options.update(norm_unit_offset=True,
                    query_scale=f.number("query_pre_attn_scalar", 256, positive=True) ** -0.5,
                    # Gemma3Attention keeps attn_logit_softcapping but passes no softcap to
@@ -160,6 +161,24 @@ def model_config(config: dict, architecture: str):
                    attn_logit_softcap=0.0 if family.model_type == "gemma3_text" else attn_cap,
                    final_logit_softcap=final_cap)
   return ModelConfig(**options)
+
+
+def _softcap(f: Fields, key: str, default: float, positive: bool = True) -> float:
+  """A logit soft-cap c (c·tanh(z/c)); null is none (0.0, lnjax's off). transformers
+  divides by c wherever c is not null, so c = 0 is no "off" there: NaN final logits, or
+  attention logits all 0. It is refused, as any c but a finite one > 0. Left out: the
+  configuration class's `default` (Gemma 3's None, 0.0 here)."""
+  if key not in f.config:
+    return float(default)
+  value = f.config[key]
+  if value is None:
+    return 0.0
+  try:
+    return f.number(key, positive=positive)
+  except HFError:
+    bound = "> 0" if positive else ">= 0"
+    raise HFError(f"{f.where}: {key}={value!r} must be null (no cap) or a finite number "
+                  f"{bound}") from None
 
 
 def _attention_pattern(f: Fields, family: Family, num_layers: int) -> tuple[str, int]:
@@ -173,6 +192,16 @@ def _attention_pattern(f: Fields, family: Family, num_layers: int) -> tuple[str,
     if types and set(types) != {"full_attention"}:
       raise f.refuse("layer_types", types, "full_attention layers only")
     return "global", 0
+  # Every entry is checked, whether or not a window is in use: a type lnjax has no attention
+  # for (chunked_attention, ...) is refused, not read as a global layer.
+  unknown = sorted(set(types or ()) - set(_LAYER_TYPES))
+  if unknown:
+    raise f.refuse("layer_types", unknown[0], " or ".join(map(repr, _LAYER_TYPES)))
+  if window is None and family.gemma:
+    # Gemma2Model and Gemma3TextModel build a sliding-window mask on every call, local
+    # layers or not: a null window fails there (TypeError), so it is no "none" to import.
+    raise HFError(f"{f.where}: sliding_window=null must be an integer >= 1: "
+                  f"{family.model_type}'s transformers model needs a window, local layers or not")
   if window is None:
     return "global", 0
   window = f.integer("sliding_window", window)
@@ -184,9 +213,6 @@ def _attention_pattern(f: Fields, family: Family, num_layers: int) -> tuple[str,
       types = ["sliding_attention" if i >= first else "full_attention" for i in range(num_layers)]
     else:
       types = ["sliding_attention" if (i + 1) % n else "full_attention" for i in range(num_layers)]
-  unknown = sorted(set(types) - set(_LAYER_TYPES))
-  if unknown:
-    raise f.refuse("layer_types", unknown[0], " or ".join(map(repr, _LAYER_TYPES)))
   kinds = [_LAYER_TYPES[t] for t in types]
   period = next(p for p in range(1, len(kinds) + 1)
                 if all(k == kinds[i % p] for i, k in enumerate(kinds)))

@@ -22,6 +22,10 @@ REMAT_POLICIES = ("none", "nothing_saveable", "dots_saveable", "dots_with_no_bat
 # MAX_SEQUENCE_WINDOW (Gemma 2's 4096 of 8192), resolved with the run (`for_length`).
 SEQUENCE_WINDOW = -1
 MAX_SEQUENCE_WINDOW = 4096
+# The largest W: the window mask compares W with int32 position distances (layers.window_bias;
+# XLA's positions are int32), so a W of 2³¹ or more cannot be given to it. A W at or beyond
+# the sequence length masks nothing (as config.json's 4096 over a shorter max_len).
+MAX_WINDOW = 2**31 - 1
 # The windows a local layer takes, as the refusals of model.sliding_window name them.
 WINDOWS = (f"a width W > 0, or -1 for automatic (half the run's final sequence length, at "
            f"most {MAX_SEQUENCE_WINDOW})")
@@ -119,6 +123,9 @@ class ModelConfig:
     for key in ("num_layers", "d_model", "num_heads", "d_ff", "max_len"):
       errors.check_range(f"model.{key}", getattr(self, key), low=1)
     errors.check_range("model.vocab_size", self.vocab_size, low=0, high=2**31 - 1)  # int32 ids.
+    if self.vocab_size == 1:  # (One token: every loss is 0, every plan meaningless.)
+      raise errors.ConfigError("model.vocab_size=1 is invalid: 2 or more, or 0 for the "
+                               "tokenizer's")
     errors.check_range("model.dropout_rate", self.dropout_rate, low=0.0, high=1.0, high_open=True)
     errors.check_range(
         "model.attention_dropout_rate", self.attention_dropout_rate, low=0.0, high=1.0, high_open=True)
@@ -150,6 +157,10 @@ class ModelConfig:
     except errors.ConfigError:
       raise errors.ConfigError(f"model.sliding_window={self.sliding_window!r} is invalid: "
                                f"give {WINDOWS}; or 0 for none") from None
+    if self.sliding_window > MAX_WINDOW:
+      raise errors.ConfigError(f"model.sliding_window={self.sliding_window} is invalid: at most "
+                               f"{MAX_WINDOW} (2³¹ − 1: positions are int32); a W of the sequence "
+                               "length or more already lets every query see every earlier key")
     for key in ("query_scale", "attn_logit_softcap", "final_logit_softcap"):
       # (bounded so that the float32 logits stay finite: c·tanh(z/c) at c = inf is NaN)
       errors.check_range(f"model.{key}", getattr(self, key), low=0.0, high=1e4)

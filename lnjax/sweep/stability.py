@@ -124,7 +124,7 @@ class Search:
   # ---- The state.
 
   def _load(self) -> dict:
-    state = launcher_lib.read_json(self.state_path)
+    state = read_state(self.state_path)
     self.is_new = state is None
     if state is None:
       return {"settings": self.settings, "range_tests": {}, "probes": {}}
@@ -146,7 +146,7 @@ class Search:
     returns their keys. A state whose range tests ran otherwise is refused."""
     taken = []
     for path in paths:
-      other = launcher_lib.read_json(path)
+      other = read_state(path, flag="--range_tests_from")
       if other is None:
         raise errors.ConfigError(f"--range_tests_from={path}: no search state there")
       changed = [f"--{k}={other['settings'].get(k)}" for k in RANGE_SETTINGS
@@ -238,6 +238,55 @@ class Search:
       self.state[SEEDS_SO_FAR] = kept
     if json.dumps(self.state, sort_keys=True) != before:
       self.save()
+
+
+def read_state(path: str, flag: str = "") -> dict | None:
+  """The search state in the file `path`; None if there is none. A file that is not one
+  (not JSON, or not the shape read here: _malformed) is refused in one line, never
+  replaced: it may hold a search's results. `flag`: the flag that named it, if any."""
+  try:
+    text = fileio.read_text(path)
+    state = None if text is None else json.loads(text)
+    why = None if text is None else _malformed(state)
+  except (OSError, ValueError) as e:  # (A folder, not JSON, not UTF-8.)
+    why = getattr(e, "strerror", None) or str(e).splitlines()[0]
+  if why:
+    hint = "" if flag else ": move it away and the same command starts a search afresh"
+    raise errors.WorkdirError(f"{flag + '=' if flag else ''}{path} is not a search state "
+                              f"({why}){hint}")
+  return state
+
+
+def _malformed(state) -> str | None:
+  """What a search reading `state` would trip on (None: nothing): it reads an object of
+  its settings, the range tests' brackets, the probes' results by cell then rate, and
+  perhaps the summaries of the seeds so far."""
+  def number(x):
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+  def probe(lr: str, p) -> bool:
+    try:
+      float(lr)  # (The key is the probe's rate.)
+    except ValueError:
+      return False
+    return (isinstance(p, dict) and isinstance(p.get("stable"), bool)
+            and isinstance(p.get("runs"), list) and number(p.get("steps"))
+            and isinstance(p.get("seeds", []), list))
+  if not isinstance(state, dict):
+    return "not a JSON object"
+  for key in ("settings", "range_tests", "probes", SEEDS_SO_FAR):
+    if not isinstance(state.get(key, {} if key == SEEDS_SO_FAR else None), dict):
+      return f'no "{key}" object'
+  for key, e in state["range_tests"].items():
+    if not (isinstance(e, dict) and number(e.get("lo")) and number(e.get("hi"))
+            and isinstance(e.get("note"), str)):
+      return f'range test "{key}" is not a bracket (lo, hi, note)'
+  for key, probes in state["probes"].items():
+    if not (isinstance(probes, dict) and all(probe(lr, p) for lr, p in probes.items())):
+      return f'the probes of "{key}" are not rates with their results'
+  if not all(isinstance(v, dict) for v in state.get(SEEDS_SO_FAR, {}).values()):
+    return f'"{SEEDS_SO_FAR}" is not run summaries'
+  return None
 
 
 def _key(*parts) -> str:
