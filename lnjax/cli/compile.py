@@ -10,7 +10,8 @@ MFU. Translation runs also get their beam-search decode step.
 
 Exit codes: 0 every step fits, 1 a step misses the chip's HBM (the report says by how
 much), 2 bad input (an unknown topology, a mesh that is not the slice's chip count, a batch
-the data axes do not divide, a step that does not compile): one line, nothing written.
+the data axes do not divide, a step that does not compile): one line, nothing written;
+143 stopped by SIGTERM or SIGUSR1, libtpu's compile included: one line, nothing written.
 """
 
 import json
@@ -36,9 +37,9 @@ _MESH = flags.DEFINE_string("mesh", None, "Mesh axes within a slice, e.g. fsdp=8
                             "data=2,fsdp=2,model=2 (unnamed axes 1); default: the config's "
                             "mesh section (data=-1: every chip on data).")
 _OUTPUT = flags.DEFINE_string("output", None, "Write the report as JSON here too.")
-STOPPED = "lnjax compile: {signal}: stopped; nothing written"
 _EVAL = flags.DEFINE_bool("eval", True, "Also compile the eval step (and translation's "
                           "decode step).")
+STOPPED = "lnjax compile: {signal}: stopped; nothing written"  # SIGTERM, SIGUSR1.
 
 
 def mesh_override(text: str) -> dict:
