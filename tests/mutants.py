@@ -824,6 +824,11 @@ MUTANTS = [
       ("tests/test_compile_plan.py::"
        "test_a_slice_larger_than_a_pod_or_than_any_job_is_refused_before_libtpu",),
       "a request for millions of chips goes to libtpu, which builds them until memory runs out"),
+    M("sweep_preflight_stop_left_to_libtpu", "lnjax/cli/sweep.py",
+      "with preemption.Stop(line=PREFLIGHT_STOPPED):", "if True:",
+      ("tests/test_preemption_phases.py::"
+       "test_a_stop_while_libtpu_compiles_is_one_line_and_exit_143",),
+      "SIGTERM during a sweep's pre-flight compile is libtpu's stack dump and a signal exit"),
     M("compile_stop_left_to_libtpu", "lnjax/cli/compile.py",
       "with preemption.Stop(line=STOPPED):", "if True:",
       ("tests/test_preemption_phases.py::"

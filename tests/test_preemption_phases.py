@@ -313,28 +313,38 @@ def test_a_stop_while_xla_compiles_a_later_step_keeps_the_last_checkpoint(tmp_pa
   assert not os.path.exists(wd / ".lnjax.lock")
 
 
+# A model whose compile takes libtpu far over 10 s: Llama 7B's 32 layers unrolled.
+LIBTPU_SLOW = ["--config=configs/llama.py:size=7b", "--config.model.scan_layers=False",
+               "--topology=v5e:2x2"]
+
+
 @pytest.mark.slow
-def test_a_stop_while_libtpu_compiles_is_one_line_and_exit_143(tmp_path):
-  """`lnjax compile`: libtpu, once loaded, catches SIGTERM itself (a 33-line stack dump);
-  the command's Stop block answers it instead, in one line and within seconds, nothing
-  written. (Llama 7B's 32 layers unrolled: their compile takes libtpu far over 10 s.)"""
-  out = tmp_path / "plan.json"
-  proc = forkserver.Popen(
-      [sys.executable, "-m", "lnjax.cli.compile", "--config=configs/llama.py:size=7b",
-       "--config.model.scan_layers=False", "--topology=v5e:2x2", "--noeval",
-       f"--output={out}"], cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+@pytest.mark.parametrize("command, stopped", [
+    (["lnjax.cli.compile", "--noeval"], "lnjax compile: SIGTERM: stopped; nothing written"),
+    (["lnjax.cli.sweep", "--grid=seed=0", "--dry_run"],
+     "lnjax.cli.sweep: SIGTERM: stopped during the pre-flight compile; nothing queued")])
+def test_a_stop_while_libtpu_compiles_is_one_line_and_exit_143(tmp_path, command, stopped):
+  """`lnjax compile` and a sweep's pre-flight compile for --topology: libtpu, once loaded,
+  catches SIGTERM itself (a 33-line stack dump, death by the signal); the command's Stop
+  block answers it instead, in one line and within seconds, nothing written."""
+  out = tmp_path / "out"
+  flags = [f"--output={out}"] if command[0].endswith("compile") else [f"--workdir={out}"]
+  proc = forkserver.Popen([sys.executable, "-m", *command, *LIBTPU_SLOW, *flags], cwd=REPO,
+                          text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
   try:
     deadline = time.time() + 300
     while proc.poll() is None and time.time() < deadline and "libtpu" not in open(
         f"/proc/{proc.pid}/maps").read():
       time.sleep(0.05)
     time.sleep(1.0)  # Into the model's tracing or libtpu's compile.
-    assert proc.poll() is None
+    assert proc.poll() is None, proc.communicate()
     proc.send_signal(signal.SIGTERM)
     sent = time.time()
     stdout, stderr = proc.communicate(timeout=120)
     seconds = time.time() - sent
   finally:
     proc.kill()
-  assert (proc.returncode, stderr) == (143, "lnjax compile: SIGTERM: stopped; nothing written\n")
-  assert seconds < STOP_SECONDS and stdout == "" and not out.exists()
+  assert (proc.returncode, stderr) == (143, stopped + "\n")
+  # (The sweep's one progress line, "Pre-flight: compiling ...", and no run listed.)
+  assert seconds < STOP_SECONDS and "lnjax.main" not in stdout and not out.exists()
+  assert len(stdout.splitlines()) == (0 if command[0].endswith("compile") else 1), stdout

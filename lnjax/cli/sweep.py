@@ -22,6 +22,7 @@ with a run whose config lnjax.main would refuse: refused before any run starts, 
 --dry_run too); 128+signal when stopped (the runs saved checkpoints).
 """
 
+import os
 import shlex
 import sys
 
@@ -83,6 +84,7 @@ for _name in ("ray_connect_seconds", "refresh_seconds", "table_every_seconds"):
   cli.number(_name, 0.0, low_open=True)
 cli.number("grace_seconds", 0.0)
 PROG = "lnjax.cli.sweep"  # The errors' prefix.
+PREFLIGHT_STOPPED = PROG + ": {signal}: stopped during the pre-flight compile; nothing queued"
 
 
 def main(argv):
@@ -105,7 +107,7 @@ def main(argv):
     from lnjax.sweep import preflight
     preflight.resolve(runs)  # Before anything is queued or listed.
     if _TOPOLOGY.value and not _SKIP_PREFLIGHT.value:
-      preflight.check(runs, _TOPOLOGY.value, _NUM_SLICES.value)
+      _preflight(runs)
     view = {"refresh_seconds": _REFRESH.value, "table_every_seconds": _TABLE_EVERY.value}
     if _BACKEND.value == "slurm":
       from lnjax.sweep import slurm
@@ -137,6 +139,20 @@ def main(argv):
     cli.fail(str(e), e.exit_code, prog=PROG)
   print(f"Report: {_command_line()} --report")
   sys.exit(code)
+
+
+def _preflight(runs: list) -> None:
+  """The grid's largest run compiled for --topology (libtpu: minutes for a large model). A
+  stop meanwhile is one line and exit 143, nothing queued, not libtpu's own handler's
+  stack dump (lnjax/core/preemption.py's watcher ends a compile it cannot interrupt)."""
+  from lnjax.core import preemption
+  from lnjax.sweep import preflight
+  try:
+    with preemption.Stop(line=PREFLIGHT_STOPPED):
+      preflight.check(runs, _TOPOLOGY.value, _NUM_SLICES.value)
+  except preemption.Preempted as e:
+    print(PREFLIGHT_STOPPED.format(signal=e.signal), file=sys.stderr, flush=True)
+    os._exit(e.exit_code)  # (Nothing queued, nothing to save.)
 
 
 def _runs(config_arg: str, fixed: dict) -> list:
