@@ -825,12 +825,12 @@ MUTANTS = [
        "test_a_slice_larger_than_a_pod_or_than_any_job_is_refused_before_libtpu",),
       "a request for millions of chips goes to libtpu, which builds them until memory runs out"),
     M("sweep_preflight_stop_left_to_libtpu", "lnjax/cli/sweep.py",
-      "with preemption.Stop(line=PREFLIGHT_STOPPED):", "if True:",
+      "with preemption.ends_in_one_line(PREFLIGHT_STOPPED):", "if True:",
       ("tests/test_preemption_phases.py::"
        "test_a_stop_while_libtpu_compiles_is_one_line_and_exit_143",),
       "SIGTERM during a sweep's pre-flight compile is libtpu's stack dump and a signal exit"),
     M("compile_stop_left_to_libtpu", "lnjax/cli/compile.py",
-      "with preemption.Stop(line=STOPPED):", "if True:",
+      "with preemption.ends_in_one_line(STOPPED):", "if True:",
       ("tests/test_preemption_phases.py::"
        "test_a_stop_while_libtpu_compiles_is_one_line_and_exit_143",),
       "SIGTERM during lnjax compile is libtpu's stack dump and a signal exit"),
@@ -846,8 +846,8 @@ MUTANTS = [
       "the commands leave their imports in every garbage collection (no gc.freeze after "
       "their flags)"),
     M("compilation_cache_read_uncounted", "lnjax/core/train.py",
-      '  if event == "/jax/compilation_cache/cache_hits":\n    _CACHE_HITS[0] += 1\n',
-      '  if event == "/jax/compilation_cache/cache_misses":\n    _CACHE_HITS[0] += 1\n',
+      '  if event == "/jax/compilation_cache/cache_hits":\n    _cache_hits += 1\n',
+      '  if event == "/jax/compilation_cache/cache_misses":\n    _cache_hits += 1\n',
       ("tests/test_train.py::test_cli_compilation_cache_and_profile",),
       "summary.json's compilation_cache_hits counts the programs compiled, not those read"),
     M("tpu_compile_in_the_persistent_cache", "lnjax/core/plan.py",

@@ -15,7 +15,6 @@ the data axes do not divide, a step that does not compile): one line, nothing wr
 """
 
 import json
-import os
 import sys
 
 from absl import app, flags, logging
@@ -135,7 +134,7 @@ def main(argv):
       fileio.check_output_file("--output", _OUTPUT.value)
     # SIGTERM while libtpu compiles (minutes for a 7B model): one line and exit 143 within
     # seconds (preemption's watcher), not libtpu's own handler's stack dump.
-    with preemption.Stop(line=STOPPED):
+    with preemption.ends_in_one_line(STOPPED):
       slice_ = tpu.parse_topology(_TOPOLOGY.value, _NUM_SLICES.value)
       config = _CONFIG.value.unlock()
       for key, value in (mesh_override(_MESH.value) if _MESH.value else {}).items():
@@ -144,9 +143,6 @@ def main(argv):
       report = run_plan(config.lock(), slice_, _EVAL.value)
   except errors.LnjaxError as e:
     cli.fail(str(e), prog="lnjax compile")
-  except preemption.Preempted as e:
-    print(STOPPED.format(signal=e.signal), file=sys.stderr, flush=True)
-    os._exit(e.exit_code)  # (As the watcher does: nothing to save, no teardown.)
   print(format_report(report), flush=True)
   if _OUTPUT.value:
     fileio.write_text(fileio.resolve(_OUTPUT.value), json.dumps(report, indent=2) + "\n")

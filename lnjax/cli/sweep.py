@@ -22,7 +22,6 @@ with a run whose config lnjax.main would refuse: refused before any run starts, 
 --dry_run too); 128+signal when stopped (the runs saved checkpoints).
 """
 
-import os
 import shlex
 import sys
 
@@ -147,12 +146,8 @@ def _preflight(runs: list) -> None:
   stack dump (lnjax/core/preemption.py's watcher ends a compile it cannot interrupt)."""
   from lnjax.core import preemption
   from lnjax.sweep import preflight
-  try:
-    with preemption.Stop(line=PREFLIGHT_STOPPED):
-      preflight.check(runs, _TOPOLOGY.value, _NUM_SLICES.value)
-  except preemption.Preempted as e:
-    print(PREFLIGHT_STOPPED.format(signal=e.signal), file=sys.stderr, flush=True)
-    os._exit(e.exit_code)  # (Nothing queued, nothing to save.)
+  with preemption.ends_in_one_line(PREFLIGHT_STOPPED):
+    preflight.check(runs, _TOPOLOGY.value, _NUM_SLICES.value)
 
 
 def _runs(config_arg: str, fixed: dict) -> list:

@@ -30,6 +30,7 @@ outermost Stop block's hook takes such a stop back silently and delivers the sig
 a moment later, when the main thread is back in ordinary code.
 """
 
+import contextlib
 import os
 import signal
 import sys
@@ -213,3 +214,16 @@ class Stop:
     nested = self._outer["raise"]  # The outer block keeps a stop requested in this one.
     _state.update({"signal": _state["signal"] if nested else None, "raise": nested})
     return False
+
+
+@contextlib.contextmanager
+def ends_in_one_line(line: str):
+  """A Stop block for a command with nothing to save (lnjax compile, a sweep's pre-flight
+  compile): a stop in it, libtpu's compile included, prints `line` ({signal}: the signal's
+  name) and exits 143 at once, from the main thread or from the watcher."""
+  try:
+    with Stop(line=line):
+      yield
+  except Preempted as e:
+    print(line.format(signal=e.signal), file=sys.stderr, flush=True)
+    os._exit(e.exit_code)  # (Nothing to save, no teardown.)

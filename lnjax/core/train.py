@@ -93,7 +93,8 @@ def _best_so_far(workdir: str, name: str | None):
   return max(values) if values else None
 
 
-_CACHE_HITS = []  # This process's programs read from the persistent cache, once counted.
+# This process's programs read back from the persistent cache; None while it uses none.
+_cache_hits: int | None = None
 
 
 def _use_compilation_cache(path: str) -> None:
@@ -103,14 +104,16 @@ def _use_compilation_cache(path: str) -> None:
   jax.config.update("jax_compilation_cache_dir", path)
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-  if not _CACHE_HITS:
-    _CACHE_HITS.append(0)
+  global _cache_hits
+  if _cache_hits is None:  # (One listener a process.)
+    _cache_hits = 0
     jax.monitoring.register_event_listener(_count_cache_hit)
 
 
 def _count_cache_hit(event: str, **kwargs) -> None:
+  global _cache_hits
   if event == "/jax/compilation_cache/cache_hits":
-    _CACHE_HITS[0] += 1
+    _cache_hits += 1
 
 
 def log(*args) -> None:
@@ -235,7 +238,7 @@ class Summary:
             0.0 if finished_before else time.perf_counter() - self.t_start), 1),
         # This segment's first step, compilation included (a compilation cache shortens it).
         "first_step_seconds": self.first_step_seconds,
-        **({"compilation_cache_hits": _CACHE_HITS[0]} if _CACHE_HITS else {}),
+        **({"compilation_cache_hits": _cache_hits} if _cache_hits is not None else {}),
         **({"instability_actions": self.instability_actions}
            if self.instability_actions else {}),
         "workdir": fileio.abspath(self.workdir),
