@@ -146,6 +146,12 @@ def _address() -> str | None:
   return _server["path"]
 
 
+def start() -> None:
+  """Starts the server now (it otherwise starts on the first command line forked), so
+  that a test can overlap its imports with other waiting."""
+  _address()
+
+
 def _forkable(args, env, cwd) -> bool:
   if not (isinstance(args, (list, tuple)) and len(args) >= 3 and args[0] == sys.executable
           and args[1] == "-m" and str(args[2]).startswith("lnjax")):

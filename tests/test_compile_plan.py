@@ -3,6 +3,7 @@ steps compiled for a TPU slice by libtpu's compiler on this CPU host (libtpu com
 requirements.txt). Compiling needs no TPU; each compile of the smoke LM takes ~10 s on two
 cores, so those tests are in the slow tier."""
 
+import functools
 import json
 import math
 import os
@@ -181,19 +182,35 @@ def test_batch_shapes_are_those_of_the_real_train_batches(name, preset):
   assert spec == real
 
 
-@pytest.mark.slow  # Three compiles of the train step for 4 TPU v5e chips (~10 s each).
+# test_fsdp_keeps_the_activations_split_over_the_batch's steps: 4,096 tokens, 32 rows of 128.
+SPLIT_BATCH = (("data.batch_size", 32), ("data.seq_len", 128), ("model.max_len", 128))
+
+
+@functools.cache
+def _aligned_train_step(mesh: str, shape: tuple = ()) -> tuple[dict, dict]:
+  """(prepare's parts, compile_report) of _aligned_lm's train step on MESHES[mesh] over
+  v5e:2x2, `shape` its further (key, value) overrides; each compiled once a test process.
+  The argument-bytes test's data and fsdp cases read the fsdp test's two steps at
+  SPLIT_BATCH (~25 s compiles) instead of compiling two more (~8 s each at the smoke
+  batch, the suite's durations of 2026-12-07)."""
+  config = _aligned_lm(**MESHES[mesh], **dict(shape))
+  slice_ = tpu.parse_topology(V5E_4)
+  parts = plan.prepare(config, slice_, tasks=tasks.get)
+  return parts, plan.compile_report(
+      lambda: parts["train_step"].lower(parts["state"], parts["batch"]), slice_, 1.0)
+
+
+@pytest.mark.slow  # Three compiles of the train step for 4 TPU v5e chips (~10-25 s each).
 @pytest.mark.parametrize("mesh", list(MESHES))
 def test_the_train_steps_argument_bytes_are_the_sharded_state_and_batch(mesh):
   """Per chip: parameters + Adam's two moments, each leaf divided over the mesh axes its
   logical axes map to (counted by hand from the shapes), plus the batch's rows of that chip;
-  donation makes the outputs alias the state."""
-  config = _aligned_lm(**MESHES[mesh])
-  slice_ = tpu.parse_topology(V5E_4)
-  parts = plan.prepare(config, slice_, tasks=tasks.get)
+  donation makes the outputs alias the state. data and fsdp at the fsdp test's batch (the
+  same compiles), fsdp+tensor at the smoke batch (8 rows of 32)."""
+  parts, report = _aligned_train_step(mesh, SPLIT_BATCH if mesh in ("data", "fsdp") else ())
   state, batch = parts["state"], parts["batch"]
   hand = sum(math.prod(x.sharding.shard_shape(x.shape)) * x.dtype.itemsize
              for x in jax.tree.leaves((state, batch)))
-  report = plan.compile_report(lambda: parts["train_step"].lower(state, batch), slice_, 1.0)
   assert report["argument_bytes"] == pytest.approx(hand, rel=2e-3)
   assert report["alias_bytes"] == pytest.approx(hand, rel=2e-3)  # State donated.
   params = sum(x.size for x in jax.tree.leaves(state.params))
@@ -230,16 +247,13 @@ def test_fsdp_keeps_the_activations_split_over_the_batch():
   18.3 MB at this shape, 2026-12-05; the 125M LM on v5e-8 needed 50 GiB a chip,
   BENCHMARKS.md). With them, a chip holds its own rows' activations, no more than under
   data parallelism (12.3 MB). (Sequences of 128, no dropout: at 512 each compile took
-  65-77 s; dropout's threefry masks doubled it.)"""
-  slice_ = tpu.parse_topology(V5E_4)
-  temp = {}
-  for mesh in ("data", "fsdp"):
-    config = _aligned_lm(**MESHES[mesh], **{"data.seq_len": 128, "model.max_len": 128,
-                                            "data.batch_size": 32})
-    parts = plan.prepare(config, slice_, tasks=tasks.get)
-    temp[mesh] = plan.compile_report(
-        lambda: parts["train_step"].lower(parts["state"], parts["batch"]), slice_, 1.0)[
-            "temp_bytes"]
+  65-77 s; dropout's threefry masks doubled it.) No smaller step told them apart
+  (2026-12-07): at 2,048 tokens (32 rows of 64, 16 of 128), at d_ff 512, at one layer, or
+  at 4,096 tokens as 128 rows of 32, the broken step's temporaries stayed under data=4's
+  (7.3-13.6 MB against 11.1-18.5 MB). The two steps are also the argument-bytes test's
+  data and fsdp cases (_aligned_train_step: each compiled once)."""
+  temp = {mesh: _aligned_train_step(mesh, SPLIT_BATCH)[1]["temp_bytes"]
+          for mesh in ("data", "fsdp")}
   assert temp["fsdp"] <= temp["data"], temp
 
 
@@ -397,9 +411,10 @@ def test_a_scanned_stack_is_counted_at_its_full_depth():
   slice_ = tpu.parse_topology(V5E_4)
   flops = {}
   for scan in (True, False):
-    # (The smoke widths: FLOPs need no tile-aligned shapes; 17 s against 30 s at _aligned_lm's.)
+    # (The smoke widths: FLOPs need no tile-aligned shapes; 17 s against 30 s at _aligned_lm's.
+    # No dropout: threefry's masks made the four compiles 19.3 CPU s against 11.6, 2026-12-07.)
     config = _config(**{"model.vocab_size": 128, "model.scan_layers": scan,
-                        "model.num_layers": 3, "mesh.data": 4})
+                        "model.num_layers": 3, "mesh.data": 4, "model.dropout_rate": 0.0})
     train = plan.plan_run(config, slice_, with_eval=False, tasks=tasks.get)["train"]
     flops[scan] = train["flops"]
     if scan:
@@ -409,8 +424,11 @@ def test_a_scanned_stack_is_counted_at_its_full_depth():
 
 @pytest.mark.slow  # One compile for two slices of 4 v5e chips.
 def test_two_slices_put_the_data_axis_across_them():
-  report = plan.plan_run(_config(**{"model.vocab_size": 128, "mesh.data": 1, "mesh.fsdp": 4}),
-                         tpu.parse_topology(V5E_4, num_slices=2), with_eval=False, tasks=tasks.get)
+  """(No dropout: threefry's masks made the compile 4.9 CPU s against 3.5, 2026-12-07.)"""
+  config = _config(**{"model.vocab_size": 128, "mesh.data": 1, "mesh.fsdp": 4,
+                      "model.dropout_rate": 0.0})
+  report = plan.plan_run(config, tpu.parse_topology(V5E_4, num_slices=2), with_eval=False,
+                         tasks=tasks.get)
   assert report["num_chips"] == 8 and report["mesh"] == {"data": 2, "fsdp": 4, "model": 1}
   assert report["train"]["fits"]
   assert report["train"]["collectives"]["all-reduce"]["count"] > 0  # Gradients across slices.

@@ -33,6 +33,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import pytest
@@ -114,6 +115,9 @@ class Cluster:
     # Short: Ray's Unix sockets live under it (a socket path is at most 107 bytes).
     self.temp = tempfile.mkdtemp(prefix="lnjr", dir="/tmp")
     self.sessions: dict[str, int] = {}
+    self.starting: dict[str, subprocess.Popen] = {}  # `ray start` commands not waited for.
+    self.ports: set[int] = set()  # The heads' ports so far.
+    self.temps = [self.temp]  # The heads' folders so far.
     base = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     flags = [f for f in base.get("XLA_FLAGS", "").split()
              if not f.startswith("--xla_force_host_platform_device_count")]
@@ -126,20 +130,28 @@ class Cluster:
                 "RAY_gcs_rpc_server_reconnect_timeout_s": "10"}
     self.local = {**self.env, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 
-  def start_head(self) -> None:
+  def start_head(self, wait: bool = True) -> None:
+    """`ray start --head`; a later head (a new cluster, which may start while the last one
+    still runs) on a port and in a folder no earlier head had. `wait=False` returns while
+    it starts (wait_for("head"))."""
     self.port = _free_port()
+    while self.port in self.ports:
+      self.port = _free_port()
+    temp = tempfile.mkdtemp(prefix="lnjr", dir="/tmp") if self.ports else self.temp
+    self.ports.add(self.port)
+    self.temps.append(temp)
     self.address = f"127.0.0.1:{self.port}"
     self._start("head", ["--head", "--node-ip-address=127.0.0.1", f"--port={self.port}",
                          f"--ray-client-server-port={_free_port()}",
-                         f"--dashboard-port={_free_port()}", f"--temp-dir={self.temp}",
+                         f"--dashboard-port={_free_port()}", f"--temp-dir={temp}",
                          "--include-dashboard=false"],
-                self.local)
+                self.local, wait)
 
   def start_node(self) -> None:
     self._start("node_b", [f"--address=127.1:{self.port}"],
                 {**self.env, "GRPC_DNS_RESOLVER": "native"})
 
-  def _start(self, name: str, args: list[str], env: dict) -> None:
+  def _start(self, name: str, args: list[str], env: dict, wait: bool = True) -> None:
     with open(os.path.join(self.temp, f"{name}.log"), "a") as log:
       proc = subprocess.Popen(
           [RAY, "start", *args, "--num-cpus=1", f'--resources={{"{name}": 1}}',
@@ -148,7 +160,13 @@ class Cluster:
           stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
           start_new_session=True)
     self.sessions[name] = proc.pid
-    code = proc.wait(180)
+    self.starting[name] = proc
+    if wait:
+      self.wait_for(name)
+
+  def wait_for(self, name: str) -> None:
+    """Until the node's `ray start` ended; it must have succeeded."""
+    code = self.starting.pop(name).wait(180)
     tail = open(os.path.join(self.temp, f"{name}.log")).read()[-3000:]
     assert code == 0, tail
 
@@ -170,7 +188,10 @@ class Cluster:
   def stop(self) -> None:
     for name in list(self.sessions):
       self.kill(name)
-    shutil.rmtree(self.temp, ignore_errors=True)
+    for proc in self.starting.values():  # (Killed above with its session.)
+      proc.wait(60)
+    for temp in self.temps:
+      shutil.rmtree(temp, ignore_errors=True)
 
 
 def _two_node_cluster():
@@ -178,11 +199,18 @@ def _two_node_cluster():
   if RAY is None:
     pytest.skip("ray is not installed (pip install -r requirements.txt)")
   c = Cluster()
+  # The fork server the launchers come from (tests/forkserver.py, started on first use)
+  # starts while the nodes do: one after the other they took 7 s + 21 s (2026-12-07,
+  # 2-core machine with other jobs beside it).
+  server = threading.Thread(target=forkserver.start, daemon=True)
+  server.start()
   try:
     c.start_head()
     c.start_node()
+    server.join()
     yield c
   finally:
+    server.join()
     c.stop()
 
 
@@ -200,16 +228,18 @@ def _config(tmp) -> str:
   return path
 
 
-def _sweep(cluster, config, sweep, root, *flags, wait=True, timeout=300, niceness=0):
+def _sweep(cluster, config, sweep, root, *flags, wait=True, timeout=300, niceness=0,
+           env=None):
   """The sweep's launcher, at `niceness` (`nice -n NICENESS python -m lnjax.cli.sweep`);
   at niceness 0 forked as the tests' command lines are (tests/forkserver.py: the launcher
-  loads the config, so JAX and Flax, which the fork server has imported)."""
+  loads the config, so JAX and Flax, which the fork server has imported); `env` adds to
+  the cluster's environment."""
   cmd = [sys.executable, "-m", "lnjax.cli.sweep", f"--config={config}", f"--sweep={sweep}",
          f"--workdir={root}", "--backend=ray", f"--ray_address={cluster.address}", *flags]
   nice = {"preexec_fn": lambda: os.nice(niceness)} if niceness else {}
   proc = (subprocess.Popen if niceness else forkserver.Popen)(
-      cmd, cwd=REPO, env=cluster.local, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-      text=True, start_new_session=True, **nice)
+      cmd, cwd=REPO, env={**cluster.local, **(env or {})}, stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT, text=True, start_new_session=True, **nice)
   if not wait:
     return proc
   try:
@@ -383,8 +413,8 @@ def test_a_run_no_node_fits_is_one_line(cluster, reference):
 def test_unreachable_address_is_one_line_after_a_bounded_wait(tmp_path):
   config, port = _config(str(tmp_path)), _free_port()
   t0 = time.monotonic()
-  r = subprocess.run([sys.executable, "-m", "lnjax.cli.sweep", f"--config={config}", "--sweep=one",
-                      f"--workdir={tmp_path / 'x'}", "--backend=ray",
+  r = forkserver.run([sys.executable, "-m", "lnjax.cli.sweep", f"--config={config}",
+                      "--sweep=one", f"--workdir={tmp_path / 'x'}", "--backend=ray",
                       f"--ray_address=127.0.0.1:{port}", "--ray_connect_seconds=2"],
                      cwd=REPO, capture_output=True, text=True, timeout=120)
   assert r.returncode == 2 and time.monotonic() - t0 < 60, r.stderr[-3000:]
@@ -472,25 +502,31 @@ def test_the_cluster_stopping_mid_sweep_is_one_line_and_the_relaunch_resumes(
   if "node_b" in cluster.sessions:
     cluster.kill("node_b")
   root = os.path.join(reference["tmp"], "stopped")
-  proc = _sweep(cluster, reference["config"], "one", root, wait=False)
-  workdir = os.path.join(root, "norm=pre")
+  # The launcher's driver gives up on a head gone for 3 s (not the cluster's 10), and the
+  # new cluster starts while the old one trains: one after the other, the driver's wait and
+  # the new head's start took 11 s + 15 s (2026-12-07, 2-core machine with other jobs).
+  proc = _sweep(cluster, reference["config"], "one", root, wait=False,
+                env={"RAY_gcs_rpc_server_reconnect_timeout_s": "3"})
+  workdir, address = os.path.join(root, "norm=pre"), cluster.address
+  cluster.sessions["stopped"] = cluster.sessions.pop("head")
+  cluster.start_head(wait=False)
   try:
     _wait_for(lambda: _checkpointed_not_done(workdir), 120, "the run's checkpoint")
-    cluster.kill("head", spare=lambda cmdline: "lnjax.main" in cmdline)
+    cluster.kill("stopped", spare=lambda cmdline: "lnjax.main" in cmdline)
     out, _ = proc.communicate(timeout=120)
   finally:
     if proc.poll() is None:
       os.killpg(proc.pid, signal.SIGKILL)
   errors = [l for l in out.splitlines() if l.startswith("lnjax.cli.sweep: error")]
   assert proc.returncode == 1 and errors == [
-      f"lnjax.cli.sweep: error: the Ray cluster at {cluster.address} went away during the sweep "
+      f"lnjax.cli.sweep: error: the Ray cluster at {address} went away during the sweep "
       "(1 run(s) stopped: norm=pre; each saved a checkpoint on SIGTERM or resumes from its "
       "last one); the same command resumes the sweep on a running cluster"], out[-3000:]
   # The run got SIGTERM from its dead worker (PR_SET_PDEATHSIG) and saved a checkpoint.
   summary = _wait_for(lambda: _ended_summary(workdir), 60, "the run's end")
   assert summary["status"] == "preempted" and summary["step"] < STEPS, summary
 
-  cluster.start_head()
+  cluster.wait_for("head")
   code, out = _sweep(cluster, reference["config"], "one", root)
   assert code == 0, out[-3000:]
   assert "0 already finished, 1 to run" in out or "1 already finished" in out
