@@ -286,7 +286,7 @@ def test_gated_ffn_by_hand(activation, act_of_1, act_of_minus_1):
     (dict(query_scale=-1.0), "model.query_scale=-1.0 must be a number in [0.0, 10000.0]"),
     (dict(pos_emb="alibi"), "model.pos_emb='alibi' is not one of: learned, sinusoidal, rope, none"),
     (dict(rope_theta=0.0), "model.rope_theta=0.0 must be a number in (1.0, inf)"),
-    # Every pair rotating at one frequency, 1 rad a position: no position beyond 2π told apart.
+    # Every pair rotating at one frequency, 1 rad a position: positions ~2π apart alike.
     (dict(rope_theta=1.0), "model.rope_theta=1.0 must be a number in (1.0, inf)"),
     (dict(d_model=18), "model.d_model=18 must be divisible by model.num_heads=4"),
     # One token: every loss 0 (lnjax compile planned it; train refused it by chance).
