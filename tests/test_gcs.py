@@ -63,9 +63,13 @@ def cli(module, *args, env, timeout=300, wait=True):
                         timeout=timeout)
 
 
+# One block, not the smoke model's two (the local reference too): what is checked is the
+# bucket, and the reference run then compiles in a third less: the test 23.9, 22.5 -> 19.5,
+# 20.2 CPU s with an empty compilation cache (20.1 -> 17.3 warm; 2026-12-07, 2-core machine).
 def train_args(workdir):
   return ["--config=configs/lm.py:smoke", f"--workdir={workdir}", "--config.mesh.data=1",
-          "--config.train.num_steps=40", "--config.train.checkpoint_every_steps=7"]
+          "--config.model.num_layers=1", "--config.train.num_steps=40",
+          "--config.train.checkpoint_every_steps=7"]
 
 
 def bucket_json(fs, path):
@@ -88,7 +92,7 @@ def local_run(workdir):
 
   config = lm.get_config("smoke")
   with config.unlocked():
-    config.mesh.data = 1
+    config.mesh.data, config.model.num_layers = 1, 1
     config.train.num_steps, config.train.checkpoint_every_steps = 40, 7
   return train.train_and_evaluate(config, workdir, tasks=tasks.get)
 

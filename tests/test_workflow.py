@@ -47,9 +47,12 @@ def cli(module, *args, stdin=None, code=0, env=None):
 
 @pytest.fixture(scope="module")
 def mt_run(tmp_path_factory):
-  """configs/multi30k_de_en.py:smoke, 20 steps, checkpoints at 10 and 20, BLEU on SPLIT."""
+  """configs/multi30k_de_en.py:smoke, 20 steps, checkpoints at 10 and 20, BLEU on SPLIT;
+  without train.health's statistics, which no test here reads (a forward pass of their own
+  at each log step, and its program for each batch shape)."""
   config = multi30k_de_en.get_config("smoke")
   with config.unlocked():
+    config.train.health = "off"
     config.mesh.data = 1
     config.train.eval_every_steps = 10
     config.decode.bleu_split = SPLIT

@@ -30,11 +30,10 @@ class MetricWriter:
     self._tb = None
     self._tb_dir = os.path.join(workdir, "tensorboard")
     if self.enabled and tensorboard:
-      from tensorboardX import SummaryWriter  # No TensorFlow needed.
       # Event files are written locally; a bucket workdir gets them when the writer closes.
       self._tb_local = (tempfile.mkdtemp(prefix="lnjax_tb_") if fileio.is_remote(workdir)
                         else self._tb_dir)
-      self._tb = SummaryWriter(self._tb_local)
+      self._tb = _EventWriter(self._tb_local)
 
   def write(self, step: int, scalars: dict[str, float]) -> None:
     if not self.enabled:
@@ -44,8 +43,7 @@ class MetricWriter:
     if self._wandb is not None:
       self._wandb.log({k: float(v) for k, v in scalars.items()}, step=int(step))
     if self._tb is not None:
-      for k, v in scalars.items():
-        self._tb.add_scalar(k, float(v), int(step))
+      self._tb.add_scalars(int(step), scalars)
 
   def close(self) -> None:
     if self._wandb is not None:
@@ -55,6 +53,27 @@ class MetricWriter:
       self._tb.close()
       if self._tb_local != self._tb_dir:
         fileio.copy_tree(self._tb_local, self._tb_dir)
+
+
+class _EventWriter:
+  """Scalars to TensorBoard event files with TensorBoard's own writer (the one
+  torch.utils.tensorboard uses; no TensorFlow needed). tensorboardX's, used before, imports
+  torch where it is installed: 1.8 s of a run's start, against 0.4 s for this one
+  (`python -X importtime`, 2026-12-07, 2-core machine)."""
+
+  def __init__(self, logdir: str):
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+    self._event, self._summary = event_pb2.Event, summary_pb2.Summary
+    self._writer = EventFileWriter(logdir)
+
+  def add_scalars(self, step: int, scalars: dict[str, float]) -> None:
+    values = [self._summary.Value(tag=k, simple_value=float(v)) for k, v in scalars.items()]
+    self._writer.add_event(self._event(wall_time=time.time(), step=step,
+                                       summary=self._summary(value=values)))
+
+  def close(self) -> None:
+    self._writer.close()
 
 
 WANDB_ID_FILE = "wandb_run_id"
