@@ -148,7 +148,7 @@ class ModelConfig:
   def _check_block_options(self):
     """The modern block's keys (docs/configs.md)."""
     # θ > 1: the frequencies θ^(-2i/d_h) fall from 1 rad a position (θ = 1 gives every pair
-    # the same one; θ < 1, rising ones past π, which alias).
+    # the same one, θ < 1 rising ones).
     errors.check_range("model.rope_theta", self.rope_theta, low=1.0, low_open=True)
     errors.check_choice("model.gated_ffn", self.gated_ffn, (False, True))
     errors.check_choice("model.norm_unit_offset", self.norm_unit_offset, (False, True))
