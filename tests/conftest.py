@@ -227,6 +227,21 @@ def pytest_collection_modifyitems(config, items):
   items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
 
 
+@pytest.fixture(autouse=True)
+def _command_lines_still_fork():
+  """No test leaves a variable that the fork server's imports read (tests/forkserver.py's
+  _IMPORT_TIME_ENV) changed in its process: from then on every command line of that xdist
+  worker ran afresh, each paying Python's start and the imports again (tests/test_llama_bench.py
+  importing benchmarks/suite.py, which sets XLA_PYTHON_CLIENT_PREALLOCATE, sent 20 command
+  lines of the tests after it to new processes; 2026-12-07)."""
+  before = forkserver.import_time_variables(os.environ)
+  yield
+  after = forkserver.import_time_variables(os.environ)
+  changed = {k: (before.get(k), after.get(k)) for k in {*before, *after}
+             if before.get(k) != after.get(k)}
+  assert not changed, f"os.environ left changed (before, after): {changed}"
+
+
 @pytest.fixture
 def small_disk(tmp_path):
   """A 1 MiB tmpfs (root only): a disk that fills up (tests/test_reliability*.py)."""
@@ -243,8 +258,12 @@ def small_disk(tmp_path):
 def pytest_collection_finish(session):
   """Everything imported so far (JAX, flax, transformers, the tests) lives to the end: frozen
   out of the garbage collector's scans, which otherwise walked those objects again at each
-  full collection: the fast tier took 88-91 s, 79-82 s frozen (2026-12-02, 2-core machine)."""
+  full collection: the fast tier took 88-91 s, 79-82 s frozen (2026-12-02, 2-core machine).
+  JAX imported by now (nearly every test module has: a no-op), so that the variables its
+  import sets are there before the first test (_command_lines_still_fork)."""
   import gc
+
+  import jax  # noqa: F401
   gc.collect()
   gc.freeze()
 

@@ -167,9 +167,14 @@ def _forkable(args, env, cwd) -> bool:
   imported = _server["imported_env"]
   server = {**_ENV, **imported}
   env = os.environ if env is None else env
-  keys = {k for k in (*env, *server)
-          if k.startswith(_IMPORT_TIME_ENV) and k not in _APPLIED_IN_CHILD}
+  keys = {*import_time_variables(env), *import_time_variables(server)}
   return all(env.get(k, imported.get(k)) == server.get(k) for k in keys)
+
+
+def import_time_variables(env) -> dict:
+  """The variables of `env` that a command line forked from the server could not apply."""
+  return {k: v for k, v in env.items()
+          if k.startswith(_IMPORT_TIME_ENV) and k not in _APPLIED_IN_CHILD}
 
 
 class Popen:

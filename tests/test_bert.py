@@ -23,6 +23,7 @@ from lnjax.models.bert import BertClassifier, BertEncoder, BertPretraining
 from lnjax.models.placement import NORM_POSITIONS
 from conftest import assert_same_final_state, fast_tier
 from test_train import sigterm_when
+from quiet_runs import NO_HEALTH
 
 
 def char_vocab(num_chars: int = 200) -> mlm.BertVocab:
@@ -157,18 +158,10 @@ def test_pretraining_model_under_every_norm_position(norm_position):
   assert "logits" not in params  # Tied: the output projection is the input embedding.
 
 
-# train.health's statistics (on by default) add a forward pass of their own at every log
-# step, here every step, and a program to compile; no test here reads them, and the train
-# step, so every loss and state, is the same without them. The 30-step pre-training run
-# took 5.7 CPU s with them, 4.8 s without (cold compilation cache, 2 runs each way,
-# 2026-12-07, 2-core machine).
-NO_HEALTH = "off"
-
-
 def bert_smoke_config(num_steps: int = 30):
   """configs/bert.py:smoke, Post-LN, with NSP, a constant learning rate (so that a run
   stopped early and resumed follows the same schedule), the loss logged at every step,
-  without train.health's statistics (NO_HEALTH)."""
+  without train.health's statistics (tests/quiet_runs.py)."""
   c = config_lib.bert_config()
   config_lib.apply_bert_smoke(c)
   c.model.norm_position = "post"

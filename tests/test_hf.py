@@ -93,24 +93,6 @@ def folders(tmp_path_factory):
   return root, models
 
 
-def jitted_logits(imported, ids, mask=None):
-  """hf.logits(imported, ids, mask) as one jitted program, the parameters its argument (not
-  constants folded into it). A forward pass of a model no other test runs compiles faster
-  whole than op by op (a program per operation and shape): this file compiled 318
-  programs so, 759 with hf.logits eager, its tests 45 s of CPU against 52 s (cold
-  compilation cache, 2026-12-07, 2-core machine). Not so for a training step, whose
-  gradient and Adam update compile slower whole (tests/test_block_options.py's _one_step),
-  nor where other tests run the same shapes eagerly (tests/test_hf_modern.py)."""
-  import dataclasses
-
-  import jax
-
-  def run(params, *args):
-    return hf.logits(dataclasses.replace(imported, params=params), *args)
-
-  return jax.jit(run)(imported.params, ids, *(() if mask is None else (mask,)))
-
-
 def _hf_batch(folder, padding_side: str):
   import transformers
 
@@ -136,7 +118,7 @@ def test_imported_logits_equal_transformers_on_a_padded_batch(folders, name, pad
   imported = hf.read_folder(str(root / name))
   assert imported.cfg.norm_position == ("pre" if name == "gpt2" else "post")
   assert imported.cfg.norm_eps == (1e-3 if name == "gpt2" else 1e-12)  # (BERT's ε)
-  got = np.asarray(jitted_logits(imported, batch["input_ids"], batch["attention_mask"]))
+  got = np.asarray(hf.logits(imported, batch["input_ids"], batch["attention_mask"]))
   real = batch["attention_mask"].astype(bool)
   assert got.shape == expected.shape
   assert (batch["attention_mask"] == 0).any()  # The batch is padded.
@@ -251,7 +233,7 @@ def test_exported_folder_gives_the_same_logits_in_transformers(tmp_path, name):
                   attention_mask=torch.tensor(batch["attention_mask"])).logits.numpy()
   imported = hf.Imported(out, "", "mlm" if bert else "lm", run.model,
                          hf.make_model("mlm" if bert else "lm", run.model), chosen.params, {})
-  got = np.asarray(jitted_logits(imported, batch["input_ids"], batch["attention_mask"]))
+  got = np.asarray(hf.logits(imported, batch["input_ids"], batch["attention_mask"]))
   real = batch["attention_mask"].astype(bool)
   np.testing.assert_allclose(got[real], want[real], atol=1e-4, rtol=0)
 
@@ -370,8 +352,8 @@ def test_written_folder_imports_back_to_the_same_logits(tmp_path, task):
   imported = hf.read_folder(folder)
   ids = hf_tokenizer.load(folder).encode(TEXTS[0])[None]
   original = hf.Imported(folder, "", task, model.cfg, model, params, {})
-  np.testing.assert_allclose(np.asarray(jitted_logits(imported, ids)),
-                             np.asarray(jitted_logits(original, ids)), atol=1e-5, rtol=0)
+  np.testing.assert_allclose(np.asarray(hf.logits(imported, ids)),
+                             np.asarray(hf.logits(original, ids)), atol=1e-5, rtol=0)
 
 
 @pytest.mark.slow

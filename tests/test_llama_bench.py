@@ -3,17 +3,27 @@ is transformers' own LlamaForCausalLM loaded with lnjax's parameters, and comput
 function (else the comparison times two different models)."""
 
 import os
-import sys
 
 import numpy as np
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+
+
+@pytest.fixture
+def benchmarks(monkeypatch):
+  """benchmarks/ importable during the test, and the environment its scripts set when
+  imported (suite.py's XLA_PYTHON_CLIENT_PREALLOCATE, for a GPU shared by its processes)
+  restored after it."""
+  monkeypatch.syspath_prepend(os.path.join(REPO, "benchmarks"))
+  saved = dict(os.environ)
+  yield
+  os.environ.clear()
+  os.environ.update(saved)
 
 
 @pytest.mark.slow
-def test_the_llama_peer_computes_lnjaxs_loss_from_lnjaxs_parameters():
+def test_the_llama_peer_computes_lnjaxs_loss_from_lnjaxs_parameters(benchmarks):
   import suite  # noqa: E402  (sets up JAX's environment first)
   import lm_step
   import llama_peer

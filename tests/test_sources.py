@@ -26,6 +26,7 @@ from lnjax.core import build, metrics, train
 from lnjax.data import download, paths, prepare, sources
 from lnjax.data.paths import DataError
 import forkserver
+from quiet_runs import NO_HEALTH
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CORPORA = REPO / "tests" / "fixtures" / "corpora"  # The first lines of the real corpora.
@@ -46,12 +47,11 @@ def _clean_env(**extra) -> dict:
 
 
 def _smoke(config, workdir, **data):
-  """A smoke run on one device without train.health's statistics: the tests here are about
-  the data, and the statistics cost a forward pass of their own at each log step and its
-  program for each batch shape."""
+  """A smoke run on one device without train.health's statistics (tests/quiet_runs.py): the
+  tests here are about the data."""
   with config.unlocked():
     config.mesh.data = 1
-    config.train.health = "off"
+    config.train.health = NO_HEALTH
     for k, v in data.items():
       config.data[k] = v
   return train.train_and_evaluate(config, str(workdir), tasks=tasks.get)

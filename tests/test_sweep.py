@@ -18,6 +18,7 @@ from lnjax import sweep
 from lnjax.core import errors
 from lnjax.sweep import launcher, report
 import forkserver
+from quiet_runs import NO_HEALTH
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LM = os.path.join(REPO, "configs", "lm.py")
@@ -372,12 +373,8 @@ def test_stability_map_cell_of_several_seeds(tmp_path):
 
 # ---- The launcher, end to end on smoke runs.
 
-# The launcher tests' runs log every step, and train.health's statistics (on by default)
-# add a forward pass of their own at each log step and a program to compile: off, as these
-# tests are about the launcher, not the runs' statistics. A 200-step smoke run of theirs
-# took 8.6 CPU s with a cold compilation cache, 7.0 s without them (6.8 and 5.5 s warm;
-# 2 runs each way, 2026-12-07, 2-core machine).
-_NO_HEALTH = "  c.train.health = 'off'\n"
+# The launcher tests' runs log every step; no test here reads their health statistics.
+_NO_HEALTH = f"  c.train.health = {NO_HEALTH!r}\n"
 
 
 def _launch(config, root, *extra):

@@ -14,6 +14,7 @@ from lnjax.core import metrics, train
 from lnjax.inference import evaluate
 from lnjax.data import mt_builders
 import forkserver
+from quiet_runs import NO_HEALTH
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -36,13 +37,10 @@ def smoke_config(num_steps: int = 30, bleu: bool = True):
   steps, BLEU on the smallest split (a quick decode), the loss logged at every step. Steps
   21-29 run at 100x the learning rate (train.inject_fault): the model of step 30 decodes
   worse than step 20's (BLEU 0.0 against 0.017 on the fixture), so that the best checkpoint
-  is not the latest. No train.health statistics: they added a forward pass of their own at
-  every log step (here every step), and its program for each batch shape, to a run whose
-  losses and BLEU are the same without them; the 30-step run took 19.3 CPU s with them,
-  15.6 s without (cold compilation cache, one run each way, 2026-12-07, 2-core machine)."""
+  is not the latest. No train.health statistics (tests/quiet_runs.py)."""
   config = multi30k_de_en.get_config("smoke")
   with config.unlocked():
-    config.train.health = "off"
+    config.train.health = NO_HEALTH
     config.mesh.data = 1
     config.train.num_steps = num_steps
     config.train.eval_every_steps = 10

@@ -27,6 +27,7 @@ from lnjax.configs import doc as config_doc
 from lnjax.core import averaging, checkpoint, metrics, progress, train
 from lnjax.inference import export
 import forkserver
+from quiet_runs import NO_HEALTH
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPLIT = "test_2017_mscoco"  # 100 sentences in the fixture corpora (461 in Multi30k).
@@ -48,11 +49,10 @@ def cli(module, *args, stdin=None, code=0, env=None):
 @pytest.fixture(scope="module")
 def mt_run(tmp_path_factory):
   """configs/multi30k_de_en.py:smoke, 20 steps, checkpoints at 10 and 20, BLEU on SPLIT;
-  without train.health's statistics, which no test here reads (a forward pass of their own
-  at each log step, and its program for each batch shape)."""
+  without train.health's statistics, which no test here reads (tests/quiet_runs.py)."""
   config = multi30k_de_en.get_config("smoke")
   with config.unlocked():
-    config.train.health = "off"
+    config.train.health = NO_HEALTH
     config.mesh.data = 1
     config.train.eval_every_steps = 10
     config.decode.bleu_split = SPLIT
