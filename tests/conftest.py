@@ -239,7 +239,8 @@ def _command_lines_still_fork():
   after = forkserver.import_time_variables(os.environ)
   changed = {k: (before.get(k), after.get(k)) for k in {*before, *after}
              if before.get(k) != after.get(k)}
-  assert not changed, f"os.environ left changed (before, after): {changed}"
+  assert not changed, (f"os.environ left changed (before, after): {changed}; the fork server "
+                      "would start every later command line of this worker afresh")
 
 
 @pytest.fixture
