@@ -115,9 +115,6 @@ def test_imported_logits_equal_transformers(models, name):
   assert imported.cfg.norm_position == MODELS[name][3]
   ids, mask = padded_batch()
   real = mask.astype(bool)
-  # (Op by op, not jitted as in tests/test_hf.py: the programs of these forward passes serve
-  # the file's later ones, whose models have the same shapes; jitted, the file's tests took
-  # 37.2 s of CPU against 36.6 s, cold compilation cache, 2026-12-07, 2-core machine.)
   got = np.asarray(hf.logits(imported, ids, mask))
   np.testing.assert_allclose(got[real], theirs(model, ids, mask)[real], atol=1e-4, rtol=0)
   one = ids[2:, :1]  # length 1
