@@ -133,9 +133,9 @@ def test_analyze_reads_a_scanned_checkpoint_per_layer(tmp_path_factory):
   restored = checkpoint.restore_run(wd, None, mesh, tasks=tasks.get)
   data = restored.run.task.make_data(restored.run.data, restored.run.seed, 0, 1, 1)
   batches = [{k: v for k, v in b.items() if k != "index"} for b in data.eval_batches()[:2]]
-  # The loss and its gradients through the scanned model as one program (the loss taken
-  # eagerly compiled each operation: the test alone, CPU 12.7 -> 11.5 s, 2026-12-07, 2-core
-  # machine).
+  # The loss and its gradients through the scanned model as one program (the loss, taken
+  # eagerly, compiled each operation on its own: the test alone, CPU 12.7 -> 11.5 s,
+  # 2026-12-07, 2-core machine).
   loss, grads = jax.jit(jax.value_and_grad(
       lambda p: probes.mean_loss(p, restored.setup, batches)))(restored.state.params)
   want = probes.gradient_norms(unscan_params(grads, restored.run.model))
