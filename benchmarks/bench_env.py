@@ -4,7 +4,7 @@
 `python benchmarks/NAME.py`) makes lnjax importable from a checkout that was not
 `pip install -e`'d (a device machine's copy of the tree) and applies lnjax's glibc
 malloc settings for XLA:CPU (lnjax/core/allocator.py), which must precede JAX's first
-allocation.
+allocation (where JAX has not started yet: a test that imports a script leaves it).
 """
 
 import os
@@ -17,7 +17,8 @@ if REPO not in sys.path:
 
 from lnjax.core import allocator  # noqa: E402
 
-allocator.tune_glibc_malloc()
+if "jax" not in sys.modules:  # (Too late where JAX has started: a test importing a script.)
+  allocator.tune_glibc_malloc()
 
 
 def share_the_gpu() -> None:

@@ -145,24 +145,24 @@ def edit_hf_config(folder, **changes) -> None:
 
 
 def import_benchmark(name: str):
-  """benchmarks/NAME.py as a module. The scripts' first import (bench_env) tunes malloc
-  before JAX starts: not in a test process, where JAX has started (an empty module in its
-  place)."""
+  """benchmarks/NAME.py as a module, as its script imports it (bench_env first; it leaves
+  malloc alone in a process where JAX has started). The environment the scripts set when
+  imported (suite.py's XLA_PYTHON_CLIENT_PREALLOCATE, for a GPU its processes share) is
+  restored after the import, and benchmarks/ taken off sys.path: a module imports the
+  others it needs at its own import."""
   import importlib
-  import types
+
+  import jax  # noqa: F401  (before bench_env, which then leaves this process's malloc alone)
 
   here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
-  saved = sys.modules.get("bench_env")
-  sys.modules["bench_env"] = types.ModuleType("bench_env")
+  saved = dict(os.environ)
   sys.path.insert(0, here)
   try:
     return importlib.import_module(name)
   finally:
     sys.path.remove(here)
-    if saved is None:
-      del sys.modules["bench_env"]
-    else:
-      sys.modules["bench_env"] = saved
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 # Slow tests (`-m "not slow"` leaves them out) in files that other sessions own: marked

@@ -2,32 +2,15 @@
 is transformers' own LlamaForCausalLM loaded with lnjax's parameters, and computes lnjax's
 function (else the comparison times two different models)."""
 
-import os
-
 import numpy as np
 import pytest
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-@pytest.fixture
-def benchmarks(monkeypatch):
-  """benchmarks/ importable during the test, and the environment its scripts set when
-  imported (suite.py's XLA_PYTHON_CLIENT_PREALLOCATE, for a GPU shared by its processes)
-  restored after it."""
-  monkeypatch.syspath_prepend(os.path.join(REPO, "benchmarks"))
-  saved = dict(os.environ)
-  yield
-  os.environ.clear()
-  os.environ.update(saved)
+from conftest import import_benchmark
 
 
 @pytest.mark.slow
-def test_the_llama_peer_computes_lnjaxs_loss_from_lnjaxs_parameters(benchmarks):
-  import suite  # noqa: E402  (sets up JAX's environment first)
-  import lm_step
-  import llama_peer
-  import torch_peer
+def test_the_llama_peer_computes_lnjaxs_loss_from_lnjaxs_parameters():
+  suite, lm_step, llama_peer, torch_peer = map(
+      import_benchmark, ("suite", "lm_step", "llama_peer", "torch_peer"))
   cfg = suite.model_config("llama", "pre", "float32", dry=True)
   assert (cfg.pos_emb, cfg.gated_ffn, cfg.norm_kind, cfg.num_kv_heads) == ("rope", True,
                                                                            "rmsnorm", 2)

@@ -1,6 +1,7 @@
 """End to end: smoke training, resume equality, divergence, preemption, corrupt
 checkpoints, restore onto another mesh, and the CLI's one-line refusals."""
 
+import functools
 import hashlib
 import json
 import os
@@ -10,6 +11,7 @@ import sys
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -105,12 +107,10 @@ def test_logged_train_loss_is_the_mean_of_the_windows_step_losses(uninterrupted,
     assert windows[last] == pytest.approx(expected, rel=1e-6), (last, windows, every_step)
 
 
-def test_dropout_draws_new_masks_at_every_step():
-  """The resume tests compare two runs that draw their masks alike, so a key that never
-  changed (the same mask at every step) would pass them. Here: from one state and batch,
-  the step's loss is the same when repeated and changes with the step number (dropout
-  0.1), and does not change with it without dropout."""
-  from lnjax import tasks
+@functools.cache
+def _tiny_lm(rate: float):
+  """(setup, state, batch) of a one-layer LM with dropout `rate` at step 0 on one device, for
+  the dropout tests below (shared, read-only: _at gives the state at another step)."""
   from lnjax.core import optim, state as state_lib
   from lnjax.models import ModelConfig
 
@@ -118,15 +118,37 @@ def test_dropout_draws_new_masks_at_every_step():
            "weights": np.ones((2, 16), np.float32)}
   batch["targets"] = (batch["inputs"] + 1) % 13 + 1
   mesh = sharding.make_mesh(sharding.MeshConfig(data=1), jax.devices()[:1])
+  cfg = ModelConfig(vocab_size=16, num_layers=1, d_model=32, num_heads=2, d_ff=64,
+                    max_len=16, dropout_rate=rate)
+  setup = state_lib.make_setup(cfg, optim.OptConfig(), 10, task=tasks.get("lm"))
+  return setup, state_lib.init_state(setup, mesh, 0), batch
+
+
+@functools.cache
+def _tiny_loss(rate: float, generator: str = run_lib.TrainConfig.dropout_rng):
+  """The loss of _tiny_lm(rate)'s jitted train step, its masks from `generator` (by default
+  train_step's own default). Shared: each step program traced and compiled once for the
+  dropout tests (the five's CPU 3.9 -> 2.5 s, 2026-12-07, 2-core machine)."""
+  setup = _tiny_lm(rate)[0]
+  return jax.jit(lambda s, b: steps.train_step(s, b, setup=setup, label_smoothing=0.0, seed=0,
+                                               dropout_rng=generator)[1]["train_loss"])
+
+
+def _at(state, t: int):
+  """`state` at step t, an int32 as the state holds it (so every t runs the one program)."""
+  return state.replace(step=jnp.asarray(t, state.step.dtype))
+
+
+def test_dropout_draws_new_masks_at_every_step():
+  """The resume tests compare two runs that draw their masks alike, so a key that never
+  changed (the same mask at every step) would pass them. Here: from one state and batch,
+  the step's loss is the same when repeated and changes with the step number (dropout
+  0.1), and does not change with it without dropout."""
   losses = {}
   for rate in (0.1, 0.0):
-    cfg = ModelConfig(vocab_size=16, num_layers=1, d_model=32, num_heads=2, d_ff=64,
-                      max_len=16, dropout_rate=rate)
-    setup = state_lib.make_setup(cfg, optim.OptConfig(), 10, task=tasks.get("lm"))
-    state = state_lib.init_state(setup, mesh, 0)
-    step = jax.jit(lambda s, b: steps.train_step(s, b, setup=setup, label_smoothing=0.0,
-                                                 seed=0)[1]["train_loss"])
-    losses[rate] = [float(step(state.replace(step=t), batch)) for t in (0, 0, 1)]
+    _, state, batch = _tiny_lm(rate)
+    step = _tiny_loss(rate)
+    losses[rate] = [float(step(_at(state, t), batch)) for t in (0, 0, 1)]
   assert losses[0.1][0] == losses[0.1][1] != losses[0.1][2], losses
   assert losses[0.0][0] == losses[0.0][2], losses
 
@@ -139,30 +161,16 @@ def test_dropout_masks_come_from_the_configured_generator(rng, op):
   come from XLA's RngBitGenerator (what makes libtpu's compile shorter). Either way the masks
   are a function of (seed, step): the same step's loss repeats, the next step's differs,
   and they differ from threefry's."""
-  from lnjax import tasks
-  from lnjax.core import optim, state as state_lib
-  from lnjax.models import ModelConfig
-
-  batch = {"inputs": np.arange(32, dtype=np.int32).reshape(2, 16) % 13 + 1,
-           "weights": np.ones((2, 16), np.float32)}
-  batch["targets"] = (batch["inputs"] + 1) % 13 + 1
-  mesh = sharding.make_mesh(sharding.MeshConfig(data=1), jax.devices()[:1])
-  cfg = ModelConfig(vocab_size=16, num_layers=1, d_model=32, num_heads=2, d_ff=64,
-                    max_len=16, dropout_rate=0.1)
-  setup = state_lib.make_setup(cfg, optim.OptConfig(), 10, task=tasks.get("lm"))
-  state = state_lib.init_state(setup, mesh, 0)
-
-  def loss(generator):
-    return jax.jit(lambda s, b: steps.train_step(s, b, setup=setup, label_smoothing=0.0,
-                                                 seed=0, dropout_rng=generator)[1]["train_loss"])
-  step = loss(rng)
-  text = step.lower(state, batch).as_text()
+  _, state, batch = _tiny_lm(0.1)
+  lowered = _tiny_loss(0.1, rng).lower(state, batch)
+  text = lowered.as_text()
   assert op in text  # (rbg folds keys with threefry, then draws the bits with the op.)
   assert ("rng_bit_generator" in text) == (rng != "threefry2x32")
-  losses = [float(step(state.replace(step=t), batch)) for t in (0, 0, 1)]
+  step = lowered.compile()  # (The program read above, not lowered again by a call.)
+  losses = [float(step(_at(state, t), batch)) for t in (0, 0, 1)]
   assert losses[0] == losses[1] != losses[2], losses
   if rng != "threefry2x32":
-    assert losses[0] != float(loss("threefry2x32")(state, batch))
+    assert losses[0] != float(_tiny_loss(0.1, "threefry2x32")(state, batch))
 
 
 def test_an_unknown_dropout_generator_is_refused():
@@ -190,8 +198,11 @@ def test_label_smoothing_changes_the_update(tmp_path):
   losses = {}
   for eps in (0.0, 0.3):
     wd = str(tmp_path / f"ls{eps}")
+    # (One layer: the objective is the point, not the depth; the test alone: CPU 7.4 -> 5.9 s,
+    # 2026-12-07, 2-core machine.)
     train.train_and_evaluate(smoke_config(**{"train.num_steps": 2, "train.log_every_steps": 1,
-                                             "train.label_smoothing": eps}), wd, tasks=tasks.get)
+                                             "train.label_smoothing": eps,
+                                             "model.num_layers": 1}), wd, tasks=tasks.get)
     losses[eps] = train_losses(wd)
   assert losses[0.0][1] == losses[0.3][1]
   assert abs(losses[0.0][2] - losses[0.3][2]) > 1e-4, losses
@@ -204,7 +215,10 @@ def test_divergence_exits_with_code_3(tmp_path):
   wd = str(tmp_path / "nan")
   r = run_cli("--config=configs/default.py:smoke", f"--workdir={wd}", "--config.mesh.data=1",
               "--config.opt.name=sgd", "--config.opt.learning_rate=1e12",
-              "--config.train.divergence_factor=0")  # Only the NaN/Inf rule.
+              "--config.train.divergence_factor=0",  # Only the NaN/Inf rule.
+              # One layer diverges as two do, in less of the command's compile (the test
+              # alone: CPU 5.6 -> 4.9 s, 2026-12-07, 2-core machine).
+              "--config.model.num_layers=1")
   assert r.returncode == 3, (r.returncode, r.stdout[-1000:], r.stderr[-2000:])
   assert "== diverged at step" in r.stdout and "last finite train loss" in r.stdout
   summary = json.load(open(os.path.join(wd, "summary.json")))
@@ -421,8 +435,11 @@ def sigterm_when(module, args, ready, poll=0.2):
 @pytest.mark.slow
 def test_cli_sigterm_saves_and_the_same_command_resumes(tmp_path):
   wd = str(tmp_path / "preempt")
+  # (One layer: saving and resuming are the point, not the model; the two commands' compiles
+  # smaller, the test alone: CPU 7.8 -> 6.4 s, 2026-12-07, 2-core machine.)
   args = ["--config=configs/default.py:smoke", f"--workdir={wd}", "--config.mesh.data=1",
-          "--config.train.num_steps=100000", "--config.train.log_every_steps=1",
+          "--config.model.num_layers=1", "--config.train.num_steps=100000",
+          "--config.train.log_every_steps=1",
           "--config.train.eval_every_steps=100000", "--config.train.checkpoint_every_steps=100000"]
   sigterm_when("lnjax.main", args, lambda: len(train_losses(wd)) >= 2)
   saved = json.load(open(os.path.join(wd, "summary.json")))

@@ -8,11 +8,12 @@ Given a Setup, parameters and a few real batches:
   ln_jacobians     ‖J_norm(x)‖₂ of every norm at its actual input (power iteration), beside
                    √d/‖x − μ‖ (the paper's approximation for LayerNorm; μ = 0 for
                    RMSNorm and ScaleNorm, which do not centre)
-  update_ratios    ‖Δw‖/‖w‖ of one optimizer step at a given learning rate, per weight
+  gradient_and_update_norms
+                   the gradient norms and ‖Δw‖/‖w‖ of one optimizer step at a given
+                   learning rate, per weight, from one compiled program
 """
 
 import dataclasses
-import functools
 
 import flax.linen as nn
 import jax
@@ -35,10 +36,6 @@ def mean_loss(params, setup, batches):
     _, nll_sum, n = setup.task.loss(outputs, batch, 0.0)
     total, count = total + nll_sum, count + n
   return total / count
-
-
-def gradients(setup, params, batches):
-  return jax.jit(jax.grad(functools.partial(mean_loss, setup=setup, batches=batches)))(params)
 
 
 def gradient_and_update_norms(setup, params, batches, opt_cfg, learning_rate: float):
@@ -71,22 +68,32 @@ def gradient_norms(grads) -> dict:
 
 
 def norm_inputs(setup, params, batch, *, num_tokens: int = 8):
-  """Every norm's input and output on `batch`, by intercepting the norm modules' calls.
+  """Every norm's input and output on `batch`, by intercepting the norm modules' calls in
+  one compiled forward pass.
 
   Returns {module path: {'in_sq': ‖x‖²/d, 'out_sq': ‖y‖²/d (means over real tokens),
   'tokens': [num_tokens, d] input vectors, 'fn': the norm as a function of one vector}}.
   """
-  records = {}
+  modules = {}  # Path -> the norm module met while tracing (its fields: ε, dtype, ...).
 
-  def interceptor(next_fun, args, kwargs, context):
-    out = next_fun(*args, **kwargs)
-    module = context.module
-    if context.method_name == "__call__" and isinstance(module, norms.MODULES):
-      records["/".join(module.path)] = (module, args[0], out)
-    return out
+  def forward(params, inputs):
+    records = {}
 
-  with nn.intercept_methods(interceptor):
-    setup.model.apply({"params": params}, *setup.task.model_inputs(batch), deterministic=True)
+    def interceptor(next_fun, args, kwargs, context):
+      out = next_fun(*args, **kwargs)
+      module = context.module
+      if context.method_name == "__call__" and isinstance(module, norms.MODULES):
+        path = "/".join(module.path)
+        modules[path] = module
+        records[path] = (args[0], out)
+      return out
+
+    with nn.intercept_methods(interceptor):
+      setup.model.apply({"params": params}, *inputs, deterministic=True)
+    return records
+
+  arrays = jax.jit(forward)(params, setup.task.model_inputs(batch))
+  records = {path: (module, *arrays[path]) for path, module in modules.items()}  # Model order.
   return summarize_norms(records, params, batch, num_tokens=num_tokens)
 
 
@@ -166,13 +173,3 @@ def ln_jacobians(norm_records: dict, *, iters: int = 30) -> dict:
     out[path] = {"spectral_norm": float(np.mean(sigmas[defined])),
                  "sqrt_d_over_norm": float(np.mean(approx))}
   return out
-
-
-def update_ratios(grads, params, opt_cfg, learning_rate: float) -> dict:
-  """‖Δw‖/‖w‖ per weight for the run's optimizer with a fresh state at a constant
-  `learning_rate`: the size of the first step the optimizer would take from here."""
-  tx = first_step(opt_cfg, learning_rate)
-  updates, _ = tx.update(grads, tx.init(params), params)
-  u = metrics.per_weight_norms(updates, "u")
-  w = metrics.per_weight_norms(params, "u")
-  return {k.split("/", 1)[1]: float(u[k]) / max(float(w[k]), 1e-30) for k in u}

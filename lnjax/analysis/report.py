@@ -84,17 +84,17 @@ def analyze(workdir: str, step: str = "latest", num_batches: int = 4, lr: float 
   batches = built.eval_batches(num_batches)
   sharp = sharpness(built, params, trained, batches, sharpness_iters) if sharpness_iters else None
   run, setup, params = unrolled(built.run, built.setup, params)
-  grads = probes.gradients(setup, params, batches)
   lr = lr or run.opt.learning_rate
+  grad_norms, update_ratios = probes.gradient_and_update_norms(setup, params, batches, run.opt, lr)
   records = probes.norm_inputs(setup, params, batches[0])
   result = {
       "workdir": fileio.abspath(workdir), "step": label, "norm_position": run.model.norm_position,
       "num_batches": len(batches), "loss": float(jax.jit(lambda p: probes.mean_loss(p, setup, batches))(params)),
       "loss_normalization": "mean per-token NLL (nats) over the batches' real target tokens",
-      "gradient_norms": probes.gradient_norms(grads),
+      "gradient_norms": grad_norms,
       "norms": {p: {"in_sq": r["in_sq"], "out_sq": r["out_sq"]} for p, r in records.items()},
       "norm_jacobians": probes.ln_jacobians(records),
-      "update_ratios": probes.update_ratios(grads, params, run.opt, lr), "update_lr": lr,
+      "update_ratios": update_ratios, "update_lr": lr,
       "num_layers": run.model.num_layers, "d_model": run.model.d_model,
   }
   if sharp is not None:
