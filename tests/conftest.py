@@ -134,6 +134,15 @@ def assert_same_final_state(workdir_a: str, workdir_b: str) -> None:
   assert ra.data_state == rb.data_state
 
 
+def read_only(*trees):
+  """Makes every numpy leaf of `trees` non-writeable, for values a cached helper hands to
+  several tests: a test that writes into one fails instead of changing the others'."""
+  import jax
+
+  for leaf in jax.tree.leaves(trees):
+    leaf.flags.writeable = False
+
+
 def edit_hf_config(folder, **changes) -> None:
   """A Hugging Face folder's config.json with `changes` applied."""
   path = os.path.join(folder, "config.json")

@@ -18,7 +18,7 @@ import pytest
 from lnjax.hf import checkpoint as hf
 from lnjax.hf import decoders
 from conftest import (assert_layer_removal_is_the_block_passing_its_input_on, edit_hf_config,
-                      import_benchmark)
+                      import_benchmark, read_only)
 
 MAX_LEN = 12
 VOCAB = 97
@@ -262,10 +262,9 @@ def _lnjax_model(options: tuple):
   rng = np.random.RandomState(0)
   params = jax.tree.map(lambda x: np.asarray(x) + 0.2 * rng.randn(*x.shape).astype(np.float32),
                         hf._init(model, "lm"))
-  for leaf in jax.tree.leaves(params):
-    leaf.flags.writeable = False
+  read_only(params)
   # (The file 39.6, 40.7 -> 39.3, 37.9 s of CPU, cold compilation cache, 2026-12-07, 2-core
-  # machine: within the noise of a shared machine, but never more.)
+  # machine: within the machine's noise.)
   return cfg, model, params
 
 

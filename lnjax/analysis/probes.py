@@ -39,9 +39,11 @@ def mean_loss(params, setup, batches):
 
 
 def gradient_and_update_norms(setup, params, batches, opt_cfg, learning_rate: float):
-  """(gradient_norms, update_ratios) as those two functions give them, from one compiled
-  function whose outputs are per-weight scalars: the gradient and update trees are never
-  returned to the host (XLA may free a weight's gradient once its norms are taken)."""
+  """({weight: ‖∂L/∂W‖_F} as gradient_norms gives them, {weight: ‖Δw‖/‖w‖} of the run's
+  optimizer's first step from a fresh state at a constant `learning_rate`), from one
+  compiled function whose outputs are per-weight scalars: the gradient and update trees
+  are never returned to the host (XLA may free a weight's gradient once its norms are
+  taken)."""
   tx = first_step(opt_cfg, learning_rate)
 
   def norms(p):
