@@ -105,22 +105,30 @@ def atlas_cells(folder: str = ATLAS, slices=SLICES) -> dict:
   return cells
 
 
-def both_blocks(rows, edges, groups, model) -> dict:
-  """The modern block's cells (experiments/atlas_modern's slices with an edge, their
-  features from `edge_predictor_features.py --block=modern`): the saved fit (2020 block)
-  applied to them as it is, and the one-run procedure held out by placement over both
-  blocks' cells (a placement's cells of both blocks left out together), the block an input.
-  {label: (edges, log10 predictions)}; {} until 3 placements of the modern block have both."""
+def modern_cells() -> tuple[list, list, list]:
+  """The modern block's cells with an edge and features (experiments/atlas_modern's slices,
+  `edge_predictor_features.py --block=modern`): (keys, feature rows, edges)."""
   if not os.path.exists(FEATURES_MODERN):
-    return {}
+    return [], [], []
   with open(FEATURES_MODERN) as f:
     features = json.load(f)
-  m_rows, m_edges, m_groups = [], [], []
+  keys, rows, edges = [], [], []
   for (p, d, w), c in sorted(atlas_cells(MODERN_ATLAS, MODERN_SLICES).items()):
     if f"{p}/{d}" in features and c["highest_stable_lr"] is not None:
-      m_rows.append({**predict.features(features[f"{p}/{d}"], d, w), "modern": 1.0})
-      m_edges.append(c["highest_stable_lr"])
-      m_groups.append(p)
+      keys.append((p, d, w))
+      rows.append(predict.features(features[f"{p}/{d}"], d, w))
+      edges.append(c["highest_stable_lr"])
+  return keys, rows, edges
+
+
+def both_blocks(rows, edges, groups, model) -> dict:
+  """The modern block's cells (`modern_cells`): the saved fit (2020 block) applied to them
+  as it is, and the one-run procedure held out by placement over both blocks' cells (a
+  placement's cells of both blocks left out together), the block an input.
+  {label: (edges, log10 predictions)}; {} until 3 placements of the modern block have both."""
+  m_keys, m_rows, m_edges = modern_cells()
+  m_rows = [{**x, "modern": 1.0} for x in m_rows]
+  m_groups = [p for p, _, _ in m_keys]
   if len(set(m_groups)) < 3:
     return {}
   held, _ = predict.nested([{**x, "modern": 0.0} for x in rows] + m_rows, edges + m_edges,
@@ -130,6 +138,30 @@ def both_blocks(rows, edges, groups, model) -> dict:
               (m_edges, np.array([model.log_edge(x) for x in m_rows])),
           "the one-run procedure over both blocks' cells, the block an input (nested)":
               (edges + m_edges, held)}
+
+
+TRANSFER = "the 2020 block's edge shifted by the change in the first steps' health (nested)"
+
+
+def from_the_2020_atlas(keys, rows, edges) -> dict:
+  """Another question than the procedure's: a modern-block cell predicted from the same
+  placement's cell of the 2020 atlas (its depth and warm-up) and the modern block's own
+  20-step feature run. The 2020 edge as it is, and shifted by a ridge fit of
+  log10(modern edge / 2020 edge) on each health feature's change between the blocks' feature
+  runs (the candidate's penalty chosen inside each fold; held out by placement).
+  {label: (modern edges, log10 predictions, cells)}; {} below 3 placements with both."""
+  old = dict(zip(keys, zip(rows, edges)))
+  pairs = [(k, x, e, *old[k]) for k, x, e in zip(*modern_cells()) if k in old]
+  if len({k[0] for k, *_ in pairs}) < 3:
+    return {}
+  m_edges = [e for _, _, e, _, _ in pairs]
+  base = np.log10([e_old for *_, e_old in pairs])
+  change = [{h: x[h] - x_old[h] for h in HEALTH} for _, x, _, x_old, _ in pairs]
+  shift, _ = predict.nested(change, list(np.array(m_edges) / 10 ** base), {TRANSFER: HEALTH},
+                            LAMBDAS, [k[0] for k, *_ in pairs])
+  cells = [k for k, *_ in pairs]
+  return {"the 2020 block's edge of the same placement, depth and warm-up, as it is": (
+              m_edges, base, cells), TRANSFER: (m_edges, base + shift, cells)}
 
 
 def best_subset(rows, edges, groups, pool: list[str]):
@@ -380,14 +412,18 @@ def main(argv):
   model = predict.fit(rows, edges, names, lam, fitted_for, residuals=held - np.log10(edges))
   if _SAVE.value:
     model.save(predict.COEFFICIENTS)
-  scored.update({label: predict.scores(held_b, edges_b)
-                 for label, (edges_b, held_b) in both_blocks(rows, edges, groups, model).items()})
+  transfer = from_the_2020_atlas(keys, rows, edges)
+  scored.update({label: predict.scores(held_b, edges_b) for label, (edges_b, held_b, *_) in {
+      **both_blocks(rows, edges, groups, model), **transfer}.items()})
+  misses = [(k, 10 ** abs(h - math.log10(e)))
+            for e, h, k in zip(*transfer.get(TRANSFER, ((), (), ())))]
   censored = [(k, upper, model.log_edge(x)) for k, upper, x in censored_keys]
   figure(os.path.join(OUT, "predicted_vs_searched.png"), keys, edges, held, censored)
   measured = {k: cells[k] for k in keys + [c[0] for c in censored]}  # Features and edge.
   two_cost = costs({k: cells[k] for k in sub(keys, both)}, features, second) if both else None
   report = render(keys, edges, held, scored, picks, best, lam, model, censored,
-                  costs(measured, features), two_cost, len(cells))
+                  costs(measured, features), two_cost, len(cells),
+                  sorted((m for m in misses if m[1] > 2), key=lambda m: -m[1]))
   with open(os.path.join(OUT, "report.md"), "w") as f:
     f.write(report)
   print(report)
@@ -401,7 +437,7 @@ def _atlas_config():
 
 
 def render(keys, edges, held, scored, picks, best, lam, model, censored, cost, two_cost,
-           total) -> str:
+           total, transfer_misses) -> str:
   factor = 10 ** np.abs(held - np.log10(edges))
   runs = "one 20-step run at 1e-3"
   out = ["# The edge predicted from the first steps", "",
@@ -468,6 +504,18 @@ def render(keys, edges, held, scored, picks, best, lam, model, censored, cost, t
             f"{scored[transfer[0]]['cells']}; refitted over both blocks' cells with the block "
             "as an input, each placement's cells of both blocks held out together, the row "
             "after it."]
+  if TRANSFER in scored:
+    t = scored[TRANSFER]
+    out += ["", "From the 2020 atlas to the modern block (another question: the same "
+            "placement's edge measured on the 2020 block is known): its 2020 edge as it is, "
+            "and that edge shifted by a ridge fit on how each health feature of the 20-step "
+            "feature run changed between the blocks, the last two rows. The shifted one scores "
+            f"{100 * t['within_2x']:.0f}% within 2× (median {t['median_factor']:.2f}×) on "
+            f"{t['cells']} cells, held out by placement, at the cost of one 20-step run on the "
+            "new block; it needs the placement measured on the old block, at the same depth "
+            "and warm-up, and both warm-ups share one shift (one feature run serves both). "
+            "Beyond 2×: " + ", ".join(f"{plotting.placement_label(p)} at warm-up {w} "
+                                      f"({f:.1f}×)" for (p, _, w), f in transfer_misses) + "."]
   out += ["",
           "## Cost", "",
           f"- The search (the slices' probes, and each range test once): "

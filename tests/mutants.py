@@ -664,6 +664,12 @@ MUTANTS = [
       "return f\"{before['highest_stable_lr'] / after['highest_stable_lr']:.2g}×\"",
       ("tests/test_atlas.py::test_the_atlas_tables_the_warmups_lift_where_both_cells_are_measured",),
       "the atlas's lift table divides the edge without warm-up by the edge after it"),
+    M("transfer_reads_the_new_features_not_their_change", "experiments/edge_predictor.py",
+      "change = [{h: x[h] - x_old[h] for h in HEALTH}",
+      "change = [{h: x[h] for h in HEALTH}",
+      ("tests/test_predict.py::test_the_transfer_to_the_modern_block_reads_each_features_change",),
+      "the transfer to the modern block fits its shift on the new block's features, not on how "
+      "they changed"),
     M("stability_forgets_the_seeds_of_an_undecided_probe", "lnjax/sweep/stability.py",
       "          kept[run.name] = {k: summary[k] for k in SUMMARY_KEYS if k in summary}",
       "          pass",

@@ -67,6 +67,39 @@ def test_the_model_round_trips_through_json(tmp_path):
   assert again.predict(rows[0]) == pytest.approx(model.predict(rows[0]))
 
 
+def test_the_transfer_to_the_modern_block_reads_each_features_change(monkeypatch):
+  """experiments/edge_predictor.py's transfer row: a modern-block cell predicted from the same
+  placement's 2020 edge and how its health features changed between the blocks' feature
+  runs. With log10(modern / 2020) = 0.8 × the change in grad_growth exactly, the held-out
+  shift finds it (the 2020 edge as it is does not); below 3 placements, no row."""
+  sys.path.insert(0, os.path.join(REPO, "experiments"))
+  try:
+    import edge_predictor
+  finally:
+    sys.path.remove(os.path.join(REPO, "experiments"))
+  rng = np.random.default_rng(4)
+  keys, rows, edges, m_rows, m_edges = [], [], [], [], []
+  for p in range(6):
+    for w in (0, 500):
+      old = {h: rng.normal() for h in edge_predictor.HEALTH}
+      moved = dict(old, grad_growth=old["grad_growth"] + rng.normal())
+      keys.append((f"placement{p}", 12, w))
+      rows.append(old)
+      edges.append(10 ** rng.uniform(-3, -1))
+      m_rows.append(moved)
+      m_edges.append(edges[-1] * 10 ** (0.8 * (moved["grad_growth"] - old["grad_growth"])))
+  monkeypatch.setattr(edge_predictor, "modern_cells", lambda: (keys, m_rows, m_edges))
+  out = edge_predictor.from_the_2020_atlas(keys, rows, edges)
+  as_is, shifted = (predict.scores(held, e) for e, held, _ in out.values())
+  assert out[edge_predictor.TRANSFER][2] == keys  # The cells, in order.
+  assert list(out)[1] == edge_predictor.TRANSFER
+  assert shifted["within_2x"] == 1.0 and shifted["median_factor"] < 1.2, shifted
+  assert as_is["within_2x"] < 0.9 and as_is["cells"] == shifted["cells"] == 12
+  monkeypatch.setattr(edge_predictor, "modern_cells",
+                      lambda: (keys[:4], m_rows[:4], m_edges[:4]))  # Two placements.
+  assert edge_predictor.from_the_2020_atlas(keys, rows, edges) == {}
+
+
 def test_the_nested_procedure_never_sees_the_held_out_placement():
   """Each group's held-out predictions, choice of candidate and penalty included, do not move
   when that group's own edges are changed a thousandfold: nothing of it leaked into its
