@@ -141,27 +141,51 @@ def both_blocks(rows, edges, groups, model) -> dict:
 
 
 TRANSFER = "the 2020 block's edge shifted by the change in the first steps' health (nested)"
+DEPTH_TRANSFER = ("the edge at half the depth shifted by the change in the first steps' health "
+                  "(nested)")
+DEPTH_APART = DEPTH_TRANSFER[:-len("(nested)")] + "(nested), a fit for each doubling"
+
+
+def shifted(pairs, as_is: str, label: str) -> dict:
+  """Cells predicted from a known cell of the same placement: pairs of (cell, its features,
+  its edge, the known cell's features, the known edge). The known edge as it is (`as_is`),
+  and shifted by a ridge fit of log10(edge / known edge) on how each health feature changed
+  between the two cells' feature runs (`label`; the penalty chosen inside each fold, held out
+  by placement). {label: (edges, log10 predictions, cells)}; {} below 3 placements."""
+  if len({k[0] for k, *_ in pairs}) < 3:
+    return {}
+  cells, new_edges = [k for k, *_ in pairs], [e for _, _, e, _, _ in pairs]
+  base = np.log10([known for *_, known in pairs])
+  change = [{h: x[h] - x_known[h] for h in HEALTH} for _, x, _, x_known, _ in pairs]
+  shift, _ = predict.nested(change, list(np.array(new_edges) / 10 ** base), {label: HEALTH},
+                            LAMBDAS, [k[0] for k in cells])
+  return {as_is: (new_edges, base, cells), label: (new_edges, base + shift, cells)}
 
 
 def from_the_2020_atlas(keys, rows, edges) -> dict:
   """Another question than the procedure's: a modern-block cell predicted from the same
   placement's cell of the 2020 atlas (its depth and warm-up) and the modern block's own
-  20-step feature run. The 2020 edge as it is, and shifted by a ridge fit of
-  log10(modern edge / 2020 edge) on each health feature's change between the blocks' feature
-  runs (the candidate's penalty chosen inside each fold; held out by placement).
-  {label: (modern edges, log10 predictions, cells)}; {} below 3 placements with both."""
+  20-step feature run (`shifted`)."""
   old = dict(zip(keys, zip(rows, edges)))
-  pairs = [(k, x, e, *old[k]) for k, x, e in zip(*modern_cells()) if k in old]
-  if len({k[0] for k, *_ in pairs}) < 3:
-    return {}
-  m_edges = [e for _, _, e, _, _ in pairs]
-  base = np.log10([e_old for *_, e_old in pairs])
-  change = [{h: x[h] - x_old[h] for h in HEALTH} for _, x, _, x_old, _ in pairs]
-  shift, _ = predict.nested(change, list(np.array(m_edges) / 10 ** base), {TRANSFER: HEALTH},
-                            LAMBDAS, [k[0] for k, *_ in pairs])
-  cells = [k for k, *_ in pairs]
-  return {"the 2020 block's edge of the same placement, depth and warm-up, as it is": (
-              m_edges, base, cells), TRANSFER: (m_edges, base + shift, cells)}
+  return shifted([(k, x, e, *old[k]) for k, x, e in zip(*modern_cells()) if k in old],
+                 "the 2020 block's edge of the same placement, depth and warm-up, as it is",
+                 TRANSFER)
+
+
+def from_half_the_depth(keys, rows, edges) -> dict:
+  """Another question again: a 2020-block cell at 12 or 24 layers predicted from the same
+  placement's cell at half its depth (its warm-up) and its own 20-step feature run
+  (`shifted`)."""
+  known = dict(zip(keys, zip(rows, edges)))
+  pairs = [((p, d, w), x, e, *known[p, d // 2, w])
+           for (p, d, w), x, e in zip(keys, rows, edges) if (p, d // 2, w) in known]
+  out = shifted(pairs, "the edge at half the depth (same placement and warm-up), as it is",
+                DEPTH_TRANSFER)
+  apart = [shifted([t for t in pairs if t[0][1] == d], "", DEPTH_APART).get(DEPTH_APART)
+           for d in (12, 24)]
+  if out and all(apart):  # The same, a fit for each doubling on its own cells.
+    out[DEPTH_APART] = tuple([*at_12, *at_24] for at_12, at_24 in zip(*apart))
+  return out
 
 
 def best_subset(rows, edges, groups, pool: list[str]):
@@ -412,18 +436,15 @@ def main(argv):
   model = predict.fit(rows, edges, names, lam, fitted_for, residuals=held - np.log10(edges))
   if _SAVE.value:
     model.save(predict.COEFFICIENTS)
-  transfer = from_the_2020_atlas(keys, rows, edges)
+  transfers = {**from_the_2020_atlas(keys, rows, edges), **from_half_the_depth(keys, rows, edges)}
   scored.update({label: predict.scores(held_b, edges_b) for label, (edges_b, held_b, *_) in {
-      **both_blocks(rows, edges, groups, model), **transfer}.items()})
-  misses = [(k, 10 ** abs(h - math.log10(e)))
-            for e, h, k in zip(*transfer.get(TRANSFER, ((), (), ())))]
+      **both_blocks(rows, edges, groups, model), **transfers}.items()})
   censored = [(k, upper, model.log_edge(x)) for k, upper, x in censored_keys]
   figure(os.path.join(OUT, "predicted_vs_searched.png"), keys, edges, held, censored)
   measured = {k: cells[k] for k in keys + [c[0] for c in censored]}  # Features and edge.
   two_cost = costs({k: cells[k] for k in sub(keys, both)}, features, second) if both else None
   report = render(keys, edges, held, scored, picks, best, lam, model, censored,
-                  costs(measured, features), two_cost, len(cells),
-                  sorted((m for m in misses if m[1] > 2), key=lambda m: -m[1]))
+                  costs(measured, features), two_cost, len(cells), transfers)
   with open(os.path.join(OUT, "report.md"), "w") as f:
     f.write(report)
   print(report)
@@ -436,8 +457,15 @@ def _atlas_config():
   return c
 
 
+def _misses(edges, held, cells) -> str:
+  """The cells a transfer places more than 2× from the searched edge, worst first."""
+  factor = 10 ** np.abs(np.asarray(held) - np.log10(edges))
+  return ", ".join(f"{plotting.placement_label(p)} at {d} layers, warm-up {w} ({f:.1f}×)"
+                   for f, (p, d, w) in sorted(zip(factor, cells), reverse=True) if f > 2)
+
+
 def render(keys, edges, held, scored, picks, best, lam, model, censored, cost, two_cost,
-           total, transfer_misses) -> str:
+           total, transfers) -> str:
   factor = 10 ** np.abs(held - np.log10(edges))
   runs = "one 20-step run at 1e-3"
   out = ["# The edge predicted from the first steps", "",
@@ -514,8 +542,20 @@ def render(keys, edges, held, scored, picks, best, lam, model, censored, cost, t
             f"{t['cells']} cells, held out by placement, at the cost of one 20-step run on the "
             "new block; it needs the placement measured on the old block, at the same depth "
             "and warm-up, and both warm-ups share one shift (one feature run serves both). "
-            "Beyond 2×: " + ", ".join(f"{plotting.placement_label(p)} at warm-up {w} "
-                                      f"({f:.1f}×)" for (p, _, w), f in transfer_misses) + "."]
+            f"Beyond 2×: {_misses(*transfers[TRANSFER])}."]
+  if DEPTH_TRANSFER in scored:
+    t, (new_edges, held_d, cells_d) = scored[DEPTH_TRANSFER], transfers[DEPTH_TRANSFER]
+    by = {d: predict.scores(held_d[on], np.array(new_edges)[on]) for d in (12, 24)
+          if len(on := [i for i, k in enumerate(cells_d) if k[1] == d])}
+    out += ["", "From half the depth (the 2020 block; another question again: the same "
+            "placement's edge at half the depth, same warm-up, is known): that edge as it is, "
+            "and shifted as above by how the health features of the two depths' 20-step runs "
+            "differ, the last two rows of the table ("
+            + "; ".join(f"at {d} layers from {d // 2}: {100 * v['within_2x']:.0f}% of "
+                        f"{v['cells']} within 2×, median {v['median_factor']:.2f}×"
+                        for d, v in by.items())
+            + ", one fit over both; fitted for each doubling on its own cells, the row "
+            "after it). Beyond 2×: " + _misses(*transfers[DEPTH_TRANSFER]) + "."]
   out += ["",
           "## Cost", "",
           f"- The search (the slices' probes, and each range test once): "

@@ -100,6 +100,36 @@ def test_the_transfer_to_the_modern_block_reads_each_features_change(monkeypatch
   assert edge_predictor.from_the_2020_atlas(keys, rows, edges) == {}
 
 
+def test_the_transfer_from_half_the_depth_pairs_each_cell_with_its_own_placements(monkeypatch):
+  """experiments/edge_predictor.py's depth transfer: each cell at 12 or 24 layers predicted
+  from the same placement's cell at half its depth and warm-up; with log10(edge / that edge)
+  = 0.5 − 0.5 × the change in update_per_lr exactly (the constant makes a pairing across two
+  doublings wrong), the shift is found, pooled over both doublings and fitted for each."""
+  sys.path.insert(0, os.path.join(REPO, "experiments"))
+  try:
+    import edge_predictor
+  finally:
+    sys.path.remove(os.path.join(REPO, "experiments"))
+  rng = np.random.default_rng(5)
+  keys, rows, edges = [], [], []
+  for p in range(5):
+    for w in (0, 500):
+      x = {h: rng.normal() for h in edge_predictor.HEALTH}
+      edge = 10 ** rng.uniform(-3, -1)
+      for d in (6, 12, 24):
+        if d > 6:
+          x = dict(x, update_per_lr=x["update_per_lr"] + rng.normal())
+          edge *= 10 ** (0.5 - 0.5 * (x["update_per_lr"] - rows[-1]["update_per_lr"]))
+        keys.append((f"placement{p}", d, w))
+        rows.append(x)
+        edges.append(edge)
+  out = edge_predictor.from_half_the_depth(keys, rows, edges)
+  assert sorted(out[edge_predictor.DEPTH_TRANSFER][2]) == sorted(k for k in keys if k[1] > 6)
+  for label in (edge_predictor.DEPTH_TRANSFER, edge_predictor.DEPTH_APART):
+    s = predict.scores(np.asarray(out[label][1]), out[label][0])
+    assert s["within_2x"] == 1.0 and s["median_factor"] < 1.2 and s["cells"] == 20, (label, s)
+
+
 def test_the_nested_procedure_never_sees_the_held_out_placement():
   """Each group's held-out predictions, choice of candidate and penalty included, do not move
   when that group's own edges are changed a thousandfold: nothing of it leaked into its
