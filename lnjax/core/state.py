@@ -74,8 +74,9 @@ def state_shardings(setup: Setup, mesh: Mesh):
 
 def init_state(setup: Setup, mesh: Mesh, seed: int) -> TrainState:
   """A fresh state, created directly in its sharded layout. The seed's key is the program's
-  argument, not a constant in it: every seed of a setup runs one compiled init (with a
-  persistent compilation cache, across processes too)."""
+  argument, not a constant in it: through a persistent compilation cache
+  (train.compilation_cache_dir) every seed of a setup reads one compiled init (seeds 0 and 1
+  of the smoke LM: one cache entry)."""
   shardings = state_shardings(setup, mesh)
   init = jax.jit(lambda key: nn.unbox(_init_boxed(setup, key)), out_shardings=shardings)
   return init(jax.random.key(seed))
