@@ -10,6 +10,9 @@ import sys
 import numpy as np
 import pytest
 
+import hypothesis
+from hypothesis import strategies as st
+
 import lnjax
 from lnjax.core import errors
 from lnjax.sweep import predict
@@ -67,16 +70,40 @@ def test_the_model_round_trips_through_json(tmp_path):
   assert again.predict(rows[0]) == pytest.approx(model.predict(rows[0]))
 
 
-def test_the_transfer_to_the_modern_block_reads_each_features_change(monkeypatch):
-  """experiments/edge_predictor.py's transfer row: a modern-block cell predicted from the same
-  placement's 2020 edge and how its health features changed between the blocks' feature
-  runs. With log10(modern / 2020) = 0.8 × the change in grad_growth exactly, the held-out
-  shift finds it (the 2020 edge as it is does not); below 3 placements, no row."""
+def _edge_predictor():
+  """experiments/edge_predictor.py as a module."""
   sys.path.insert(0, os.path.join(REPO, "experiments"))
   try:
     import edge_predictor
   finally:
     sys.path.remove(os.path.join(REPO, "experiments"))
+  return edge_predictor
+
+
+@hypothesis.settings(max_examples=25, deadline=None)
+@hypothesis.given(st.integers(0, 2**32 - 1), st.floats(-3.0, 3.0))
+def test_a_transfer_moves_with_the_edges_units(seed, log_c):
+  """Whatever the features and edges, multiplying every edge (the known ones and those
+  predicted) by 10^c moves each transfer's predictions by c in log10, no more: the shift is
+  fitted on ratios of edges."""
+  edge_predictor = _edge_predictor()
+  rng = np.random.default_rng(seed)
+  pairs = [((f"placement{i % 4}", 12, 0), {h: rng.normal() for h in edge_predictor.HEALTH},
+            10 ** rng.uniform(-4, 0), {h: rng.normal() for h in edge_predictor.HEALTH},
+            10 ** rng.uniform(-4, 0)) for i in range(12)]
+  scaled = [(k, x, e * 10 ** log_c, xk, ek * 10 ** log_c) for k, x, e, xk, ek in pairs]
+  one, other = (edge_predictor.shifted(p, "as it is", "shifted") for p in (pairs, scaled))
+  for label in ("as it is", "shifted"):
+    np.testing.assert_allclose(np.asarray(other[label][1]) - np.asarray(one[label][1]), log_c,
+                               atol=1e-6)
+
+
+def test_the_transfer_to_the_modern_block_reads_each_features_change(monkeypatch):
+  """experiments/edge_predictor.py's transfer row: a modern-block cell predicted from the same
+  placement's 2020 edge and how its health features changed between the blocks' feature
+  runs. With log10(modern / 2020) = 0.8 × the change in grad_growth exactly, the held-out
+  shift finds it (the 2020 edge as it is does not); below 3 placements, no row."""
+  edge_predictor = _edge_predictor()
   rng = np.random.default_rng(4)
   keys, rows, edges, m_rows, m_edges = [], [], [], [], []
   for p in range(6):
@@ -105,11 +132,7 @@ def test_the_transfer_from_half_the_depth_pairs_each_cell_with_its_own_placement
   from the same placement's cell at half its depth and warm-up; with log10(edge / that edge)
   = 0.5 − 0.5 × the change in update_per_lr exactly (the constant makes a pairing across two
   doublings wrong), the shift is found, pooled over both doublings and fitted for each."""
-  sys.path.insert(0, os.path.join(REPO, "experiments"))
-  try:
-    import edge_predictor
-  finally:
-    sys.path.remove(os.path.join(REPO, "experiments"))
+  edge_predictor = _edge_predictor()
   rng = np.random.default_rng(5)
   keys, rows, edges = [], [], []
   for p in range(5):
