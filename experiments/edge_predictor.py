@@ -105,22 +105,30 @@ def atlas_cells(folder: str = ATLAS, slices=SLICES) -> dict:
   return cells
 
 
-def both_blocks(rows, edges, groups, model) -> dict:
-  """The modern block's cells (experiments/atlas_modern's slices with an edge, their
-  features from `edge_predictor_features.py --block=modern`): the saved fit (2020 block)
-  applied to them as it is, and the one-run procedure held out by placement over both
-  blocks' cells (a placement's cells of both blocks left out together), the block an input.
-  {label: (edges, log10 predictions)}; {} until 3 placements of the modern block have both."""
+def modern_cells() -> tuple[list, list, list]:
+  """The modern block's cells with an edge and features (experiments/atlas_modern's slices,
+  `edge_predictor_features.py --block=modern`): (keys, feature rows, edges)."""
   if not os.path.exists(FEATURES_MODERN):
-    return {}
+    return [], [], []
   with open(FEATURES_MODERN) as f:
     features = json.load(f)
-  m_rows, m_edges, m_groups = [], [], []
+  keys, rows, edges = [], [], []
   for (p, d, w), c in sorted(atlas_cells(MODERN_ATLAS, MODERN_SLICES).items()):
     if f"{p}/{d}" in features and c["highest_stable_lr"] is not None:
-      m_rows.append({**predict.features(features[f"{p}/{d}"], d, w), "modern": 1.0})
-      m_edges.append(c["highest_stable_lr"])
-      m_groups.append(p)
+      keys.append((p, d, w))
+      rows.append(predict.features(features[f"{p}/{d}"], d, w))
+      edges.append(c["highest_stable_lr"])
+  return keys, rows, edges
+
+
+def both_blocks(rows, edges, groups, model) -> dict:
+  """The modern block's cells (`modern_cells`): the saved fit (2020 block) applied to them
+  as it is, and the one-run procedure held out by placement over both blocks' cells (a
+  placement's cells of both blocks left out together), the block an input.
+  {label: (edges, log10 predictions)}; {} until 3 placements of the modern block have both."""
+  m_keys, m_rows, m_edges = modern_cells()
+  m_rows = [{**x, "modern": 1.0} for x in m_rows]
+  m_groups = [p for p, _, _ in m_keys]
   if len(set(m_groups)) < 3:
     return {}
   held, _ = predict.nested([{**x, "modern": 0.0} for x in rows] + m_rows, edges + m_edges,
@@ -130,6 +138,54 @@ def both_blocks(rows, edges, groups, model) -> dict:
               (m_edges, np.array([model.log_edge(x) for x in m_rows])),
           "the one-run procedure over both blocks' cells, the block an input (nested)":
               (edges + m_edges, held)}
+
+
+TRANSFER = "the 2020 block's edge shifted by the change in the first steps' health (nested)"
+DEPTH_TRANSFER = ("the edge at half the depth shifted by the change in the first steps' health "
+                  "(nested)")
+DEPTH_APART = DEPTH_TRANSFER[:-len("(nested)")] + "(nested), a fit for each doubling"
+
+
+def shifted(pairs, as_is: str, label: str) -> dict:
+  """Cells predicted from a known cell of the same placement: pairs of (cell, its features,
+  its edge, the known cell's features, the known edge). The known edge as it is (`as_is`),
+  and shifted by a ridge fit of log10(edge / known edge) on how each health feature changed
+  between the two cells' feature runs (`label`; the penalty chosen inside each fold, held out
+  by placement). {label: (edges, log10 predictions, cells)}; {} below 3 placements."""
+  if len({k[0] for k, *_ in pairs}) < 3:
+    return {}
+  cells, new_edges = [k for k, *_ in pairs], [e for _, _, e, _, _ in pairs]
+  base = np.log10([known for *_, known in pairs])
+  change = [{h: x[h] - x_known[h] for h in HEALTH} for _, x, _, x_known, _ in pairs]
+  shift, _ = predict.nested(change, list(np.array(new_edges) / 10 ** base), {label: HEALTH},
+                            LAMBDAS, [k[0] for k in cells])
+  return {as_is: (new_edges, base, cells), label: (new_edges, base + shift, cells)}
+
+
+def from_the_2020_atlas(keys, rows, edges) -> dict:
+  """Another question than the procedure's: a modern-block cell predicted from the same
+  placement's cell of the 2020 atlas (its depth and warm-up) and the modern block's own
+  20-step feature run (`shifted`)."""
+  old = dict(zip(keys, zip(rows, edges)))
+  return shifted([(k, x, e, *old[k]) for k, x, e in zip(*modern_cells()) if k in old],
+                 "the 2020 block's edge of the same placement, depth and warm-up, as it is",
+                 TRANSFER)
+
+
+def from_half_the_depth(keys, rows, edges) -> dict:
+  """Another question again: a 2020-block cell at 12 or 24 layers predicted from the same
+  placement's cell at half its depth (its warm-up) and its own 20-step feature run
+  (`shifted`)."""
+  known = dict(zip(keys, zip(rows, edges)))
+  pairs = [((p, d, w), x, e, *known[p, d // 2, w])
+           for (p, d, w), x, e in zip(keys, rows, edges) if (p, d // 2, w) in known]
+  out = shifted(pairs, "the edge at half the depth (same placement and warm-up), as it is",
+                DEPTH_TRANSFER)
+  apart = [shifted([t for t in pairs if t[0][1] == d], "", DEPTH_APART).get(DEPTH_APART)
+           for d in (12, 24)]
+  if out and all(apart):  # The same, a fit for each doubling on its own cells.
+    out[DEPTH_APART] = tuple([*at_12, *at_24] for at_12, at_24 in zip(*apart))
+  return out
 
 
 def best_subset(rows, edges, groups, pool: list[str]):
@@ -380,14 +436,15 @@ def main(argv):
   model = predict.fit(rows, edges, names, lam, fitted_for, residuals=held - np.log10(edges))
   if _SAVE.value:
     model.save(predict.COEFFICIENTS)
-  scored.update({label: predict.scores(held_b, edges_b)
-                 for label, (edges_b, held_b) in both_blocks(rows, edges, groups, model).items()})
+  transfers = {**from_the_2020_atlas(keys, rows, edges), **from_half_the_depth(keys, rows, edges)}
+  scored.update({label: predict.scores(held_b, edges_b) for label, (edges_b, held_b, *_) in {
+      **both_blocks(rows, edges, groups, model), **transfers}.items()})
   censored = [(k, upper, model.log_edge(x)) for k, upper, x in censored_keys]
   figure(os.path.join(OUT, "predicted_vs_searched.png"), keys, edges, held, censored)
   measured = {k: cells[k] for k in keys + [c[0] for c in censored]}  # Features and edge.
   two_cost = costs({k: cells[k] for k in sub(keys, both)}, features, second) if both else None
   report = render(keys, edges, held, scored, picks, best, lam, model, censored,
-                  costs(measured, features), two_cost, len(cells))
+                  costs(measured, features), two_cost, len(cells), transfers)
   with open(os.path.join(OUT, "report.md"), "w") as f:
     f.write(report)
   print(report)
@@ -400,8 +457,15 @@ def _atlas_config():
   return c
 
 
+def _misses(edges, held, cells) -> str:
+  """The cells a transfer places more than 2× from the searched edge, worst first."""
+  factor = 10 ** np.abs(np.asarray(held) - np.log10(edges))
+  return ", ".join(f"{plotting.placement_label(p)} at {d} layers, warm-up {w} ({f:.1f}×)"
+                   for f, (p, d, w) in sorted(zip(factor, cells), reverse=True) if f > 2)
+
+
 def render(keys, edges, held, scored, picks, best, lam, model, censored, cost, two_cost,
-           total) -> str:
+           total, transfers) -> str:
   factor = 10 ** np.abs(held - np.log10(edges))
   runs = "one 20-step run at 1e-3"
   out = ["# The edge predicted from the first steps", "",
@@ -468,6 +532,30 @@ def render(keys, edges, held, scored, picks, best, lam, model, censored, cost, t
             f"{scored[transfer[0]]['cells']}; refitted over both blocks' cells with the block "
             "as an input, each placement's cells of both blocks held out together, the row "
             "after it."]
+  if TRANSFER in scored:
+    t = scored[TRANSFER]
+    out += ["", "From the 2020 atlas to the modern block (another question: the same "
+            "placement's edge measured on the 2020 block is known): its 2020 edge as it is, "
+            "and that edge shifted by a ridge fit on how each health feature of the 20-step "
+            "feature run changed between the blocks, the last two rows. The shifted one scores "
+            f"{100 * t['within_2x']:.0f}% within 2× (median {t['median_factor']:.2f}×) on "
+            f"{t['cells']} cells, held out by placement, at the cost of one 20-step run on the "
+            "new block; it needs the placement measured on the old block, at the same depth "
+            "and warm-up, and both warm-ups share one shift (one feature run serves both). "
+            f"Beyond 2×: {_misses(*transfers[TRANSFER])}."]
+  if DEPTH_TRANSFER in scored:
+    t, (new_edges, held_d, cells_d) = scored[DEPTH_TRANSFER], transfers[DEPTH_TRANSFER]
+    by = {d: predict.scores(held_d[on], np.array(new_edges)[on]) for d in (12, 24)
+          if len(on := [i for i, k in enumerate(cells_d) if k[1] == d])}
+    out += ["", "From half the depth (the 2020 block; another question again: the same "
+            "placement's edge at half the depth, same warm-up, is known): that edge as it is, "
+            "and shifted as above by how the health features of the two depths' 20-step runs "
+            "differ, the last two rows of the table ("
+            + "; ".join(f"at {d} layers from {d // 2}: {100 * v['within_2x']:.0f}% of "
+                        f"{v['cells']} within 2×, median {v['median_factor']:.2f}×"
+                        for d, v in by.items())
+            + ", one fit over both; fitted for each doubling on its own cells, the row "
+            "after it). Beyond 2×: " + _misses(*transfers[DEPTH_TRANSFER]) + "."]
   out += ["",
           "## Cost", "",
           f"- The search (the slices' probes, and each range test once): "

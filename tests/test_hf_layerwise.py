@@ -71,13 +71,15 @@ def test_layer_by_layer_statistics_equal_the_whole_models(tmp_path, monkeypatch,
 
   fw = layerwise.forward(imported.cfg, params, batches)
   grads, ratios = layerwise.gradient_and_update_norms(fw, opt, 1e-3)
-  whole_grads, whole_ratios = probes.gradient_and_update_norms(setup, params, batches, opt, 1e-3)
+  whole_grads, whole_ratios, whole_loss = probes.gradient_and_update_norms(setup, params,
+                                                                          batches, opt, 1e-3)
   assert "layer_1/ffn/wo/kernel" in grads and "embed/embedding" in grads
   assert_close(grads, whole_grads, "gradient norms")
   assert_close(ratios, whole_ratios, "update ratios")
 
   profile, whole = layerwise.layer_removal(fw), removal.layer_removal(setup, params, batches)
   assert profile["loss"] == pytest.approx(whole["loss"], rel=RTOL)
+  assert whole_loss == pytest.approx(whole["loss"], rel=1e-6)  # The gradient's forward pass.
   assert profile["increase"] == pytest.approx(whole["increase"], rel=RTOL, abs=RTOL * whole["loss"])
 
   records, whole_records = layerwise.norm_inputs(fw), probes.norm_inputs(setup, params, batches[0])

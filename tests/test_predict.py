@@ -10,6 +10,9 @@ import sys
 import numpy as np
 import pytest
 
+import hypothesis
+from hypothesis import strategies as st
+
 import lnjax
 from lnjax.core import errors
 from lnjax.sweep import predict
@@ -65,6 +68,89 @@ def test_the_model_round_trips_through_json(tmp_path):
   model.save(tmp_path / "m.json")
   again = predict.Model.load(tmp_path / "m.json")
   assert again.predict(rows[0]) == pytest.approx(model.predict(rows[0]))
+
+
+def _edge_predictor():
+  """experiments/edge_predictor.py as a module."""
+  sys.path.insert(0, os.path.join(REPO, "experiments"))
+  try:
+    import edge_predictor
+  finally:
+    sys.path.remove(os.path.join(REPO, "experiments"))
+  return edge_predictor
+
+
+@hypothesis.settings(max_examples=25, deadline=None)
+@hypothesis.given(st.integers(0, 2**32 - 1), st.floats(-3.0, 3.0))
+def test_a_transfer_moves_with_the_edges_units(seed, log_c):
+  """Whatever the features and edges, multiplying every edge (the known ones and those
+  predicted) by 10^c moves each transfer's predictions by c in log10, no more: the shift is
+  fitted on ratios of edges."""
+  edge_predictor = _edge_predictor()
+  rng = np.random.default_rng(seed)
+  pairs = [((f"placement{i % 4}", 12, 0), {h: rng.normal() for h in edge_predictor.HEALTH},
+            10 ** rng.uniform(-4, 0), {h: rng.normal() for h in edge_predictor.HEALTH},
+            10 ** rng.uniform(-4, 0)) for i in range(12)]
+  scaled = [(k, x, e * 10 ** log_c, xk, ek * 10 ** log_c) for k, x, e, xk, ek in pairs]
+  one, other = (edge_predictor.shifted(p, "as it is", "shifted") for p in (pairs, scaled))
+  for label in ("as it is", "shifted"):
+    np.testing.assert_allclose(np.asarray(other[label][1]) - np.asarray(one[label][1]), log_c,
+                               atol=1e-6)
+
+
+def test_the_transfer_to_the_modern_block_reads_each_features_change(monkeypatch):
+  """experiments/edge_predictor.py's transfer row: a modern-block cell predicted from the same
+  placement's 2020 edge and how its health features changed between the blocks' feature
+  runs. With log10(modern / 2020) = 0.8 × the change in grad_growth exactly, the held-out
+  shift finds it (the 2020 edge as it is does not); below 3 placements, no row."""
+  edge_predictor = _edge_predictor()
+  rng = np.random.default_rng(4)
+  keys, rows, edges, m_rows, m_edges = [], [], [], [], []
+  for p in range(6):
+    for w in (0, 500):
+      old = {h: rng.normal() for h in edge_predictor.HEALTH}
+      moved = dict(old, grad_growth=old["grad_growth"] + rng.normal())
+      keys.append((f"placement{p}", 12, w))
+      rows.append(old)
+      edges.append(10 ** rng.uniform(-3, -1))
+      m_rows.append(moved)
+      m_edges.append(edges[-1] * 10 ** (0.8 * (moved["grad_growth"] - old["grad_growth"])))
+  monkeypatch.setattr(edge_predictor, "modern_cells", lambda: (keys, m_rows, m_edges))
+  out = edge_predictor.from_the_2020_atlas(keys, rows, edges)
+  as_is, shifted = (predict.scores(held, e) for e, held, _ in out.values())
+  assert out[edge_predictor.TRANSFER][2] == keys  # The cells, in order.
+  assert list(out)[1] == edge_predictor.TRANSFER
+  assert shifted["within_2x"] == 1.0 and shifted["median_factor"] < 1.2, shifted
+  assert as_is["within_2x"] < 0.9 and as_is["cells"] == shifted["cells"] == 12
+  monkeypatch.setattr(edge_predictor, "modern_cells",
+                      lambda: (keys[:4], m_rows[:4], m_edges[:4]))  # Two placements.
+  assert edge_predictor.from_the_2020_atlas(keys, rows, edges) == {}
+
+
+def test_the_transfer_from_half_the_depth_pairs_each_cell_with_its_own_placements(monkeypatch):
+  """experiments/edge_predictor.py's depth transfer: each cell at 12 or 24 layers predicted
+  from the same placement's cell at half its depth and warm-up; with log10(edge / that edge)
+  = 0.5 − 0.5 × the change in update_per_lr exactly (the constant makes a pairing across two
+  doublings wrong), the shift is found, pooled over both doublings and fitted for each."""
+  edge_predictor = _edge_predictor()
+  rng = np.random.default_rng(5)
+  keys, rows, edges = [], [], []
+  for p in range(5):
+    for w in (0, 500):
+      x = {h: rng.normal() for h in edge_predictor.HEALTH}
+      edge = 10 ** rng.uniform(-3, -1)
+      for d in (6, 12, 24):
+        if d > 6:
+          x = dict(x, update_per_lr=x["update_per_lr"] + rng.normal())
+          edge *= 10 ** (0.5 - 0.5 * (x["update_per_lr"] - rows[-1]["update_per_lr"]))
+        keys.append((f"placement{p}", d, w))
+        rows.append(x)
+        edges.append(edge)
+  out = edge_predictor.from_half_the_depth(keys, rows, edges)
+  assert sorted(out[edge_predictor.DEPTH_TRANSFER][2]) == sorted(k for k in keys if k[1] > 6)
+  for label in (edge_predictor.DEPTH_TRANSFER, edge_predictor.DEPTH_APART):
+    s = predict.scores(np.asarray(out[label][1]), out[label][0])
+    assert s["within_2x"] == 1.0 and s["median_factor"] < 1.2 and s["cells"] == 20, (label, s)
 
 
 def test_the_nested_procedure_never_sees_the_held_out_placement():

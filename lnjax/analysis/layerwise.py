@@ -376,8 +376,9 @@ def _matrix_sums(fw: Forward, scales: list, rows: tuple, sums: _Sums) -> None:
 
 
 def gradient_and_update_norms(fw: Forward, opt_cfg, learning_rate: float) -> tuple[dict, dict]:
-  """(gradient_norms, update_ratios) of probes.gradient_and_update_norms, for the loss of
-  `fw`: {'layer_3/ffn/wo/kernel': ‖∂L/∂W‖_F}, {…: ‖Δw‖/‖w‖ of the first step}."""
+  """(gradient_norms, update_ratios) as probes.gradient_and_update_norms gives them (the
+  loss is layer_removal's), for the loss of `fw`: {'layer_3/ffn/wo/kernel': ‖∂L/∂W‖_F},
+  {…: ‖Δw‖/‖w‖ of the first step}."""
   if opt_cfg.grad_clip_norm > 0:
     raise ValueError("global-norm clipping makes the first update depend on the whole "
                      "gradient: the layer-by-layer statistics need opt.grad_clip_norm=0")

@@ -40,21 +40,21 @@ def mean_loss(params, setup, batches):
 
 def gradient_and_update_norms(setup, params, batches, opt_cfg, learning_rate: float):
   """({weight: ‖∂L/∂W‖_F} as gradient_norms gives them, {weight: ‖Δw‖/‖w‖} of the run's
-  optimizer's first step from a fresh state at a constant `learning_rate`), from one
-  compiled function whose outputs are per-weight scalars: the gradient and update trees
+  optimizer's first step from a fresh state at a constant `learning_rate`, mean_loss),
+  from one compiled function whose outputs are scalars: the gradient and update trees
   are never returned to the host (XLA may free a weight's gradient once its norms are
-  taken)."""
+  taken), and the loss comes from the same forward pass."""
   tx = first_step(opt_cfg, learning_rate)
 
   def norms(p):
-    g = jax.grad(mean_loss)(p, setup, batches)
+    loss, g = jax.value_and_grad(mean_loss)(p, setup, batches)
     updates, _ = tx.update(g, tx.init(p), p)
-    return [metrics.per_weight_norms(tree, "u") for tree in (g, updates, p)]
+    return [metrics.per_weight_norms(tree, "u") for tree in (g, updates, p)] + [loss]
 
-  g, u, w = jax.jit(norms)(params)
+  g, u, w, loss = jax.jit(norms)(params)
   strip = lambda k: k.split("/", 1)[1]
   return ({strip(k): float(v) for k, v in g.items()},
-          {strip(k): float(u[k]) / max(float(w[k]), 1e-30) for k in u})
+          {strip(k): float(u[k]) / max(float(w[k]), 1e-30) for k in u}, float(loss))
 
 
 def first_step(opt_cfg, learning_rate: float):

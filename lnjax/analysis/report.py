@@ -69,8 +69,6 @@ def analyze(workdir: str, step: str = "latest", num_batches: int = 4, lr: float 
   """The run at `step`: loss, per-weight gradient norms and update ratios, every norm's
   input and output and its Jacobian, and with `sharpness_iters` > 0 the loss's sharpness
   (`sharpness`); written to WORKDIR/analysis/STEP (analysis.json, report.md, plots)."""
-  import jax
-
   from lnjax.core import errors
   from lnjax.analysis import probes
 
@@ -85,11 +83,12 @@ def analyze(workdir: str, step: str = "latest", num_batches: int = 4, lr: float 
   sharp = sharpness(built, params, trained, batches, sharpness_iters) if sharpness_iters else None
   run, setup, params = unrolled(built.run, built.setup, params)
   lr = lr or run.opt.learning_rate
-  grad_norms, update_ratios = probes.gradient_and_update_norms(setup, params, batches, run.opt, lr)
+  grad_norms, update_ratios, loss = probes.gradient_and_update_norms(setup, params, batches,
+                                                                     run.opt, lr)
   records = probes.norm_inputs(setup, params, batches[0])
   result = {
       "workdir": fileio.abspath(workdir), "step": label, "norm_position": run.model.norm_position,
-      "num_batches": len(batches), "loss": float(jax.jit(lambda p: probes.mean_loss(p, setup, batches))(params)),
+      "num_batches": len(batches), "loss": loss,
       "loss_normalization": "mean per-token NLL (nats) over the batches' real target tokens",
       "gradient_norms": grad_norms,
       "norms": {p: {"in_sq": r["in_sq"], "out_sq": r["out_sq"]} for p, r in records.items()},

@@ -37,7 +37,7 @@ class Setup:
     """The state's ShapeDtypeStructs, still boxed with the parameters' logical axis names:
     the model's init traced once per setup for the shardings and the restore target (it
     was traced again for each)."""
-    return jax.eval_shape(lambda: _init_boxed(self, 0))
+    return jax.eval_shape(lambda: _init_boxed(self, jax.random.key(0)))
 
 
 def make_setup(model_cfg: ModelConfig, opt_cfg: optim.OptConfig, num_steps: int,
@@ -58,10 +58,10 @@ def init_inputs(setup: Setup) -> tuple[tuple, Any]:
   return setup.task.example_inputs(t), random and (lambda key, vocab: random(key, vocab, t))
 
 
-def _init_boxed(setup: Setup, seed: int) -> TrainState:
+def _init_boxed(setup: Setup, key: jax.Array) -> TrainState:
   """Parameters still boxed with their logical axis names (nn.Partitioned)."""
   example, random = init_inputs(setup)
-  params = init_params(setup.model, jax.random.key(seed), *example, random_inputs=random)
+  params = init_params(setup.model, key, *example, random_inputs=random)
   return TrainState(step=jnp.zeros((), jnp.int32), params=params,
                     opt_state=setup.tx.init(params))
 
@@ -73,10 +73,13 @@ def state_shardings(setup: Setup, mesh: Mesh):
 
 
 def init_state(setup: Setup, mesh: Mesh, seed: int) -> TrainState:
-  """A fresh state, created directly in its sharded layout."""
+  """A fresh state, created directly in its sharded layout. The seed's key is the program's
+  argument, not a constant in it: through a persistent compilation cache
+  (train.compilation_cache_dir) every seed of a setup reads one compiled init (seeds 0 and 1
+  of the smoke LM: one cache entry)."""
   shardings = state_shardings(setup, mesh)
-  init = jax.jit(lambda: nn.unbox(_init_boxed(setup, seed)), out_shardings=shardings)
-  return init()
+  init = jax.jit(lambda key: nn.unbox(_init_boxed(setup, key)), out_shardings=shardings)
+  return init(jax.random.key(seed))
 
 
 def abstract_state(setup: Setup, mesh: Mesh) -> TrainState:

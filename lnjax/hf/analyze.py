@@ -228,7 +228,7 @@ def measure(imported, batches, lr: float | None = None) -> dict:
     # of one layer held at a time (the same parameters, the same numbers).
     remat = hf.make_model(imported.task, dataclasses.replace(imported.cfg,
                                                              remat_policy="nothing_saveable"))
-    grad_norms, update_ratios = probes.gradient_and_update_norms(
+    grad_norms, update_ratios, _ = probes.gradient_and_update_norms(  # Loss: the profile's.
         state_lib.Setup(task, remat, None, None), params, batches, opt, lr)
     profile = removal.layer_removal(setup, params, batches)
     records = probes.norm_inputs(setup, params, batches[0])
