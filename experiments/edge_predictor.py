@@ -16,7 +16,9 @@ an input. The model: a ridge regression of log10(edge) on the features
 itself, is chosen inside each held-out fold (nested), so no figure below saw the placement
 it predicts; the saved fit is the same choice made on every cell. Cells without a stable
 rate (< 1e-5: Post-LN at 24 layers, at 12 without warm-up) are left out of the fit and
-reported apart.
+reported apart. Beside the procedure, two transfers answer another question: a cell whose
+placement is already measured on the other block (the modern block's from the 2020 atlas) or
+at half the depth, placed by one 20-step run (`shifted`).
 """
 
 import datetime
@@ -537,25 +539,26 @@ def render(keys, edges, held, scored, picks, best, lam, model, censored, cost, t
     out += ["", "From the 2020 atlas to the modern block (another question: the same "
             "placement's edge measured on the 2020 block is known): its 2020 edge as it is, "
             "and that edge shifted by a ridge fit on how each health feature of the 20-step "
-            "feature run changed between the blocks, the last two rows. The shifted one scores "
+            "feature run changed between the blocks (the table's rows 'the 2020 block's "
+            "edge ...'). The shifted one scores "
             f"{100 * t['within_2x']:.0f}% within 2× (median {t['median_factor']:.2f}×) on "
             f"{t['cells']} cells, held out by placement, at the cost of one 20-step run on the "
             "new block; it needs the placement measured on the old block, at the same depth "
             "and warm-up, and both warm-ups share one shift (one feature run serves both). "
             f"Beyond 2×: {_misses(*transfers[TRANSFER])}."]
   if DEPTH_TRANSFER in scored:
-    t, (new_edges, held_d, cells_d) = scored[DEPTH_TRANSFER], transfers[DEPTH_TRANSFER]
+    new_edges, held_d, cells_d = transfers[DEPTH_TRANSFER]
     by = {d: predict.scores(held_d[on], np.array(new_edges)[on]) for d in (12, 24)
           if len(on := [i for i, k in enumerate(cells_d) if k[1] == d])}
     out += ["", "From half the depth (the 2020 block; another question again: the same "
             "placement's edge at half the depth, same warm-up, is known): that edge as it is, "
             "and shifted as above by how the health features of the two depths' 20-step runs "
-            "differ, the last two rows of the table ("
+            "differ (the table's rows 'the edge at half the depth ...': "
             + "; ".join(f"at {d} layers from {d // 2}: {100 * v['within_2x']:.0f}% of "
                         f"{v['cells']} within 2×, median {v['median_factor']:.2f}×"
                         for d, v in by.items())
-            + ", one fit over both; fitted for each doubling on its own cells, the row "
-            "after it). Beyond 2×: " + _misses(*transfers[DEPTH_TRANSFER]) + "."]
+            + ", one fit over both; and fitted for each doubling on its own cells). "
+            "Beyond 2×: " + _misses(*transfers[DEPTH_TRANSFER]) + "."]
   out += ["",
           "## Cost", "",
           f"- The search (the slices' probes, and each range test once): "
