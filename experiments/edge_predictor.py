@@ -123,12 +123,12 @@ def modern_cells() -> tuple[list, list, list]:
   return keys, rows, edges
 
 
-def both_blocks(rows, edges, groups, model) -> dict:
-  """The modern block's cells (`modern_cells`): the saved fit (2020 block) applied to them
-  as it is, and the one-run procedure held out by placement over both blocks' cells (a
-  placement's cells of both blocks left out together), the block an input.
+def both_blocks(rows, edges, groups, model, modern) -> dict:
+  """The modern block's cells (`modern`: `modern_cells()`): the saved fit (2020 block)
+  applied to them as it is, and the one-run procedure held out by placement over both
+  blocks' cells (a placement's cells of both blocks left out together), the block an input.
   {label: (edges, log10 predictions)}; {} until 3 placements of the modern block have both."""
-  m_keys, m_rows, m_edges = modern_cells()
+  m_keys, m_rows, m_edges = modern
   m_rows = [{**x, "modern": 1.0} for x in m_rows]
   m_groups = [p for p, _, _ in m_keys]
   if len(set(m_groups)) < 3:
@@ -164,12 +164,12 @@ def shifted(pairs, as_is: str, label: str) -> dict:
   return {as_is: (new_edges, base, cells), label: (new_edges, base + shift, cells)}
 
 
-def from_the_2020_atlas(keys, rows, edges) -> dict:
-  """Another question than the procedure's: a modern-block cell predicted from the same
-  placement's cell of the 2020 atlas (its depth and warm-up) and the modern block's own
-  20-step feature run (`shifted`)."""
+def from_the_2020_atlas(keys, rows, edges, modern) -> dict:
+  """Another question than the procedure's: a modern-block cell (`modern`: `modern_cells()`)
+  predicted from the same placement's cell of the 2020 atlas (its depth and warm-up) and the
+  modern block's own 20-step feature run (`shifted`)."""
   old = dict(zip(keys, zip(rows, edges)))
-  return shifted([(k, x, e, *old[k]) for k, x, e in zip(*modern_cells()) if k in old],
+  return shifted([(k, x, e, *old[k]) for k, x, e in zip(*modern) if k in old],
                  "the 2020 block's edge of the same placement, depth and warm-up, as it is",
                  TRANSFER)
 
@@ -438,9 +438,11 @@ def main(argv):
   model = predict.fit(rows, edges, names, lam, fitted_for, residuals=held - np.log10(edges))
   if _SAVE.value:
     model.save(predict.COEFFICIENTS)
-  transfers = {**from_the_2020_atlas(keys, rows, edges), **from_half_the_depth(keys, rows, edges)}
+  modern = modern_cells()  # Read once: both_blocks and the transfer to the modern block.
+  transfers = {**from_the_2020_atlas(keys, rows, edges, modern),
+               **from_half_the_depth(keys, rows, edges)}
   scored.update({label: predict.scores(held_b, edges_b) for label, (edges_b, held_b, *_) in {
-      **both_blocks(rows, edges, groups, model), **transfers}.items()})
+      **both_blocks(rows, edges, groups, model, modern), **transfers}.items()})
   censored = [(k, upper, model.log_edge(x)) for k, upper, x in censored_keys]
   figure(os.path.join(OUT, "predicted_vs_searched.png"), keys, edges, held, censored)
   measured = {k: cells[k] for k in keys + [c[0] for c in censored]}  # Features and edge.

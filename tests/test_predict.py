@@ -98,7 +98,7 @@ def test_a_transfer_moves_with_the_edges_units(seed, log_c):
                                atol=1e-6)
 
 
-def test_the_transfer_to_the_modern_block_reads_each_features_change(monkeypatch):
+def test_the_transfer_to_the_modern_block_reads_each_features_change():
   """experiments/edge_predictor.py's transfer row: a modern-block cell predicted from the same
   placement's 2020 edge and how its health features changed between the blocks' feature
   runs. With log10(modern / 2020) = 0.8 × the change in grad_growth exactly, the held-out
@@ -115,19 +115,17 @@ def test_the_transfer_to_the_modern_block_reads_each_features_change(monkeypatch
       edges.append(10 ** rng.uniform(-3, -1))
       m_rows.append(moved)
       m_edges.append(edges[-1] * 10 ** (0.8 * (moved["grad_growth"] - old["grad_growth"])))
-  monkeypatch.setattr(edge_predictor, "modern_cells", lambda: (keys, m_rows, m_edges))
-  out = edge_predictor.from_the_2020_atlas(keys, rows, edges)
+  out = edge_predictor.from_the_2020_atlas(keys, rows, edges, (keys, m_rows, m_edges))
   as_is, shifted = (predict.scores(held, e) for e, held, _ in out.values())
   assert out[edge_predictor.TRANSFER][2] == keys  # The cells, in order.
   assert list(out)[1] == edge_predictor.TRANSFER
   assert shifted["within_2x"] == 1.0 and shifted["median_factor"] < 1.2, shifted
   assert as_is["within_2x"] < 0.9 and as_is["cells"] == shifted["cells"] == 12
-  monkeypatch.setattr(edge_predictor, "modern_cells",
-                      lambda: (keys[:4], m_rows[:4], m_edges[:4]))  # Two placements.
-  assert edge_predictor.from_the_2020_atlas(keys, rows, edges) == {}
+  two_placements = (keys[:4], m_rows[:4], m_edges[:4])
+  assert edge_predictor.from_the_2020_atlas(keys, rows, edges, two_placements) == {}
 
 
-def test_the_transfer_from_half_the_depth_pairs_each_cell_with_its_own_placements(monkeypatch):
+def test_the_transfer_from_half_the_depth_pairs_each_cell_with_its_own_placements():
   """experiments/edge_predictor.py's depth transfer: each cell at 12 or 24 layers predicted
   from the same placement's cell at half its depth and warm-up; with log10(edge / that edge)
   = 0.5 − 0.5 × the change in update_per_lr exactly (the constant makes a pairing across two

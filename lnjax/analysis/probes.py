@@ -10,7 +10,7 @@ Given a Setup, parameters and a few real batches:
                    RMSNorm and ScaleNorm, which do not centre)
   gradient_and_update_norms
                    the gradient norms and ‖Δw‖/‖w‖ of one optimizer step at a given
-                   learning rate, per weight, from one compiled program
+                   learning rate, per weight, and the loss, from one compiled program
 """
 
 import dataclasses
